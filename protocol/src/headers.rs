@@ -1,0 +1,31 @@
+//! Header names, lowercase.
+
+pub const STREAM_NEXT_OFFSET: &str = "stream-next-offset";
+pub const STREAM_UP_TO_DATE: &str = "stream-up-to-date";
+pub const STREAM_CLOSED: &str = "stream-closed";
+pub const STREAM_CURSOR: &str = "stream-cursor";
+pub const STREAM_TTL: &str = "stream-ttl";
+pub const STREAM_EXPIRES_AT: &str = "stream-expires-at";
+pub const STREAM_SEQ: &str = "stream-seq";
+pub const STREAM_INCARNATION: &str = "stream-incarnation";
+pub const STREAM_RETAINED_OFFSET: &str = "stream-retained-offset";
+pub const STREAM_SNAPSHOT_OFFSET: &str = "stream-snapshot-offset";
+pub const STREAM_SNAPSHOT_DIGEST: &str = "stream-snapshot-digest";
+pub const STREAM_SNAPSHOT_MATCH: &str = "stream-snapshot-match";
+pub const STREAM_DATA_CONTENT_TYPE: &str = "stream-data-content-type";
+pub const STREAM_SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+pub const STREAM_RECORD_MATCH: &str = "stream-record-match";
+pub const PRODUCER_ID: &str = "producer-id";
+pub const PRODUCER_EPOCH: &str = "producer-epoch";
+pub const PRODUCER_SEQ: &str = "producer-seq";
+pub const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
+pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+pub const NOT_APPLIED: &str = "x-ursula-not-applied";
+pub const NOT_APPLIED_CHECKED: &str = "x-ursula-not-applied-checked";
+
+/// Every `Stream-*` and `Producer-*` header a browser client needs to read.
+pub const EXPOSED: &str = "stream-next-offset, stream-up-to-date, stream-closed, stream-cursor, \
+stream-ttl, stream-expires-at, stream-seq, stream-incarnation, stream-retained-offset, \
+stream-snapshot-offset, stream-snapshot-digest, stream-data-content-type, stream-sse-data-encoding, \
+producer-epoch, producer-seq, producer-expected-seq, producer-received-seq, etag, location, \
+content-type, retry-after, x-ursula-not-applied";

@@ -1,0 +1,67 @@
+//! Operational endpoints: `/__ursula/metrics` (JSON) and `/__ursula/ready`.
+
+use axum::http::StatusCode;
+use axum::http::header;
+use serde_json::json;
+
+use super::AppState;
+use super::reply::ApiError;
+use super::reply::Reply;
+
+pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
+    let mut cores = Vec::new();
+    let mut groups = Vec::new();
+    let mut total_streams = 0usize;
+    for core in 0..st.rt.core_count() {
+        let snapshot = st
+            .rt
+            .with_core(core, |c| {
+                let mut gs: Vec<_> = c
+                    .groups
+                    .iter()
+                    .map(|(id, g)| (*id, g.state.len(), g.appends, g.applied_index, g.state.held_bytes()))
+                    .collect();
+                gs.sort_unstable();
+                gs
+            })
+            .await
+            .map_err(crate::engine::EngineError::from)?;
+        let stats = st.rt.stats(core);
+        let live = stats.map_or(0, |s| s.live_waiters.load(std::sync::atomic::Ordering::Relaxed));
+        let jobs = stats.map_or(0, |s| s.jobs.load(std::sync::atomic::Ordering::Relaxed));
+        let streams: usize = snapshot.iter().map(|g| g.1).sum();
+        let appends: u64 = snapshot.iter().map(|g| g.2).sum();
+        let hot: u64 = snapshot.iter().map(|g| g.4).sum();
+        total_streams += streams;
+        cores.push(json!({
+            "core": core, "groups": snapshot.len(), "streams": streams, "appends_accepted": appends,
+            "hot_bytes": hot, "live_waiters": live, "cross_core_jobs": jobs,
+        }));
+        for (id, streams, appends, applied, hot) in snapshot {
+            groups.push(json!({
+                "group": id, "core": core, "streams": streams, "appends_accepted": appends,
+                "leader": st.node_id, "term": 0, "applied_index": applied, "hot_bytes": hot,
+            }));
+        }
+    }
+    let body = json!({
+        "node_id": st.node_id,
+        "engine": st.engine.name(),
+        "core_count": st.rt.core_count(),
+        "group_count": st.rt.group_count(),
+        "streams": total_streams,
+        "cores": cores,
+        "groups": groups,
+    });
+    Ok(Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(body.to_string()))
+}
+
+pub fn ready() -> Reply {
+    Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(json!({ "ready": true, "reasons": [] }).to_string())
+}

@@ -1,0 +1,361 @@
+//! Live reads: long-poll and SSE. A live reader subscribes to its stream in the same group
+//! turn that read it, so no append can slip between the read and the wait.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::http::StatusCode;
+use axum::http::header;
+use base64::Engine as _;
+use bytes::Bytes;
+use tokio::sync::watch;
+use ursula_protocol::content_type;
+use ursula_protocol::cursor::next_cursor;
+use ursula_protocol::headers as h;
+use ursula_protocol::offset::Offset;
+use ursula_protocol::offset::ReadFrom;
+
+use super::AppState;
+use super::read::ReadQuery;
+use super::read::data_reply;
+use super::read::renew_if_due;
+use super::reply::ApiError;
+use super::reply::Reply;
+use super::request;
+use super::request::StreamPath;
+use crate::engine::EngineError;
+use crate::runtime::Tick;
+use crate::runtime::WaiterSlot;
+use crate::runtime::now_ms;
+use crate::stream::Refusal;
+use crate::stream::read::ReadView;
+
+fn cursor_for(client: Option<&str>) -> String {
+    let jitter = rand::random_range(1..=3600u64);
+    next_cursor(now_ms(), client, jitter).to_string()
+}
+
+type Subscribed = (ReadView, Option<watch::Receiver<Tick>>);
+
+/// Reads at `from`; subscribes in the same turn when the read found nothing to send.
+async fn read_and_subscribe(
+    st: &AppState,
+    sp: &StreamPath,
+    from: ReadFrom,
+    max: u64,
+    incarnation: Option<u64>,
+) -> Result<Subscribed, ApiError> {
+    let key = sp.key.clone();
+    let group = st.rt.group_of(&key);
+    let (view, rx) = st
+        .rt
+        .with_group(group, move |g| {
+            let now = now_ms();
+            let view = g.state.read(&key, from, max, incarnation, now)?;
+            let rx = if view.data.is_empty() && !view.closed { g.subscribe(&key, now) } else { None };
+            Ok::<_, Refusal>((view, rx))
+        })
+        .await
+        .map_err(EngineError::from)??;
+    Ok((view, rx))
+}
+
+fn reserve(st: &AppState, sp: &StreamPath) -> Result<WaiterSlot, ApiError> {
+    st.rt.reserve_waiter(st.rt.group_of(&sp.key)).ok_or_else(|| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "this core holds the most live readers it may")
+            .header(header::RETRY_AFTER, "1")
+    })
+}
+
+/// What a long-poll ended by a delete or recreate answers: `404` when the stream is gone,
+/// `412` when the client named the incarnation, else `416`.
+async fn ended(st: &AppState, sp: &StreamPath, at: u64, registered: u64, sent_header: bool) -> ApiError {
+    match super::read::read_view(st, sp, ReadFrom::At(Offset(at)), 1, Some(registered)).await {
+        Err(e) if e.status == StatusCode::PRECONDITION_FAILED && !sent_header => {
+            ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "the stream was recreated")
+        }
+        Err(e) => e,
+        Ok(_) => ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "the stream was recreated"),
+    }
+}
+
+pub async fn long_poll(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    if !q.offset_given {
+        return Err(ApiError::bad_request("a long-poll read needs offset"));
+    }
+    let incarnation = request::incarnation(headers)?;
+    let _slot = reserve(st, sp)?;
+    let (view, rx) = read_and_subscribe(st, sp, q.from, q.max_bytes, incarnation).await?;
+    renew_if_due(st, sp, view.renew_due);
+    let cursor = cursor_for(q.cursor.as_deref());
+    if !view.data.is_empty() {
+        return Ok(with_data(view, &cursor));
+    }
+    let at = view.start;
+    let registered = view.incarnation;
+    if view.closed {
+        return Ok(timeout_reply(at, registered, true, &cursor));
+    }
+    let Some(mut rx) = rx else { return Err(ApiError::not_found()) };
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(q.timeout_ms);
+    loop {
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Err(_) => return Ok(timeout_reply(at, registered, false, &cursor)),
+            Ok(Err(_)) => return Err(ended(st, sp, at, registered, incarnation.is_some()).await),
+            Ok(Ok(())) => {
+                let tick = *rx.borrow_and_update();
+                if tick.tail == at && !tick.closed {
+                    continue;
+                }
+                let view = super::read::read_view(st, sp, ReadFrom::At(Offset(at)), q.max_bytes, Some(registered))
+                    .await
+                    .map_err(|e| if e.status == StatusCode::PRECONDITION_FAILED && incarnation.is_none() {
+                        ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "the stream was recreated")
+                    } else {
+                        e
+                    })?;
+                if !view.data.is_empty() {
+                    return Ok(with_data(view, &cursor));
+                }
+                if view.closed {
+                    return Ok(timeout_reply(at, registered, true, &cursor));
+                }
+            }
+        }
+    }
+}
+
+fn with_data(view: ReadView, cursor: &str) -> Reply {
+    let open = !view.closed;
+    let reply = data_reply(&view, StatusCode::OK)
+        .header(header::ETAG, super::read::etag(&view))
+        .header(header::CACHE_CONTROL, "no-store")
+        .header_if(open, h::STREAM_CURSOR, cursor);
+    reply.body(view.data)
+}
+
+fn timeout_reply(at: u64, incarnation: u64, closed: bool, cursor: &str) -> Reply {
+    Reply::new(StatusCode::NO_CONTENT)
+        .offset(h::STREAM_NEXT_OFFSET, at)
+        .header(h::STREAM_UP_TO_DATE, "true")
+        .incarnation(incarnation)
+        .header_if(closed, h::STREAM_CLOSED, "true")
+        .header_if(!closed, h::STREAM_CURSOR, cursor)
+        .header(header::CACHE_CONTROL, "no-store")
+}
+
+/// State of one SSE session between events.
+struct Session {
+    st: AppState,
+    sp: StreamPath,
+    at: u64,
+    max: u64,
+    incarnation: u64,
+    text: bool,
+    json: bool,
+    cursor: Option<String>,
+    rx: Option<watch::Receiver<Tick>>,
+    first: bool,
+    done: bool,
+    _slot: WaiterSlot,
+}
+
+pub async fn sse(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    if !q.offset_given {
+        return Err(ApiError::bad_request("an SSE read needs offset"));
+    }
+    let incarnation = request::incarnation(headers)?;
+    let slot = reserve(st, sp)?;
+    // Registration: the stream must exist and match; where to start is settled now.
+    let key = sp.key.clone();
+    let group = st.rt.group_of(&key);
+    let from = q.from;
+    let reg = st
+        .rt
+        .with_group(group, move |g| {
+            let now = now_ms();
+            let head = g.state.head(&key, incarnation, now)?;
+            let start = match g.state.resolve(&key, from, now) {
+                Ok(at) => Ok(at),
+                Err(Refusal::BeyondTail { tail }) => Err(tail),
+                Err(other) => return Err(other),
+            };
+            let rx = g.subscribe(&key, now);
+            Ok((head, start, rx))
+        })
+        .await
+        .map_err(EngineError::from)??;
+    let (head, start, rx) = reg;
+    renew_if_due(st, sp, true);
+    let text = content_type::is_sse_text(&head.content_type);
+    let json = content_type::is_json(&head.content_type);
+    let data_type = if json { content_type::NDJSON.to_owned() } else { head.content_type.clone() };
+    let mut reply = Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache, no-store")
+        .header(h::STREAM_DATA_CONTENT_TYPE, data_type)
+        .incarnation(head.incarnation);
+    if !text {
+        reply = reply.header(h::STREAM_SSE_DATA_ENCODING, "base64");
+    }
+    let max = if text { q.max_bytes.max(4) } else { q.max_bytes };
+    let mut session = Session {
+        st: st.clone(),
+        sp: sp.clone(),
+        at: start.unwrap_or(0),
+        max,
+        incarnation: head.incarnation,
+        text,
+        json,
+        cursor: q.cursor.clone(),
+        rx,
+        first: true,
+        done: false,
+        _slot: slot,
+    };
+    if let Err(tail) = start {
+        // Past the tail: reported from the first read as an error event, not a status.
+        session.done = true;
+        let event = error_event(416, "OffsetBeyondTail", tail);
+        return Ok(reply.body(Body::from(event)));
+    }
+    let events = futures_util::stream::unfold(session, |mut s| async move {
+        let chunk = s.next_events().await?;
+        Some((Ok::<Bytes, std::convert::Infallible>(chunk), s))
+    });
+    Ok(reply.body(Body::from_stream(events)))
+}
+
+fn error_event(status: u16, error: &str, next: u64) -> String {
+    let data = serde_json::json!({ "status": status, "error": error, "streamNextOffset": Offset(next).to_string() });
+    format!("event: error\ndata:{data}\n\n")
+}
+
+impl Session {
+    /// The next batch of events to write; `None` ends the response.
+    async fn next_events(&mut self) -> Option<Bytes> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let view = match super::read::read_view(
+                &self.st,
+                &self.sp,
+                ReadFrom::At(Offset(self.at)),
+                self.max,
+                Some(self.incarnation),
+            )
+            .await
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    self.done = true;
+                    let token = if e.status == StatusCode::NOT_FOUND { "StreamNotFound" } else { "StreamRecreated" };
+                    return Some(Bytes::from(error_event(e.status.as_u16(), token, self.at)));
+                }
+            };
+            let mut out = String::new();
+            let mut view = view;
+            if self.text && !view.data.is_empty() {
+                // Never split a UTF-8 sequence: stop before an incomplete trailing one.
+                let valid = match std::str::from_utf8(&view.data) {
+                    Ok(_) => view.data.len(),
+                    Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                    Err(_) => view.data.len(),
+                };
+                if valid > 0 && valid < view.data.len() {
+                    view.data = view.data.slice(..valid);
+                    view.next = view.start + valid as u64;
+                }
+            }
+            if !view.data.is_empty() {
+                out.push_str("event: data\n");
+                if self.text {
+                    let text = String::from_utf8_lossy(&view.data);
+                    let body = if self.json { text.strip_suffix('\n').unwrap_or(&text) } else { &text };
+                    push_data_lines(&mut out, body);
+                } else {
+                    out.push_str("data:");
+                    out.push_str(&base64::engine::general_purpose::STANDARD.encode(&view.data));
+                    out.push('\n');
+                }
+                out.push('\n');
+            }
+            let caught_up = view.up_to_date();
+            let closed_end = view.closed && caught_up;
+            if !view.data.is_empty() || self.first || closed_end {
+                self.push_control(&mut out, view.next, caught_up, closed_end);
+            }
+            self.first = false;
+            self.at = view.next;
+            if closed_end {
+                self.done = true;
+            }
+            if !out.is_empty() {
+                return Some(Bytes::from(out));
+            }
+            // Caught up: wait for the next change.
+            let rx = self.rx.as_mut()?;
+            if rx.changed().await.is_err() {
+                self.done = true;
+                let ended = super::read::read_view(&self.st, &self.sp, ReadFrom::Now, 1, None).await;
+                let (status, token) = match ended {
+                    Err(e) if e.status == StatusCode::NOT_FOUND => (404, "StreamNotFound"),
+                    _ => (412, "StreamRecreated"),
+                };
+                return Some(Bytes::from(error_event(status, token, self.at)));
+            }
+        }
+    }
+
+    fn push_control(&mut self, out: &mut String, next: u64, up_to_date: bool, closed: bool) {
+        let mut control = serde_json::Map::new();
+        control.insert("streamNextOffset".into(), Offset(next).to_string().into());
+        if !closed {
+            let cursor = cursor_for(self.cursor.as_deref());
+            control.insert("streamCursor".into(), cursor.clone().into());
+            self.cursor = Some(cursor);
+        }
+        if up_to_date {
+            control.insert("upToDate".into(), true.into());
+        }
+        if closed {
+            control.insert("streamClosed".into(), true.into());
+        }
+        out.push_str("event: control\ndata:");
+        out.push_str(&serde_json::Value::Object(control).to_string());
+        out.push_str("\n\n");
+    }
+}
+
+/// Writes `text` as `data:` lines. CR, LF and CRLF all end an SSE line, so each becomes a line
+/// break the client turns back into LF; a line starting with a space gets one extra, because
+/// the client strips one.
+fn push_data_lines(out: &mut String, text: &str) {
+    let mut rest = text;
+    loop {
+        let end = rest.find(['\r', '\n']).unwrap_or(rest.len());
+        let line = &rest[..end];
+        out.push_str(if line.starts_with(' ') { "data: " } else { "data:" });
+        out.push_str(line);
+        out.push('\n');
+        if end == rest.len() {
+            break;
+        }
+        let skip = if rest[end..].starts_with("\r\n") { 2 } else { 1 };
+        rest = &rest[end + skip..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_data_lines;
+
+    #[test]
+    fn every_line_ending_starts_a_data_line() {
+        let mut out = String::new();
+        push_data_lines(&mut out, "a\r\nb\rc\n d\n");
+        assert_eq!(out, "data:a\ndata:b\ndata:c\ndata:  d\ndata:\n");
+    }
+}

@@ -1,0 +1,177 @@
+//! The client plane over HTTP/1.1: one dispatcher routes every request by hand, because the
+//! path rules (percent-decoding, ID validation, subresources, the `/v1/stream` compatibility
+//! family) are the protocol's, not a router's.
+//!
+//! - [`request`]: routing and header parsing.
+//! - [`reply`]: responses and the mapping of refusals to statuses.
+//! - [`write`], [`read`], [`live`]: the stream routes.
+//! - [`admin`]: `/__ursula/*`.
+//! - [`serve`]: accept loops on the core threads.
+
+pub mod admin;
+pub mod live;
+pub mod read;
+pub mod reply;
+pub mod request;
+pub mod serve;
+pub mod write;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::HeaderValue;
+use axum::http::Method;
+use axum::http::StatusCode;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use bytes::Bytes;
+use ursula_protocol::MAX_BODY_BYTES;
+use ursula_protocol::headers as h;
+use ursula_protocol::refusal::NotApplied;
+
+use self::read::Live;
+use self::reply::ApiError;
+use self::request::Route;
+use crate::engine::GroupEngine;
+use crate::runtime::Runtime;
+
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub rt: Runtime,
+    pub engine: Arc<dyn GroupEngine>,
+    pub node_id: u64,
+    /// Long-poll wait when the request names no `timeout_ms`.
+    pub long_poll_default_ms: u64,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new().fallback(dispatch).with_state(state)
+}
+
+async fn dispatch(State(st): State<AppState>, req: Request) -> Response {
+    let mut resp = match handle(&st, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    let headers = resp.headers_mut();
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert("cross-origin-resource-policy", HeaderValue::from_static("cross-origin"));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(h::EXPOSED));
+    resp
+}
+
+const STREAM_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
+
+fn preflight(req_headers: &HeaderMap, allow: &'static str) -> Response {
+    let allowed_headers = req_headers
+        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from_static("*"));
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let headers = resp.headers_mut();
+    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(allow));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, allowed_headers);
+    headers.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    headers.insert(header::ALLOW, HeaderValue::from_static(allow));
+    resp
+}
+
+/// Reads a whole request body, refusing one over `limit` before reading it when
+/// `Content-Length` already says so.
+async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, ApiError> {
+    let declared = match headers.get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| ApiError::bad_request("Content-Length is not a number"))?,
+        ),
+    };
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::not_applied(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            NotApplied::RequestBodyTooLarge,
+            &format!("the body is over the {limit}-byte limit"),
+        ));
+    }
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_big = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_big {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is over the {limit}-byte limit"))
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {e}"))
+        }
+    })
+}
+
+fn location(headers: &HeaderMap, path: &str) -> String {
+    match headers.get(header::HOST).and_then(|v| v.to_str().ok()) {
+        Some(host) => format!("http://{host}{path}"),
+        None => path.to_owned(),
+    }
+}
+
+async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
+    let (parts, body) = req.into_parts();
+    let method = parts.method;
+    let headers = parts.headers;
+    let path = parts.uri.path().to_owned();
+    let query = parts.uri.query().map(str::to_owned);
+    let route = request::route(&path)?;
+    let reply = match (route, &method) {
+        (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
+        (Route::Ready, &Method::GET) => admin::ready(),
+        (Route::Metrics | Route::Ready, _) => return Err(ApiError::method_not_allowed("GET")),
+        (Route::NotFound, _) => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such route")),
+        (Route::Bucket(_), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
+        (Route::Bucket(b), &Method::PUT) => write::create_bucket(&b)?,
+        (Route::Bucket(_), _) => return Err(ApiError::method_not_allowed("PUT, OPTIONS")),
+        (Route::Stream(_), &Method::OPTIONS) => return Ok(preflight(&headers, STREAM_METHODS)),
+        (Route::Stream(sp), &Method::PUT) => {
+            let body = read_body(&headers, body, MAX_BODY_BYTES).await?;
+            write::create_stream(st, &sp, &headers, location(&headers, &path), body).await?
+        }
+        (Route::Stream(sp), &Method::POST) => {
+            let body = read_body(&headers, body, MAX_BODY_BYTES).await?;
+            write::append(st, &sp, &headers, body).await?
+        }
+        (Route::Stream(sp), &Method::DELETE) => write::delete(st, &sp, &headers).await?,
+        (Route::Stream(sp), &Method::HEAD) => read::head(st, &sp, &headers).await?,
+        (Route::Stream(sp), &Method::GET) => {
+            let q = read::parse_read_query(query.as_deref(), st.long_poll_default_ms)?;
+            match q.live {
+                Live::No => read::catch_up(st, &sp, &q, &headers).await?,
+                Live::LongPoll => live::long_poll(st, &sp, &q, &headers).await?,
+                Live::Sse => live::sse(st, &sp, &q, &headers).await?,
+            }
+        }
+        (Route::Stream(_), _) => return Err(ApiError::method_not_allowed(STREAM_METHODS)),
+        (Route::Bootstrap(_), &Method::OPTIONS) => return Ok(preflight(&headers, "GET, OPTIONS")),
+        (Route::Bootstrap(sp), &Method::GET) => read::bootstrap(st, &sp, query.as_deref(), &headers).await?,
+        (Route::Bootstrap(_), _) => return Err(ApiError::method_not_allowed("GET, OPTIONS")),
+        (Route::Snapshot(..), &Method::OPTIONS) => return Ok(preflight(&headers, "GET, PUT, OPTIONS")),
+        (Route::Snapshot(sp, off), &Method::PUT) => {
+            let body = read_body(&headers, body, MAX_BODY_BYTES).await?;
+            write::publish_snapshot(st, &sp, &off, &headers, body).await?
+        }
+        (Route::Snapshot(sp, off), &Method::GET) => read::read_snapshot(st, &sp, &off, &headers).await?,
+        (Route::Snapshot(..), _) => return Err(ApiError::method_not_allowed("GET, PUT, OPTIONS")),
+        (Route::SnapshotBare(_), _) => {
+            // The latest-snapshot route was removed: nothing is allowed here.
+            return Err(ApiError::method_not_allowed(""));
+        }
+        (Route::Retention(_, _), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
+        (Route::Retention(sp, off), &Method::PUT) => write::retain(st, &sp, &off, &headers).await?,
+        (Route::Retention(..), _) => return Err(ApiError::method_not_allowed("PUT, OPTIONS")),
+    };
+    Ok(reply.into_response())
+}

@@ -1,0 +1,266 @@
+//! Read routes that answer at once: catch-up reads, HEAD, snapshot reads and bootstrap.
+
+use axum::http::HeaderMap;
+use axum::http::StatusCode;
+use axum::http::header;
+use bytes::BufMut;
+use bytes::Bytes;
+use bytes::BytesMut;
+use ursula_protocol::MAX_READ_BYTES;
+use ursula_protocol::content_type;
+use ursula_protocol::headers as h;
+use ursula_protocol::lifetime::format_expires_at;
+use ursula_protocol::offset::Offset;
+use ursula_protocol::offset::ReadFrom;
+
+use super::AppState;
+use super::reply::ApiError;
+use super::reply::Reply;
+use super::reply::incarnation_token;
+use super::request;
+use super::request::StreamPath;
+use crate::runtime::now_ms;
+use crate::stream::Command;
+use crate::stream::Lifetime;
+use crate::stream::read::ReadView;
+
+/// Removed in 0.6.0; a read that still sends one is refused rather than misread.
+const REMOVED_PARAMS: [&str; 4] = ["record", "tail_records", "max_records", "record_view"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Live {
+    No,
+    LongPoll,
+    Sse,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadQuery {
+    pub from: ReadFrom,
+    pub offset_given: bool,
+    pub live: Live,
+    pub max_bytes: u64,
+    pub timeout_ms: u64,
+    pub cursor: Option<String>,
+}
+
+pub fn parse_read_query(query: Option<&str>, default_timeout_ms: u64) -> Result<ReadQuery, ApiError> {
+    let mut q = ReadQuery {
+        from: ReadFrom::Start,
+        offset_given: false,
+        live: Live::No,
+        max_bytes: MAX_READ_BYTES,
+        timeout_ms: default_timeout_ms,
+        cursor: None,
+    };
+    let mut leader = false;
+    for (k, v) in request::query_pairs(query) {
+        match k.as_str() {
+            "offset" => {
+                q.from = ReadFrom::parse(&v).ok_or_else(|| ApiError::bad_request(format!("offset {v:?} is not valid")))?;
+                q.offset_given = true;
+            }
+            "live" => {
+                q.live = match v.as_str() {
+                    "long-poll" => Live::LongPoll,
+                    "sse" => Live::Sse,
+                    _ => return Err(ApiError::bad_request(format!("live={v:?} is not long-poll or sse"))),
+                }
+            }
+            "max_bytes" => {
+                // A value that is not a decimal integer is ignored, leaving the 8 MiB cap.
+                if let Ok(n) = v.parse::<u64>() {
+                    q.max_bytes = n.clamp(1, MAX_READ_BYTES);
+                }
+            }
+            "timeout_ms" => {
+                if let Ok(n) = v.parse::<u64>() {
+                    q.timeout_ms = n.clamp(1, 60_000);
+                }
+            }
+            "cursor" => q.cursor = Some(v),
+            "consistency" => match v.as_str() {
+                "local" => {}
+                "leader" => leader = true,
+                _ => return Err(ApiError::bad_request("consistency must be local or leader")),
+            },
+            removed if REMOVED_PARAMS.contains(&removed) => {
+                return Err(ApiError::bad_request(format!("query parameter {removed} was removed in 0.6.0")));
+            }
+            _ => {}
+        }
+    }
+    if leader && q.live != Live::No {
+        return Err(ApiError::bad_request("consistency=leader cannot be combined with live"));
+    }
+    Ok(q)
+}
+
+/// `"<incarnation>:<start>:<end>[:c]"`: changes with new data, a recreate, or a close.
+pub fn etag(view: &ReadView) -> String {
+    let closed = if view.closed && view.up_to_date() { ":c" } else { "" };
+    format!("\"{}:{}:{}{}\"", incarnation_token(view.incarnation), view.start, view.next, closed)
+}
+
+fn if_none_match_hits(headers: &HeaderMap, tag: &str) -> bool {
+    let bare = tag.trim_matches('"');
+    headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).any(|v| {
+        v.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/").trim_matches('"') == bare)
+    })
+}
+
+/// The content type a read body is served as: JSON streams read as NDJSON.
+pub fn served_type(view_type: &str, json: bool) -> String {
+    if json { content_type::NDJSON.to_owned() } else { view_type.to_owned() }
+}
+
+/// Reads once and asks for a TTL renewal when due.
+pub async fn read_view(
+    st: &AppState,
+    sp: &StreamPath,
+    from: ReadFrom,
+    max: u64,
+    incarnation: Option<u64>,
+) -> Result<ReadView, ApiError> {
+    let key = sp.key.clone();
+    let group = st.rt.group_of(&key);
+    let view = st
+        .rt
+        .with_group(group, move |g| g.state.read(&key, from, max, incarnation, now_ms()))
+        .await
+        .map_err(crate::engine::EngineError::from)?;
+    renew_if_due(st, sp, view.as_ref().is_ok_and(|v| v.renew_due));
+    Ok(view?)
+}
+
+pub fn renew_if_due(st: &AppState, sp: &StreamPath, due: bool) {
+    if due {
+        let group = st.rt.group_of(&sp.key);
+        let proposal = st.engine.propose(group, Command::Renew { key: sp.key.clone() });
+        tokio::spawn(proposal);
+    }
+}
+
+/// The headers of a `200` read carrying `view`.
+pub fn data_reply(view: &ReadView, status: StatusCode) -> Reply {
+    Reply::new(status)
+        .header(header::CONTENT_TYPE, served_type(&view.content_type, view.json))
+        .offset(h::STREAM_NEXT_OFFSET, view.next)
+        .incarnation(view.incarnation)
+        .header_if(view.up_to_date(), h::STREAM_UP_TO_DATE, "true")
+        .header_if(view.closed && view.up_to_date(), h::STREAM_CLOSED, "true")
+}
+
+pub async fn catch_up(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    let incarnation = request::incarnation(headers)?;
+    let view = read_view(st, sp, q.from, q.max_bytes, incarnation).await?;
+    let mut reply = data_reply(&view, StatusCode::OK);
+    if q.from == ReadFrom::Now {
+        return Ok(reply.header(header::CACHE_CONTROL, "no-store"));
+    }
+    let tag = etag(&view);
+    if if_none_match_hits(headers, &tag) {
+        return Ok(Reply::new(StatusCode::NOT_MODIFIED)
+            .header(header::ETAG, tag)
+            .offset(h::STREAM_NEXT_OFFSET, view.next)
+            .incarnation(view.incarnation));
+    }
+    reply = reply
+        .header(header::ETAG, tag)
+        .header(header::CACHE_CONTROL, "public, max-age=60, stale-while-revalidate=300");
+    Ok(reply.body(view.data))
+}
+
+pub async fn head(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    let incarnation = request::incarnation(headers)?;
+    let key = sp.key.clone();
+    let group = st.rt.group_of(&key);
+    let v = st
+        .rt
+        .with_group(group, move |g| g.state.head(&key, incarnation, now_ms()))
+        .await
+        .map_err(crate::engine::EngineError::from)??;
+    let mut reply = Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, &v.content_type)
+        .offset(h::STREAM_NEXT_OFFSET, v.tail)
+        .offset(h::STREAM_RETAINED_OFFSET, v.retained)
+        .incarnation(v.incarnation)
+        .header_if(v.closed, h::STREAM_CLOSED, "true")
+        .header(header::CACHE_CONTROL, "no-store");
+    if let Some((offset, digest)) = &v.snapshot {
+        reply = reply.offset(h::STREAM_SNAPSHOT_OFFSET, *offset).header(h::STREAM_SNAPSHOT_DIGEST, digest);
+    }
+    reply = match v.lifetime {
+        Some(Lifetime::Ttl(secs)) => reply.header(h::STREAM_TTL, secs.to_string()),
+        Some(Lifetime::ExpiresAt(ms)) => reply.header(h::STREAM_EXPIRES_AT, format_expires_at(ms)),
+        None => reply,
+    };
+    Ok(reply)
+}
+
+pub async fn read_snapshot(st: &AppState, sp: &StreamPath, raw: &str, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    let offset = request::path_offset(raw).map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "no such snapshot"))?;
+    let incarnation = request::incarnation(headers)?;
+    let key = sp.key.clone();
+    let group = st.rt.group_of(&key);
+    let v = st
+        .rt
+        .with_group(group, move |g| g.state.read_snapshot(&key, offset, incarnation, now_ms()))
+        .await
+        .map_err(crate::engine::EngineError::from)??;
+    renew_if_due(st, sp, v.renew_due);
+    Ok(Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, &v.content_type)
+        .offset(h::STREAM_SNAPSHOT_OFFSET, v.offset)
+        .header(h::STREAM_SNAPSHOT_DIGEST, &v.digest)
+        .offset(h::STREAM_NEXT_OFFSET, v.offset)
+        .incarnation(v.incarnation)
+        .header_if(v.offset == v.tail, h::STREAM_UP_TO_DATE, "true")
+        .body(v.body))
+}
+
+pub async fn bootstrap(st: &AppState, sp: &StreamPath, query: Option<&str>, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    if request::query_pairs(query).iter().any(|(k, _)| k == "live") {
+        return Err(ApiError::bad_request("bootstrap takes no live parameter"));
+    }
+    let incarnation = request::incarnation(headers)?;
+    let key = sp.key.clone();
+    let group = st.rt.group_of(&key);
+    let v = st
+        .rt
+        .with_group(group, move |g| g.state.bootstrap(&key, MAX_READ_BYTES, incarnation, now_ms()))
+        .await
+        .map_err(crate::engine::EngineError::from)??;
+    renew_if_due(st, sp, v.renew_due);
+    let boundary = format!("{:032x}", rand::random::<u128>());
+    let mut body = BytesMut::new();
+    let mut part = |ctype: &str, bytes: &[u8]| {
+        body.put_slice(format!("--{boundary}\r\nContent-Type: {ctype}\r\n\r\n").as_bytes());
+        body.put_slice(bytes);
+        body.put_slice(b"\r\n");
+    };
+    match &v.snapshot {
+        Some((_, ctype, snap)) => part(ctype, snap),
+        None => part(content_type::OCTET_STREAM, b""),
+    }
+    if v.json {
+        for msg in v.updates.split_inclusive(|b| *b == b'\n') {
+            part(&v.content_type, msg);
+        }
+    } else if !v.updates.is_empty() {
+        part(&v.content_type, &v.updates);
+    }
+    body.put_slice(format!("--{boundary}--\r\n").as_bytes());
+    let next = v.start + v.updates.len() as u64;
+    let complete = next == v.tail;
+    let snapshot_offset = v.snapshot.as_ref().map_or_else(|| "-1".to_owned(), |(o, _, _)| Offset(*o).to_string());
+    Ok(Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, format!("multipart/mixed; boundary={boundary}"))
+        .header(h::STREAM_SNAPSHOT_OFFSET, snapshot_offset)
+        .offset(h::STREAM_NEXT_OFFSET, next)
+        .header_if(complete, h::STREAM_UP_TO_DATE, "true")
+        .header_if(complete && v.closed, h::STREAM_CLOSED, "true")
+        .incarnation(v.incarnation)
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(Bytes::from(body)))
+}

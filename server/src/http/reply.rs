@@ -1,0 +1,200 @@
+//! Building responses: the error type every handler returns, and header helpers.
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::http::HeaderName;
+use axum::http::HeaderValue;
+use axum::http::StatusCode;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use ursula_protocol::headers as h;
+use ursula_protocol::offset::Offset;
+use ursula_protocol::refusal::NotApplied;
+
+use crate::engine::EngineError;
+use crate::stream::Refusal;
+
+/// A refusal on its way to the client: status, the headers the spec gives it, and a body that
+/// says what was wrong.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+    json: bool,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, body: impl Into<String>) -> ApiError {
+        ApiError { status, headers: HeaderMap::new(), body: body.into(), json: false }
+    }
+
+    pub fn bad_request(body: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, body)
+    }
+
+    pub fn not_found() -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "stream not found")
+    }
+
+    pub fn method_not_allowed(allow: &'static str) -> ApiError {
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
+            .header(header::ALLOW, allow)
+    }
+
+    /// A marked refusal: nothing of the request was proposed.
+    pub fn not_applied(status: StatusCode, token: NotApplied, detail: &str) -> ApiError {
+        let mut e = ApiError::new(
+            status,
+            serde_json::json!({ "error": token.token(), "message": detail }).to_string(),
+        )
+        .header(h::NOT_APPLIED, token.token());
+        e.json = true;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            e = e.header(header::RETRY_AFTER, "1");
+        }
+        e
+    }
+
+    pub fn header(mut self, name: impl TryInto<HeaderName>, value: impl AsRef<str>) -> ApiError {
+        if let (Ok(name), Ok(value)) = (name.try_into(), HeaderValue::from_str(value.as_ref())) {
+            self.headers.insert(name, value);
+        }
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let ctype = if self.json { "application/json" } else { "text/plain; charset=utf-8" };
+        let mut resp = (self.status, self.body).into_response();
+        resp.headers_mut().extend(self.headers);
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+        resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        resp
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::NotLeader { leader: Some(url) } => {
+                ApiError::not_applied(StatusCode::TEMPORARY_REDIRECT, NotApplied::NotLeader, "not the leader")
+                    .header(header::LOCATION, url)
+            }
+            EngineError::NotLeader { leader: None } => ApiError::not_applied(
+                StatusCode::SERVICE_UNAVAILABLE,
+                NotApplied::NotLeader,
+                "no leader is known for the stream's group",
+            ),
+            EngineError::Runtime(e) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).header(header::RETRY_AFTER, "1")
+            }
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        let msg = r.to_string();
+        match r {
+            Refusal::NotFound => ApiError::not_found(),
+            Refusal::IncarnationMismatch { current } => {
+                let e = ApiError::new(StatusCode::PRECONDITION_FAILED, msg);
+                match current {
+                    Some(inc) => e.header(h::STREAM_INCARNATION, incarnation_token(inc)),
+                    None => e,
+                }
+            }
+            Refusal::ConfigConflict(_) | Refusal::CreateSeqNotZero => ApiError::new(StatusCode::CONFLICT, msg),
+            Refusal::Closed { tail } => ApiError::new(StatusCode::CONFLICT, msg)
+                .header(h::STREAM_CLOSED, "true")
+                .header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string()),
+            Refusal::ContentTypeMismatch { tail, .. } | Refusal::StreamSeqConflict { tail } => {
+                ApiError::new(StatusCode::CONFLICT, msg).header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string())
+            }
+            Refusal::StaleEpoch { current, .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, msg).header(h::PRODUCER_EPOCH, current.to_string())
+            }
+            Refusal::NewEpochNotZero
+            | Refusal::InvalidJson(_)
+            | Refusal::EmptyAppend
+            | Refusal::NotMessageBoundary
+            | Refusal::RetentionBackward
+            | Refusal::RetentionBeyondSnapshot
+            | Refusal::RetentionBeyondTail => ApiError::bad_request(msg),
+            Refusal::SeqGap { expected, received } => ApiError::new(StatusCode::CONFLICT, msg)
+                .header(h::PRODUCER_EXPECTED_SEQ, expected.to_string())
+                .header(h::PRODUCER_RECEIVED_SEQ, received.to_string()),
+            Refusal::ProducerLimit => ApiError::new(StatusCode::TOO_MANY_REQUESTS, msg),
+            Refusal::SnapshotBeyondTail | Refusal::SnapshotStale | Refusal::SnapshotDiffers => {
+                ApiError::new(StatusCode::CONFLICT, msg)
+            }
+            Refusal::Gone { retained } => {
+                ApiError::new(StatusCode::GONE, msg).header(h::STREAM_NEXT_OFFSET, Offset(retained).to_string())
+            }
+            Refusal::BeyondTail { tail } => ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, msg)
+                .header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string()),
+        }
+    }
+}
+
+/// The wire form of an incarnation: 16 lowercase hex digits.
+pub fn incarnation_token(inc: u64) -> String {
+    format!("{inc:016x}")
+}
+
+pub fn parse_incarnation(raw: &str) -> Option<u64> {
+    if raw.len() != 16 || !raw.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return None;
+    }
+    u64::from_str_radix(raw, 16).ok()
+}
+
+/// Incremental response builder for successes.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Body,
+}
+
+impl Reply {
+    pub fn new(status: StatusCode) -> Reply {
+        Reply { status, headers: HeaderMap::new(), body: Body::empty() }
+    }
+
+    pub fn header(mut self, name: impl TryInto<HeaderName>, value: impl AsRef<str>) -> Reply {
+        if let (Ok(name), Ok(value)) = (name.try_into(), HeaderValue::from_str(value.as_ref())) {
+            self.headers.insert(name, value);
+        }
+        self
+    }
+
+    pub fn header_if(self, cond: bool, name: &'static str, value: &str) -> Reply {
+        if cond { self.header(name, value) } else { self }
+    }
+
+    pub fn offset(self, name: &'static str, offset: u64) -> Reply {
+        self.header(name, Offset(offset).to_string())
+    }
+
+    pub fn incarnation(self, inc: u64) -> Reply {
+        self.header(h::STREAM_INCARNATION, incarnation_token(inc))
+    }
+
+    pub fn body(mut self, body: impl Into<Body>) -> Reply {
+        self.body = body.into();
+        self
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let mut resp = Response::new(self.body);
+        *resp.status_mut() = self.status;
+        *resp.headers_mut() = self.headers;
+        resp
+    }
+}

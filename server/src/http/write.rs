@@ -1,0 +1,200 @@
+//! Write routes: create, append and close, delete, snapshot publish, retention.
+
+use axum::http::HeaderMap;
+use axum::http::StatusCode;
+use axum::http::header;
+use bytes::Bytes;
+use ursula_protocol::content_type;
+use ursula_protocol::headers as h;
+use ursula_protocol::ids;
+use ursula_protocol::lifetime::format_expires_at;
+
+use super::AppState;
+use super::reply::ApiError;
+use super::reply::Reply;
+use super::request;
+use super::request::StreamPath;
+use crate::stream::Append;
+use crate::stream::Applied;
+use crate::stream::Body;
+use crate::stream::Command;
+use crate::stream::Create;
+use crate::stream::Lifetime;
+use crate::stream::PublishSnapshot;
+use crate::stream::json;
+
+pub fn create_bucket(bucket: &str) -> Result<Reply, ApiError> {
+    ids::validate_bucket(bucket).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Reply::new(StatusCode::CREATED))
+}
+
+fn lifetime_headers(reply: Reply, lifetime: Option<Lifetime>) -> Reply {
+    match lifetime {
+        Some(Lifetime::Ttl(secs)) => reply.header(h::STREAM_TTL, secs.to_string()),
+        Some(Lifetime::ExpiresAt(ms)) => reply.header(h::STREAM_EXPIRES_AT, format_expires_at(ms)),
+        None => reply,
+    }
+}
+
+/// A body in the form the state machine takes: JSON-mode types are validated here, off the
+/// group's core, and reach the state machine already flattened.
+fn body_for(ctype: Option<&str>, bytes: Bytes, allow_empty_array: bool) -> Body {
+    if ctype.is_some_and(content_type::is_json) && !bytes.is_empty() {
+        Body::Json(json::to_messages(&bytes, allow_empty_array).map(|m| Bytes::from(m.text)))
+    } else {
+        Body::Raw(bytes)
+    }
+}
+
+pub async fn create_stream(
+    st: &AppState,
+    sp: &StreamPath,
+    headers: &HeaderMap,
+    location: String,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
+    let ctype = request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
+    let lifetime = request::lifetime(headers)?;
+    let stream_seq = request::stream_seq(headers)?;
+    let producer = request::producer(headers)?;
+    let incarnation = request::incarnation(headers)?;
+    let closed = request::closed(headers);
+    let had_body = !body.is_empty();
+    let body = had_body.then(|| body_for(Some(&ctype), body, true));
+    let echo = producer.as_ref().map(|p| (p.epoch, p.seq));
+    let cmd = Command::Create(Create {
+        key: sp.key.clone(),
+        content_type: ctype,
+        lifetime,
+        closed,
+        stream_seq,
+        producer,
+        incarnation,
+        body,
+    });
+    let group = st.rt.group_of(&sp.key);
+    match st.engine.propose(group, cmd).await?? {
+        Applied::Created { meta, fresh } => {
+            let mut reply = Reply::new(if fresh { StatusCode::CREATED } else { StatusCode::OK })
+                .header(header::CONTENT_TYPE, &meta.content_type)
+                .offset(h::STREAM_NEXT_OFFSET, meta.tail)
+                .incarnation(meta.incarnation)
+                .header_if(meta.closed, h::STREAM_CLOSED, "true");
+            reply = lifetime_headers(reply, meta.lifetime);
+            if fresh {
+                reply = reply.header(header::LOCATION, location);
+                if let Some((epoch, seq)) = echo {
+                    reply = reply.header(h::PRODUCER_EPOCH, epoch.to_string()).header(h::PRODUCER_SEQ, seq.to_string());
+                }
+            }
+            Ok(reply)
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+pub async fn append(st: &AppState, sp: &StreamPath, headers: &HeaderMap, body: Bytes) -> Result<Reply, ApiError> {
+    if headers.contains_key(h::STREAM_RECORD_MATCH) {
+        return Err(ApiError::bad_request("Stream-Record-Match was removed in 0.6.0"));
+    }
+    let ctype = request::content_type(headers)?;
+    let close = request::closed(headers);
+    let stream_seq = request::stream_seq(headers)?;
+    let producer = request::producer(headers)?;
+    let incarnation = request::incarnation(headers)?;
+    if body.is_empty() && !close {
+        return Err(ApiError::bad_request("an append needs a body or Stream-Closed: true"));
+    }
+    if !body.is_empty() && ctype.is_none() {
+        return Err(ApiError::bad_request("an append with a body needs Content-Type"));
+    }
+    let had_body = !body.is_empty();
+    let body = body_for(ctype.as_deref(), body, false);
+    let cmd = Command::Append(Append {
+        key: sp.key.clone(),
+        content_type: ctype,
+        close,
+        stream_seq,
+        producer,
+        incarnation,
+        body,
+    });
+    let group = st.rt.group_of(&sp.key);
+    match st.engine.propose(group, cmd).await?? {
+        Applied::Appended { incarnation, next_offset, closed, producer_ack, duplicate } => {
+            // A producer append that stored bytes answers 200; a close-only request and a
+            // duplicate answer 204, echoing the producer state either way.
+            let status = if producer_ack.is_some() && !duplicate && had_body {
+                StatusCode::OK
+            } else {
+                StatusCode::NO_CONTENT
+            };
+            let mut reply = Reply::new(status).incarnation(incarnation).header_if(closed, h::STREAM_CLOSED, "true");
+            if let Some(next) = next_offset {
+                reply = reply.offset(h::STREAM_NEXT_OFFSET, next);
+            }
+            if let Some((epoch, seq)) = producer_ack {
+                reply = reply.header(h::PRODUCER_EPOCH, epoch.to_string()).header(h::PRODUCER_SEQ, seq.to_string());
+            }
+            Ok(reply)
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+pub async fn delete(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    let incarnation = request::incarnation(headers)?;
+    let group = st.rt.group_of(&sp.key);
+    match st.engine.propose(group, Command::Delete { key: sp.key.clone(), incarnation }).await?? {
+        Applied::Deleted => Ok(Reply::new(StatusCode::NO_CONTENT)),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub async fn publish_snapshot(
+    st: &AppState,
+    sp: &StreamPath,
+    raw_offset: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
+    if headers.contains_key(h::STREAM_SNAPSHOT_MATCH) {
+        return Err(ApiError::bad_request("Stream-Snapshot-Match is not supported: publishes are unconditional"));
+    }
+    let offset = request::path_offset(raw_offset)?;
+    let ctype = request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
+    let incarnation = request::incarnation(headers)?;
+    let cmd = Command::PublishSnapshot(PublishSnapshot {
+        key: sp.key.clone(),
+        offset,
+        content_type: ctype,
+        body,
+        incarnation,
+    });
+    let group = st.rt.group_of(&sp.key);
+    match st.engine.propose(group, cmd).await?? {
+        Applied::SnapshotPublished { incarnation, offset, digest, tail } => Ok(Reply::new(StatusCode::NO_CONTENT)
+            .offset(h::STREAM_NEXT_OFFSET, tail)
+            .offset(h::STREAM_SNAPSHOT_OFFSET, offset)
+            .header(h::STREAM_SNAPSHOT_DIGEST, digest)
+            .incarnation(incarnation)),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub async fn retain(st: &AppState, sp: &StreamPath, raw_offset: &str, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    let offset = request::path_offset(raw_offset)?;
+    let incarnation = request::incarnation(headers)?;
+    let group = st.rt.group_of(&sp.key);
+    match st.engine.propose(group, Command::Retain { key: sp.key.clone(), offset, incarnation }).await?? {
+        Applied::Retained { incarnation, offset } => Ok(Reply::new(StatusCode::NO_CONTENT)
+            .offset(h::STREAM_RETAINED_OFFSET, offset)
+            .incarnation(incarnation)),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn unexpected(applied: Applied) -> ApiError {
+    tracing::error!(?applied, "state machine answered a command with another command's result");
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+}

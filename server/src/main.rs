@@ -1,0 +1,113 @@
+//! The `ursula` binary: `ursula server` (the default) runs a node.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use clap::Parser;
+use clap::Subcommand;
+use tokio::sync::watch;
+use ursula::config;
+
+#[derive(Debug, Parser)]
+#[command(name = "ursula", version, about = "Durable append-only streams over HTTP")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a node (the default).
+    Server(ServerArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct ServerArgs {
+    /// TOML config file (default: ./ursula.toml, /etc/ursula/ursula.toml, then the user config dir).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Resource preset: default, dev, tiny, small, standard or large.
+    #[arg(long, value_name = "PRESET")]
+    preset: Option<String>,
+    /// Overrides raft.node_id.
+    #[arg(long, value_name = "ID")]
+    node_id: Option<u64>,
+    /// Overrides server.listen.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Server(a)) => a,
+        None => cli.server,
+    };
+    let overrides = config::Overrides {
+        config: args.config,
+        preset: args.preset,
+        node_id: args.node_id,
+        listen: args.listen,
+    };
+    let cfg = match config::resolve(&overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ursula: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ursula: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            let _ = tx.send(true);
+        });
+        ursula::node::run(cfg, rx).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ursula: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

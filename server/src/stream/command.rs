@@ -1,0 +1,180 @@
+//! Commands the state machine applies, their answers and refusals.
+
+use bytes::Bytes;
+
+use super::json::JsonError;
+
+/// A stream's lifetime setting as configured at create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifetime {
+    /// Sliding window in seconds.
+    Ttl(u64),
+    /// Absolute expiry, unix milliseconds.
+    ExpiresAt(u64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerTuple {
+    pub id: String,
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+/// A request body as the state machine sees it.
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// Stored byte for byte.
+    Raw(Bytes),
+    /// The request's content type is JSON: the stored text, or why the body is not valid JSON.
+    Json(Result<Bytes, JsonError>),
+}
+
+impl Body {
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Body::Raw(b) => b.is_empty(),
+            Body::Json(Ok(b)) => b.is_empty(),
+            Body::Json(Err(JsonError::EmptyArray)) => true,
+            Body::Json(Err(_)) => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Create {
+    pub key: String,
+    /// Normalized.
+    pub content_type: String,
+    pub lifetime: Option<Lifetime>,
+    pub closed: bool,
+    /// A printable `Stream-Seq`, stored unchecked when the stream is created.
+    pub stream_seq: Option<Vec<u8>>,
+    pub producer: Option<ProducerTuple>,
+    pub incarnation: Option<u64>,
+    /// `None` when the request had no body at all.
+    pub body: Option<Body>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Append {
+    pub key: String,
+    /// Normalized request content type; `None` when absent.
+    pub content_type: Option<String>,
+    pub close: bool,
+    pub stream_seq: Option<Vec<u8>>,
+    pub producer: Option<ProducerTuple>,
+    pub incarnation: Option<u64>,
+    pub body: Body,
+}
+
+#[derive(Debug, Clone)]
+pub struct PublishSnapshot {
+    pub key: String,
+    pub offset: u64,
+    pub content_type: String,
+    pub body: Bytes,
+    pub incarnation: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Command {
+    Create(Create),
+    Append(Append),
+    Delete { key: String, incarnation: Option<u64> },
+    PublishSnapshot(PublishSnapshot),
+    Retain { key: String, offset: u64, incarnation: Option<u64> },
+    /// A read reached the stream and its sliding TTL is due for renewal.
+    Renew { key: String },
+    /// Drops streams whose lifetime ended, to free their memory.
+    Sweep,
+}
+
+impl Command {
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Command::Create(c) => Some(&c.key),
+            Command::Append(a) => Some(&a.key),
+            Command::Delete { key, .. } | Command::Retain { key, .. } | Command::Renew { key } => Some(key),
+            Command::PublishSnapshot(p) => Some(&p.key),
+            Command::Sweep => None,
+        }
+    }
+}
+
+/// What every successful stream response reports about the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    pub incarnation: u64,
+    pub content_type: String,
+    pub tail: u64,
+    pub closed: bool,
+    pub lifetime: Option<Lifetime>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    Created { meta: Meta, fresh: bool },
+    Appended {
+        incarnation: u64,
+        /// `None` for a duplicate whose receipt left the window.
+        next_offset: Option<u64>,
+        closed: bool,
+        /// Epoch and seq to echo when a producer was given.
+        producer_ack: Option<(u64, u64)>,
+        duplicate: bool,
+    },
+    Deleted,
+    SnapshotPublished { incarnation: u64, offset: u64, digest: String, tail: u64 },
+    Retained { incarnation: u64, offset: u64 },
+    Renewed,
+    Swept { removed: usize },
+}
+
+/// A refusal decided by the state machine; nothing was applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("stream not found")]
+    NotFound,
+    #[error("Stream-Incarnation does not match the stream")]
+    IncarnationMismatch { current: Option<u64> },
+    #[error("stream exists with a different configuration: {0}")]
+    ConfigConflict(&'static str),
+    #[error("stream is closed")]
+    Closed { tail: u64 },
+    #[error("Content-Type {got} does not match the stream's {want}")]
+    ContentTypeMismatch { tail: u64, got: String, want: String },
+    #[error("producer epoch {got} is older than the current epoch {current}")]
+    StaleEpoch { current: u64, got: u64 },
+    #[error("a new producer epoch must start at Producer-Seq 0")]
+    NewEpochNotZero,
+    #[error("Producer-Seq {received} skips ahead; expected {expected}")]
+    SeqGap { expected: u64, received: u64 },
+    #[error("producer_limit: the stream holds 4096 producers and none has been idle for an hour")]
+    ProducerLimit,
+    #[error("Stream-Seq is not greater than the stream's last accepted value")]
+    StreamSeqConflict { tail: u64 },
+    #[error("{0}")]
+    InvalidJson(JsonError),
+    #[error("an append needs a body or Stream-Closed: true")]
+    EmptyAppend,
+    #[error("a create with producer headers must use Producer-Seq 0")]
+    CreateSeqNotZero,
+    #[error("offset is not a JSON message boundary")]
+    NotMessageBoundary,
+    #[error("offset is beyond the stream's tail")]
+    SnapshotBeyondTail,
+    #[error("a newer snapshot is already published")]
+    SnapshotStale,
+    #[error("a different snapshot is already published at this offset")]
+    SnapshotDiffers,
+    #[error("offset has been trimmed by retention")]
+    Gone { retained: u64 },
+    #[error("retention cannot move backward")]
+    RetentionBackward,
+    #[error("retention cannot pass the latest published snapshot")]
+    RetentionBeyondSnapshot,
+    #[error("retention offset is beyond the stream's tail")]
+    RetentionBeyondTail,
+    #[error("offset is beyond the stream's tail")]
+    BeyondTail { tail: u64 },
+}

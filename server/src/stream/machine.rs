@@ -1,0 +1,387 @@
+//! One group's streams and the rules that change them.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use sha2::Digest;
+use sha2::Sha256;
+
+use super::command::*;
+use super::data::StreamData;
+use super::json::JsonError;
+use super::producer::Producers;
+use super::producer::Receipt;
+use super::producer::Verdict;
+
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub offset: u64,
+    pub content_type: String,
+    pub body: Bytes,
+    pub digest: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Stream {
+    pub incarnation: u64,
+    pub content_type: Box<str>,
+    pub json: bool,
+    pub lifetime: Option<Lifetime>,
+    /// Unix ms at which the stream stops existing.
+    pub expires_ms: Option<u64>,
+    /// Last time a read renewed the sliding TTL.
+    pub renewed_ms: u64,
+    pub closed: bool,
+    pub data: StreamData,
+    /// Earliest readable offset.
+    pub retained: u64,
+    pub stream_seq: Option<Box<[u8]>>,
+    /// Boxed: most streams never see a producer, and idle streams should stay small.
+    pub producers: Option<Box<Producers>>,
+    pub snapshot: Option<Box<Snapshot>>,
+}
+
+impl Stream {
+    pub fn meta(&self) -> Meta {
+        Meta {
+            incarnation: self.incarnation,
+            content_type: self.content_type.to_string(),
+            tail: self.data.tail(),
+            closed: self.closed,
+            lifetime: self.lifetime,
+        }
+    }
+
+    pub fn tail(&self) -> u64 {
+        self.data.tail()
+    }
+
+    fn expired(&self, now_ms: u64) -> bool {
+        self.expires_ms.is_some_and(|at| at <= now_ms)
+    }
+
+    /// Sliding renewal: never moves expiry earlier.
+    fn renew(&mut self, now_ms: u64) {
+        if let Some(Lifetime::Ttl(secs)) = self.lifetime {
+            let next = now_ms.saturating_add(secs.saturating_mul(1000));
+            self.expires_ms = Some(self.expires_ms.map_or(next, |at| at.max(next)));
+            self.renewed_ms = now_ms;
+        }
+    }
+
+    /// Whether `offset` is a valid snapshot or retention point for this stream's mode.
+    pub fn is_boundary(&self, offset: u64) -> bool {
+        !self.json || offset == 0 || offset == self.retained_first() || self.data.byte_before(offset) == Some(b'\n')
+    }
+
+    fn retained_first(&self) -> u64 {
+        self.retained
+    }
+}
+
+/// The state of every stream in one group.
+#[derive(Debug, Default)]
+pub struct GroupState {
+    streams: HashMap<Box<str>, Stream>,
+    last_incarnation: u64,
+}
+
+fn expires_for(lifetime: Option<Lifetime>, now_ms: u64) -> Option<u64> {
+    match lifetime? {
+        Lifetime::Ttl(secs) => Some(now_ms.saturating_add(secs.saturating_mul(1000))),
+        Lifetime::ExpiresAt(at) => Some(at),
+    }
+}
+
+pub fn snapshot_digest(content_type: &str, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(content_type.as_bytes());
+    h.update([0u8]);
+    h.update(body);
+    format!("sha256:{:x}", h.finalize())
+}
+
+impl GroupState {
+    /// A live stream: present and not expired.
+    pub fn get(&self, key: &str, now_ms: u64) -> Option<&Stream> {
+        self.streams.get(key).filter(|s| !s.expired(now_ms))
+    }
+
+    fn get_mut(&mut self, key: &str, now_ms: u64) -> Option<&mut Stream> {
+        self.streams.get_mut(key).filter(|s| !s.expired(now_ms))
+    }
+
+    pub fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    pub fn streams(&self) -> impl Iterator<Item = (&str, &Stream)> {
+        self.streams.iter().map(|(k, v)| (&**k, v))
+    }
+
+    /// Applies one command at `now_ms`, the time the engine stamped on it.
+    pub fn apply(&mut self, cmd: Command, now_ms: u64) -> Result<Applied, Refusal> {
+        match cmd {
+            Command::Create(c) => self.create(c, now_ms),
+            Command::Append(a) => self.append(a, now_ms),
+            Command::Delete { key, incarnation } => {
+                let s = self.get(&key, now_ms).ok_or(Refusal::NotFound)?;
+                check_incarnation(s, incarnation)?;
+                self.streams.remove(key.as_str());
+                Ok(Applied::Deleted)
+            }
+            Command::PublishSnapshot(p) => self.publish_snapshot(p, now_ms),
+            Command::Retain { key, offset, incarnation } => self.retain(&key, offset, incarnation, now_ms),
+            Command::Renew { key } => {
+                if let Some(s) = self.get_mut(&key, now_ms) {
+                    s.renew(now_ms);
+                }
+                Ok(Applied::Renewed)
+            }
+            Command::Sweep => {
+                let before = self.streams.len();
+                self.streams.retain(|_, s| !s.expired(now_ms));
+                Ok(Applied::Swept { removed: before - self.streams.len() })
+            }
+        }
+    }
+
+    fn next_incarnation(&mut self, now_ms: u64) -> u64 {
+        // Strictly increasing per group, so a recreated stream never reuses a token.
+        let candidate = now_ms.saturating_mul(1000);
+        self.last_incarnation = candidate.max(self.last_incarnation + 1);
+        self.last_incarnation
+    }
+
+    fn create(&mut self, c: Create, now_ms: u64) -> Result<Applied, Refusal> {
+        if let Some(s) = self.get(&c.key, now_ms) {
+            check_incarnation(s, c.incarnation)?;
+            if *s.content_type != *c.content_type {
+                return Err(Refusal::ConfigConflict("content type differs"));
+            }
+            if s.closed != c.closed {
+                return Err(Refusal::ConfigConflict("closed state differs"));
+            }
+            let same_lifetime = match (s.lifetime, c.lifetime) {
+                (None, None) => true,
+                (Some(Lifetime::Ttl(a)), Some(Lifetime::Ttl(b))) => a == b,
+                (Some(Lifetime::ExpiresAt(a)), Some(Lifetime::ExpiresAt(b))) => a / 1000 == b / 1000,
+                _ => false,
+            };
+            if !same_lifetime {
+                return Err(Refusal::ConfigConflict("TTL or expiry differs"));
+            }
+            return Ok(Applied::Created { meta: s.meta(), fresh: false });
+        }
+        if c.incarnation.is_some() {
+            return Err(Refusal::IncarnationMismatch { current: None });
+        }
+        if c.producer.as_ref().is_some_and(|p| p.seq != 0) {
+            return Err(Refusal::CreateSeqNotZero);
+        }
+        let json = ursula_protocol::content_type::is_json(&c.content_type);
+        let initial: Bytes = match c.body {
+            None => Bytes::new(),
+            Some(Body::Raw(b)) => b,
+            Some(Body::Json(Ok(b))) => b,
+            Some(Body::Json(Err(JsonError::EmptyArray))) => Bytes::new(),
+            Some(Body::Json(Err(e))) => return Err(Refusal::InvalidJson(e)),
+        };
+        let incarnation = self.next_incarnation(now_ms);
+        let mut data = StreamData::default();
+        data.append(&initial);
+        let mut stream = Stream {
+            incarnation,
+            content_type: c.content_type.into(),
+            json,
+            lifetime: c.lifetime,
+            expires_ms: expires_for(c.lifetime, now_ms),
+            renewed_ms: now_ms,
+            closed: c.closed,
+            data,
+            retained: 0,
+            stream_seq: c.stream_seq.map(Into::into),
+            producers: None,
+            snapshot: None,
+        };
+        if let Some(p) = c.producer {
+            let mut producers = Producers::default();
+            producers.record(&p.id, p.epoch, 0, now_ms, Receipt { next_offset: stream.tail() });
+            stream.producers = Some(Box::new(producers));
+        }
+        let meta = stream.meta();
+        // An expired stream at this key is replaced by the new incarnation.
+        self.streams.insert(c.key.into(), stream);
+        Ok(Applied::Created { meta, fresh: true })
+    }
+
+    fn append(&mut self, a: Append, now_ms: u64) -> Result<Applied, Refusal> {
+        let s = self.get_mut(&a.key, now_ms).ok_or(Refusal::NotFound)?;
+        check_incarnation(s, a.incarnation)?;
+        let body_empty = a.body.is_empty();
+        if body_empty && !a.close {
+            return Err(Refusal::EmptyAppend);
+        }
+        let tail = s.tail();
+        // Producer duplicates are answered before any other conflict.
+        let mut verdict = None;
+        if let Some(p) = &a.producer {
+            let v = s.producers.as_ref().map_or_else(
+                || Producers::default().check(&p.id, p.epoch, p.seq, now_ms),
+                |ps| ps.check(&p.id, p.epoch, p.seq, now_ms),
+            );
+            if let Verdict::Duplicate { epoch, last_seq, receipt } = v {
+                return Ok(Applied::Appended {
+                    incarnation: s.incarnation,
+                    next_offset: receipt.map(|r| r.next_offset),
+                    closed: s.closed,
+                    producer_ack: Some((epoch, last_seq)),
+                    duplicate: true,
+                });
+            }
+            verdict = Some(v);
+        }
+        if s.closed {
+            if body_empty && a.producer.is_none() {
+                // Closing again is idempotent and renews nothing.
+                return Ok(Applied::Appended {
+                    incarnation: s.incarnation,
+                    next_offset: Some(tail),
+                    closed: true,
+                    producer_ack: None,
+                    duplicate: true,
+                });
+            }
+            return Err(Refusal::Closed { tail });
+        }
+        if !body_empty {
+            match &a.content_type {
+                Some(ct) if **ct == *s.content_type => {}
+                got => {
+                    return Err(Refusal::ContentTypeMismatch {
+                        tail,
+                        got: got.clone().unwrap_or_default(),
+                        want: s.content_type.to_string(),
+                    });
+                }
+            }
+        }
+        if let (Some(p), Some(v)) = (&a.producer, verdict) {
+            match v {
+                Verdict::Accept | Verdict::Duplicate { .. } => {}
+                Verdict::StaleEpoch { current } => return Err(Refusal::StaleEpoch { current, got: p.epoch }),
+                Verdict::NewEpochNotZero => return Err(Refusal::NewEpochNotZero),
+                Verdict::Gap { expected } => return Err(Refusal::SeqGap { expected, received: p.seq }),
+                Verdict::Full => return Err(Refusal::ProducerLimit),
+            }
+        }
+        if let Some(seq) = &a.stream_seq {
+            if s.stream_seq.as_deref().is_some_and(|stored| seq.as_slice() <= stored) {
+                return Err(Refusal::StreamSeqConflict { tail });
+            }
+        }
+        let bytes: &[u8] = match &a.body {
+            Body::Raw(b) => b,
+            Body::Json(Ok(b)) => b,
+            Body::Json(Err(JsonError::EmptyArray)) if a.close => &[],
+            Body::Json(Err(e)) => return Err(Refusal::InvalidJson(e.clone())),
+        };
+        // Commit.
+        s.data.append(bytes);
+        if a.close {
+            s.closed = true;
+        }
+        if let Some(seq) = a.stream_seq {
+            s.stream_seq = Some(seq.into());
+        }
+        let next = s.tail();
+        let ack = a.producer.map(|p| {
+            let producers = s.producers.get_or_insert_with(Default::default);
+            producers.record(&p.id, p.epoch, p.seq, now_ms, Receipt { next_offset: next });
+            (p.epoch, p.seq)
+        });
+        s.renew(now_ms);
+        Ok(Applied::Appended {
+            incarnation: s.incarnation,
+            next_offset: Some(next),
+            closed: s.closed,
+            producer_ack: ack,
+            duplicate: false,
+        })
+    }
+
+    fn publish_snapshot(&mut self, p: PublishSnapshot, now_ms: u64) -> Result<Applied, Refusal> {
+        let s = self.get_mut(&p.key, now_ms).ok_or(Refusal::NotFound)?;
+        check_incarnation(s, p.incarnation)?;
+        if p.offset < s.retained {
+            return Err(Refusal::Gone { retained: s.retained });
+        }
+        if p.offset > s.tail() {
+            return Err(Refusal::SnapshotBeyondTail);
+        }
+        let digest = snapshot_digest(&p.content_type, &p.body);
+        if let Some(existing) = &s.snapshot {
+            if existing.offset == p.offset {
+                if existing.digest != digest {
+                    return Err(Refusal::SnapshotDiffers);
+                }
+                return Ok(Applied::SnapshotPublished {
+                    incarnation: s.incarnation,
+                    offset: p.offset,
+                    digest,
+                    tail: s.tail(),
+                });
+            }
+            if existing.offset > p.offset {
+                return Err(Refusal::SnapshotStale);
+            }
+        }
+        if !s.is_boundary(p.offset) {
+            return Err(Refusal::NotMessageBoundary);
+        }
+        s.snapshot = Some(Box::new(Snapshot {
+            offset: p.offset,
+            content_type: p.content_type,
+            body: p.body,
+            digest: digest.clone(),
+        }));
+        Ok(Applied::SnapshotPublished { incarnation: s.incarnation, offset: p.offset, digest, tail: s.tail() })
+    }
+
+    fn retain(&mut self, key: &str, offset: u64, incarnation: Option<u64>, now_ms: u64) -> Result<Applied, Refusal> {
+        let s = self.get_mut(key, now_ms).ok_or(Refusal::NotFound)?;
+        check_incarnation(s, incarnation)?;
+        if offset == s.retained {
+            return Ok(Applied::Retained { incarnation: s.incarnation, offset });
+        }
+        if offset < s.retained {
+            return Err(Refusal::RetentionBackward);
+        }
+        if offset > s.tail() {
+            return Err(Refusal::RetentionBeyondTail);
+        }
+        if s.snapshot.as_ref().is_none_or(|snap| offset > snap.offset) {
+            return Err(Refusal::RetentionBeyondSnapshot);
+        }
+        if !s.is_boundary(offset) {
+            return Err(Refusal::NotMessageBoundary);
+        }
+        s.retained = offset;
+        s.data.trim_below(offset);
+        Ok(Applied::Retained { incarnation: s.incarnation, offset })
+    }
+}
+
+pub fn check_incarnation(s: &Stream, wanted: Option<u64>) -> Result<(), Refusal> {
+    match wanted {
+        Some(w) if w != s.incarnation => Err(Refusal::IncarnationMismatch { current: Some(s.incarnation) }),
+        _ => Ok(()),
+    }
+}
+
+impl GroupState {
+    /// Stream bytes held in memory across the group.
+    pub fn held_bytes(&self) -> u64 {
+        self.streams.values().map(|s| s.data.held_bytes()).sum()
+    }
+}

@@ -1,0 +1,19 @@
+//! The stream state machine: deterministic, no I/O, no clock of its own. Both engines drive it,
+//! so a single node and a Raft replica cannot answer differently.
+//!
+//! - [`command`]: what a write asks for and what it answers.
+//! - [`machine`]: one group's streams and the rules that apply commands to them.
+//! - [`read`]: read views (catch-up, HEAD, snapshot, bootstrap) over the same state.
+//! - [`data`]: a stream's stored bytes.
+//! - [`producer`]: producer epochs, sequence numbers and receipts.
+//! - [`json`]: JSON-mode body validation and flattening.
+
+pub mod command;
+pub mod data;
+pub mod json;
+pub mod machine;
+pub mod producer;
+pub mod read;
+
+pub use command::*;
+pub use machine::GroupState;
