@@ -1,0 +1,30 @@
+//! Test rig for the SQLite extension: the real `ursula` binary on a loopback port, a
+//! fault-injecting HTTP proxy in front of it, and a bundled SQLite that loads the built
+//! `libsqlite_ursula_vfs.so`.
+//!
+//! - [`server`]: start, stop and restart `ursula server`.
+//! - [`proxy`]: the fault-injecting proxy.
+//! - [`sqlite`]: connections with the extension loaded, attach and status helpers.
+
+pub mod proxy;
+pub mod server;
+pub mod sqlite;
+
+use std::path::PathBuf;
+
+/// `target/<profile>/`, found from the running test binary (`target/<profile>/deps/<test>`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}

@@ -1,0 +1,112 @@
+//! A real `ursula server` child process on a loopback port.
+
+use std::process::Child;
+use std::process::Command;
+use std::process::Stdio;
+use std::time::Duration;
+use std::time::Instant;
+
+pub struct Server {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let mut s = Server {
+            port: crate::free_port(),
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let bin = crate::target_dir().join("ursula");
+        assert!(
+            bin.exists(),
+            "build the server first: {} is missing",
+            bin.display()
+        );
+        let child = Command::new(bin)
+            .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn ursula");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if ureq::get(&format!("{}/__ursula/ready", self.base()))
+                .call()
+                .is_ok()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("ursula did not become ready on port {}", self.port);
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops the node and starts an empty one on the same port (the in-memory engine keeps nothing).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A plain HTTP client for checks against the server, with statuses as values.
+pub fn http(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let mut req = ureq::http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(body.to_vec()).expect("request");
+    let mut resp = agent.run(req).expect("http request");
+    let status = resp.status().as_u16();
+    let hs = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                v.to_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let body = resp.body_mut().read_to_vec().unwrap_or_default();
+    (status, hs, body)
+}
+
+pub fn header<'a>(hs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    hs.iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}

@@ -1,0 +1,75 @@
+//! Connections to a bundled SQLite that has loaded the extension.
+
+use std::path::Path;
+use std::path::PathBuf;
+
+use rusqlite::Connection;
+use rusqlite::LoadExtensionGuard;
+
+pub fn extension_path() -> PathBuf {
+    crate::target_dir().join("libsqlite_ursula_vfs.so")
+}
+
+/// An in-memory control connection with the extension loaded; its VFS is then the default
+/// for every later connection in the process.
+pub fn control() -> Connection {
+    let conn = Connection::open_in_memory().expect("open control connection");
+    // SAFETY: loading our own extension into a connection this test owns.
+    unsafe {
+        let _guard = LoadExtensionGuard::new(&conn).expect("enable extension loading");
+        conn.load_extension(extension_path(), None::<&str>)
+            .expect("load the extension");
+    }
+    conn
+}
+
+pub fn attach(ctl: &Connection, path: &Path, url: &str) -> rusqlite::Result<String> {
+    ctl.query_row(
+        "SELECT ursula_attach(?1, ?2)",
+        (path.to_str().expect("utf8 path"), url),
+        |r| r.get(0),
+    )
+}
+
+pub fn attach_read_only(ctl: &Connection, path: &Path, url: &str) -> rusqlite::Result<String> {
+    ctl.query_row(
+        "SELECT ursula_attach(?1, ?2, 'read_only')",
+        (path.to_str().expect("utf8 path"), url),
+        |r| r.get(0),
+    )
+}
+
+pub fn status(ctl: &Connection, path: &Path) -> serde_json::Value {
+    let s: String = ctl
+        .query_row(
+            "SELECT ursula_status(?1)",
+            [path.to_str().expect("utf8 path")],
+            |r| r.get(0),
+        )
+        .expect("ursula_status");
+    serde_json::from_str(&s).expect("status JSON")
+}
+
+/// The extended result code of a failed call, or 0.
+pub fn code(e: &rusqlite::Error) -> i32 {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
+        _ => 0,
+    }
+}
+
+/// All rows of `notes(body)` in id order.
+pub fn bodies(conn: &Connection) -> Vec<String> {
+    let mut st = conn
+        .prepare("SELECT body FROM notes ORDER BY id")
+        .expect("prepare");
+    st.query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+pub fn integrity_ok(conn: &Connection) -> bool {
+    conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0))
+        .is_ok_and(|s| s == "ok")
+}

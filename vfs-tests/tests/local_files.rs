@@ -1,0 +1,229 @@
+//! Local-file rules: read-only attach, the frame limit, missing streams, refusals decided from
+//! the file alone, and the lock-out after a failed attach.
+
+use rusqlite::Connection;
+use ursula_vfs_tests::server::Server;
+use ursula_vfs_tests::server::http;
+use ursula_vfs_tests::sqlite::attach;
+use ursula_vfs_tests::sqlite::attach_read_only;
+use ursula_vfs_tests::sqlite::bodies;
+use ursula_vfs_tests::sqlite::code;
+use ursula_vfs_tests::sqlite::control;
+use ursula_vfs_tests::sqlite::status;
+
+fn message(e: &rusqlite::Error) -> String {
+    e.to_string()
+}
+
+#[test]
+fn read_only_attach_claims_nothing_and_refuses_writes_with_sqlite_readonly() {
+    let server = Server::start();
+    let url = format!("{}/demo/ro", server.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let owner = dir.path().join("owner.db");
+    attach(&ctl, &owner, &url).expect("attach owner");
+    let db = Connection::open(&owner).expect("open");
+    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+        .expect("create");
+    db.execute("INSERT INTO notes(body) VALUES ('a')", [])
+        .expect("insert");
+    let reader = dir.path().join("reader.db");
+    attach_read_only(&ctl, &reader, &url).expect("read-only attach");
+    let r = Connection::open(&reader).expect("open reader");
+    assert_eq!(bodies(&r), vec!["a"]);
+    let err = r
+        .execute("INSERT INTO notes(body) VALUES ('no')", [])
+        .expect_err("read-only");
+    assert_eq!(code(&err) & 0xff, 8, "SQLITE_READONLY: {err}");
+    db.execute("INSERT INTO notes(body) VALUES ('b')", [])
+        .expect("the owner is not fenced");
+    assert_eq!(status(&ctl, &reader)["read_only"], true);
+}
+
+#[test]
+fn read_only_attach_of_a_missing_stream_is_not_found_and_creates_nothing() {
+    let server = Server::start();
+    let url = format!("{}/demo/missing", server.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err = attach_read_only(&ctl, &dir.path().join("x.db"), &url).expect_err("missing");
+    assert!(message(&err).contains("ursula_attach: not_found:"), "{err}");
+    assert_eq!(
+        http("HEAD", &url, &[], b"").0,
+        404,
+        "a read-only attach never creates the stream"
+    );
+}
+
+#[test]
+fn a_transaction_over_the_frame_limit_is_never_sent_and_fails_alone() {
+    unsafe { std::env::set_var("URSULA_VFS_MAX_FRAME_BYTES", "65536") };
+    let server = Server::start();
+    let url = format!("{}/demo/big", server.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &url).expect("attach");
+    let db = Connection::open(&path).expect("open");
+    db.execute("CREATE TABLE blobs(b BLOB)", [])
+        .expect("create");
+    let tail = || {
+        ursula_vfs_tests::server::header(&http("HEAD", &url, &[], b"").1, "stream-next-offset")
+            .map(str::to_owned)
+    };
+    let before = tail();
+    let err = db
+        .execute("INSERT INTO blobs VALUES (randomblob(200000))", [])
+        .expect_err("too large");
+    assert_eq!(code(&err), 7178, "{err}");
+    assert_eq!(tail(), before, "nothing was appended");
+    let st = status(&ctl, &path);
+    assert_eq!(st["refused_kind"], "too_large", "{st}");
+    let reason = st["refused_reason"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        reason.ends_with("-byte frame over the 65536-byte frame limit"),
+        "{reason}"
+    );
+    assert_eq!(st["poisoned"], false);
+    db.execute("INSERT INTO blobs VALUES (x'01')", [])
+        .expect("a small commit succeeds");
+    assert_eq!(status(&ctl, &path)["writes_refused"], false);
+}
+
+#[test]
+fn a_missing_stream_over_a_file_with_data_is_not_found_and_the_file_is_kept() {
+    let mut server = Server::start();
+    let url = format!("{}/demo/lost", server.base());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    let ctl = control();
+    attach(&ctl, &path, &url).expect("attach");
+    {
+        let db = Connection::open(&path).expect("open");
+        db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+            .expect("create");
+        db.execute("INSERT INTO notes(body) VALUES ('precious')", [])
+            .expect("insert");
+    }
+    server.restart();
+    let size_before = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let err = attach(&ctl, &path, &url).expect_err("the stream is gone");
+    assert!(message(&err).contains("ursula_attach: not_found:"), "{err}");
+    assert_eq!(
+        http("HEAD", &url, &[], b"").0,
+        404,
+        "no stream was created over the data"
+    );
+    assert_eq!(
+        std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
+        size_before,
+        "the file is kept"
+    );
+}
+
+#[test]
+fn a_plain_file_with_data_is_unreplicated_and_still_opens() {
+    let server = Server::start();
+    let url = format!("{}/demo/plain", server.base());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("plain.db");
+    {
+        // Written before the extension is loaded, through the bundled SQLite's own VFS.
+        let db = Connection::open(&path).expect("open");
+        db.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (zeroblob(10000));")
+            .expect("write");
+    }
+    let ctl = control();
+    let err = attach(&ctl, &path, &url).expect_err("never attached file with data");
+    assert!(message(&err).contains("unreplicated_file"), "{err}");
+    let db = Connection::open(&path).expect("still opens as a plain file");
+    assert_eq!(
+        db.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))
+            .expect("read"),
+        1
+    );
+}
+
+#[test]
+fn a_file_attached_to_one_stream_refuses_another() {
+    let server = Server::start();
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &format!("{}/demo/one", server.base())).expect("attach");
+    let err =
+        attach(&ctl, &path, &format!("{}/demo/two", server.base())).expect_err("other stream");
+    assert!(message(&err).contains("other_stream"), "{err}");
+    Connection::open(&path).expect("the file still opens: no lock-out");
+}
+
+#[test]
+fn an_open_connection_makes_attach_in_use() {
+    let server = Server::start();
+    let url = format!("{}/demo/inuse", server.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &url).expect("attach");
+    let _db = Connection::open(&path).expect("open");
+    let err = attach(&ctl, &path, &url).expect_err("open in this process");
+    assert!(message(&err).contains("in_use"), "{err}");
+}
+
+#[test]
+fn a_failed_attach_locks_the_file_out_until_an_attach_succeeds() {
+    let server = Server::start();
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    let dead = format!("http://127.0.0.1:{}/demo/x", ursula_vfs_tests::free_port());
+    unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "200") };
+    let err = attach(&ctl, &path, &dead).expect_err("nothing listens");
+    assert!(message(&err).contains("unreachable"), "{err}");
+    let open =
+        Connection::open(&path).and_then(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)));
+    let open_err = open.expect_err("locked out");
+    assert_eq!(code(&open_err), 14, "SQLITE_CANTOPEN: {open_err}");
+    let st = ctl.query_row(
+        "SELECT ursula_status(?1)",
+        [path.to_str().expect("utf8")],
+        |r| r.get::<_, String>(0),
+    );
+    let st_err = st.expect_err("status names the failed attach");
+    assert!(
+        message(&st_err).contains("ursula_status: attach_failed: unreachable:"),
+        "{st_err}"
+    );
+    attach(&ctl, &path, &format!("{}/demo/x", server.base())).expect("a good attach");
+    Connection::open(&path)
+        .and_then(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)))
+        .expect("opens again");
+}
+
+#[test]
+fn urls_with_a_query_or_fragment_are_refused_before_any_request() {
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for url in [
+        "http://127.0.0.1:1/demo/x?a=1",
+        "http://127.0.0.1:1/demo/x#f",
+        "ftp://h/demo/x",
+    ] {
+        let err = attach(&ctl, &dir.path().join("a.db"), url).expect_err("bad url");
+        assert!(
+            message(&err).contains("ursula_attach: invalid_url:"),
+            "{url}: {err}"
+        );
+    }
+    for path in [":memory:", "", "file:x.db"] {
+        let err = ctl
+            .query_row(
+                "SELECT ursula_attach(?1, 'http://127.0.0.1:1/demo/x')",
+                [path],
+                |r| r.get::<_, String>(0),
+            )
+            .expect_err("bad path");
+        assert!(message(&err).contains("invalid_argument"), "{path}: {err}");
+    }
+}

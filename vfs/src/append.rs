@@ -1,0 +1,327 @@
+//! Appending frames: the refusal table of the spec decides, per answer, whether a commit is
+//! acknowledged, fails alone (nothing reached the stream), or poisons the file.
+
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::client::Answer;
+use crate::client::Attempt;
+use crate::client::Client;
+use crate::client::Method;
+use crate::client::Request;
+use crate::db::Db;
+use crate::error::Kind;
+use crate::format::Sidecar;
+use crate::log;
+use crate::settings;
+
+pub const PRODUCER_PREFIX: &str = "sqlite-ursula-vfs/";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Acked {
+        next_offset: String,
+    },
+    /// Nothing of it reached the stream; the file stays usable.
+    Refused {
+        kind: Kind,
+        reason: String,
+    },
+    Poisoned {
+        kind: Kind,
+        reason: String,
+    },
+}
+
+#[derive(Debug)]
+pub struct Result {
+    pub outcome: Outcome,
+    pub attempts: u64,
+}
+
+/// `Stream-Seq` of a frame: epoch and producer seq, 20 digits each, so byte order is
+/// (epoch, seq) order and every owner's frames sort above its predecessors'.
+pub fn stream_seq(epoch: u64, seq: u64) -> String {
+    format!("{epoch:020}{seq:020}")
+}
+
+/// The headers every frame append carries.
+pub fn frame_headers(sidecar: &Sidecar, epoch: u64, seq: u64) -> Vec<(&'static str, String)> {
+    vec![
+        ("Content-Type", "application/octet-stream".to_owned()),
+        (
+            "Producer-Id",
+            format!("{PRODUCER_PREFIX}{}", sidecar.incarnation),
+        ),
+        ("Producer-Epoch", epoch.to_string()),
+        ("Producer-Seq", seq.to_string()),
+        ("Stream-Seq", stream_seq(epoch, seq)),
+        ("Stream-Incarnation", sidecar.incarnation.clone()),
+    ]
+}
+
+/// A refusal layer's explanation: the body's first 256 bytes (`...` after a longer one), or the
+/// marker's value when the body is empty.
+pub fn reason_of(a: &Answer) -> String {
+    let body = String::from_utf8_lossy(&a.body);
+    let body = body.trim();
+    if body.is_empty() {
+        return a
+            .header("x-ursula-not-applied")
+            .map_or_else(|| format!("HTTP {}", a.status), str::to_owned);
+    }
+    if body.len() > 256 {
+        let mut cut = 256;
+        while !body.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        format!("{}...", &body[..cut])
+    } else {
+        body.to_owned()
+    }
+}
+
+fn vouched(a: &Answer) -> bool {
+    a.header("x-ursula-not-applied").is_some() && a.header("x-ursula-not-applied-checked").is_some()
+}
+
+fn retry_after(a: &Answer) -> Duration {
+    a.header("retry-after")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_secs)
+}
+
+/// How one answer to a commit's append reads.
+enum Step {
+    Done(Outcome),
+    /// Try again; `unknown` when this attempt may have been applied.
+    Again {
+        unknown: bool,
+        wait: Duration,
+        refusal: Option<(Kind, String)>,
+        reason: String,
+    },
+}
+
+fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<u64>) -> Step {
+    let status = a.status;
+    let next = a.header("stream-next-offset").map(str::to_owned);
+    let poison = |kind, reason: String| Step::Done(Outcome::Poisoned { kind, reason });
+    let refuse = |kind, reason: String| {
+        if had_unknown {
+            // An earlier attempt may be in the stream; a refusal of a later one proves nothing.
+            Step::Again {
+                unknown: false,
+                wait: Duration::ZERO,
+                refusal: None,
+                reason,
+            }
+        } else {
+            Step::Done(Outcome::Refused { kind, reason })
+        }
+    };
+    match status {
+        200 => match next {
+            Some(n) => Step::Done(Outcome::Acked { next_offset: n }),
+            None => poison(
+                Kind::StreamState,
+                "the append answer carried no Stream-Next-Offset".into(),
+            ),
+        },
+        204 => {
+            let refused_here = refused_seq == Some(seq);
+            match (next, had_unknown) {
+                (Some(n), true) => {
+                    if refused_here {
+                        log::event(log::Level::Warn, "refused_commit_unchecked", &[("seq", &seq.to_string())]);
+                    }
+                    Step::Done(Outcome::Acked { next_offset: n })
+                }
+                _ if refused_here => poison(
+                    Kind::OutcomeUnknown,
+                    "a commit refused as never applied may have been applied after all: the stream answered a later commit as its duplicate".into(),
+                ),
+                _ => poison(Kind::Fenced, "the stream answered a new commit as a duplicate".into()),
+            }
+        }
+        402 => refuse(Kind::PaymentRequired, reason_of(a)),
+        401 => Step::Again {
+            unknown: false,
+            wait: Duration::ZERO,
+            refusal: Some((Kind::Unauthorized, reason_of(a))),
+            reason: "401".into(),
+        },
+        429 => Step::Again {
+            unknown: false,
+            wait: retry_after(a),
+            refusal: Some((Kind::RateLimited, reason_of(a))),
+            reason: "429".into(),
+        },
+        403 if a.header("producer-epoch").is_some() => poison(
+            Kind::Fenced,
+            "another owner claimed the stream with a newer producer epoch".into(),
+        ),
+        400..=499 if vouched(a) => {
+            let kind = match status {
+                403 => Kind::Forbidden,
+                413 => Kind::TooLarge,
+                _ => Kind::NotApplied,
+            };
+            let reason = if kind == Kind::NotApplied {
+                a.header("x-ursula-not-applied")
+                    .unwrap_or_default()
+                    .to_owned()
+            } else {
+                reason_of(a)
+            };
+            refuse(kind, reason)
+        }
+        500..=599 if vouched(a) => Step::Again {
+            unknown: false,
+            wait: retry_after(a),
+            refusal: Some((
+                Kind::NotApplied,
+                a.header("x-ursula-not-applied")
+                    .unwrap_or_default()
+                    .to_owned(),
+            )),
+            reason: format!(
+                "{status} {}",
+                a.header("x-ursula-not-applied").unwrap_or_default()
+            ),
+        },
+        403 => poison(
+            Kind::OutcomeUnknown,
+            format!("403 without a not-applied mark: {}", reason_of(a)),
+        ),
+        409 if a.header("producer-expected-seq").is_some() => poison(
+            Kind::Fenced,
+            "the stream forgot this owner's producer (idle too long) or another owner took over"
+                .into(),
+        ),
+        409 if a.header("stream-closed").is_some() => {
+            poison(Kind::StreamState, "the stream is closed".into())
+        }
+        409 => poison(
+            Kind::Fenced,
+            "another writer appended with a higher Stream-Seq".into(),
+        ),
+        412 => poison(Kind::Fenced, "the stream was deleted and recreated".into()),
+        404 => poison(Kind::StreamState, "the stream is gone".into()),
+        307 => Step::Again {
+            unknown: true,
+            wait: Duration::ZERO,
+            refusal: None,
+            reason: "307".into(),
+        },
+        300..=399 => poison(
+            Kind::InvalidUrl,
+            format!(
+                "the stream answered {status} to {}: use that address",
+                a.header("location").unwrap_or("?")
+            ),
+        ),
+        500..=599 => Step::Again {
+            unknown: true,
+            wait: retry_after(a),
+            refusal: None,
+            reason: format!("{status}"),
+        },
+        _ => poison(Kind::StreamState, format!("{status}: {}", reason_of(a))),
+    }
+}
+
+/// Sends a commit frame until an answer settles it or the retry budget runs out.
+pub fn commit(
+    db: &Db,
+    sidecar: &Sidecar,
+    seq: u64,
+    refused_seq: Option<u64>,
+    frame: &[u8],
+) -> Result {
+    let budget = Duration::from_millis(settings::get().retry_ms);
+    let start = Instant::now();
+    let mut attempts = 0u64;
+    let mut had_unknown = false;
+    let mut backoff = Duration::from_millis(50);
+    let headers = frame_headers(sidecar, sidecar.epoch, seq);
+    loop {
+        attempts += 1;
+        let req = Request {
+            method: Method::Post,
+            url: &db.url,
+            headers: headers.clone(),
+            body: frame,
+            long: false,
+        };
+        let (step, last_never_sent) = match Client::global().send(&req) {
+            Attempt::Answered(a) => (classify_commit(&a, had_unknown, seq, refused_seq), false),
+            Attempt::NeverSent(r) => (
+                Step::Again {
+                    unknown: false,
+                    wait: Duration::ZERO,
+                    refusal: Some((Kind::Unreachable, r.clone())),
+                    reason: r,
+                },
+                true,
+            ),
+            Attempt::NoAnswer(r) => (
+                Step::Again {
+                    unknown: true,
+                    wait: Duration::ZERO,
+                    refusal: None,
+                    reason: r,
+                },
+                false,
+            ),
+        };
+        let _ = last_never_sent;
+        match step {
+            Step::Done(outcome) => return Result { outcome, attempts },
+            Step::Again {
+                unknown,
+                wait,
+                refusal,
+                reason,
+            } => {
+                had_unknown |= unknown;
+                let elapsed = start.elapsed();
+                let pause = wait.max(backoff);
+                if elapsed + pause > budget {
+                    log::event(
+                        log::Level::Warn,
+                        "append_gave_up",
+                        &[
+                            ("file", &db.file()),
+                            ("attempt", &attempts.to_string()),
+                            ("elapsed_ms", &elapsed.as_millis().to_string()),
+                            ("reason", &reason),
+                        ],
+                    );
+                    let outcome = match (had_unknown, refusal) {
+                        (false, Some((kind, reason))) => Outcome::Refused { kind, reason },
+                        _ => Outcome::Poisoned {
+                            kind: Kind::OutcomeUnknown,
+                            reason: format!(
+                                "the commit's outcome is unknown after {attempts} attempts: {reason}"
+                            ),
+                        },
+                    };
+                    return Result { outcome, attempts };
+                }
+                log::event(
+                    log::Level::Info,
+                    "append_retry",
+                    &[
+                        ("file", &db.file()),
+                        ("attempt", &attempts.to_string()),
+                        ("elapsed_ms", &elapsed.as_millis().to_string()),
+                        ("reason", &reason),
+                    ],
+                );
+                std::thread::sleep(pause);
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}

@@ -1,0 +1,685 @@
+//! Attach: check the local files, catch them up from the stream (latest snapshot, then the
+//! tail), claim the stream with a new producer epoch, and bind the path to the stream.
+
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::append;
+use crate::client::Answer;
+use crate::client::Attempt;
+use crate::client::Client;
+use crate::client::Method;
+use crate::client::Request;
+use crate::db::Db;
+use crate::db::WalClaim;
+use crate::error::Kind;
+use crate::error::SQLITE_AUTH;
+use crate::error::SQLITE_IOERR_AUTH;
+use crate::error::VfsError;
+use crate::format::Record;
+use crate::format::SIDECAR_VERSION;
+use crate::format::Sidecar;
+use crate::local;
+use crate::log;
+use crate::registry;
+use crate::registry::sibling;
+use crate::replay;
+use crate::settings;
+
+/// Rounds of catch-up before giving up when retention or a snapshot keeps moving.
+const MAX_ROUNDS: usize = 10;
+
+/// Checks a stream URL before any request: http(s), a path, no query or fragment.
+pub fn check_url(url: &str) -> Result<String, VfsError> {
+    let bad = |m: &str| VfsError::new(Kind::InvalidUrl, format!("{url:?}: {m}"));
+    if url.contains('?') || url.contains('#') {
+        return Err(bad("a stream URL must not have a query or a fragment"));
+    }
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| bad("a stream URL must start with http:// or https://"))?;
+    let (host, path) = rest
+        .split_once('/')
+        .ok_or_else(|| bad("a stream URL needs a /bucket/stream path"))?;
+    if host.is_empty() || path.trim_matches('/').is_empty() {
+        return Err(bad("a stream URL needs a host and a /bucket/stream path"));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+pub fn check_path(path: &str) -> Result<PathBuf, VfsError> {
+    if path.is_empty() || path == ":memory:" || path.starts_with("file:") {
+        return Err(VfsError::new(
+            Kind::InvalidArgument,
+            format!("{path:?} is not a plain file path: SQLite would not open the attached file"),
+        ));
+    }
+    Ok(registry::canonical(path))
+}
+
+/// Whether this process has any of the file's names open outside the extension.
+fn open_elsewhere(db: &Path) -> bool {
+    let names: Vec<PathBuf> = ["", "-wal", "-shm", "-journal"]
+        .iter()
+        .map(|s| sibling(db, s))
+        .collect();
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return false;
+    };
+    entries
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|target| names.contains(&target)))
+}
+
+struct Head {
+    incarnation: String,
+    tail: String,
+    snapshot: Option<String>,
+    retained: String,
+}
+
+fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
+    let budget = Duration::from_millis(settings::get().retry_ms);
+    let start = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let req = Request {
+            method: Method::Head,
+            url,
+            headers: Vec::new(),
+            body: &[],
+            long: false,
+        };
+        let (retry, err) = match Client::global().send(&req) {
+            Attempt::Answered(a) => match a.status {
+                200 => {
+                    let inc = a.header("stream-incarnation").ok_or_else(|| {
+                        VfsError::new(
+                            Kind::StreamState,
+                            "HEAD answered without Stream-Incarnation",
+                        )
+                    })?;
+                    return Ok(Some(Head {
+                        incarnation: inc.to_owned(),
+                        tail: a.header("stream-next-offset").unwrap_or("-1").to_owned(),
+                        snapshot: a.header("stream-snapshot-offset").map(str::to_owned),
+                        retained: a
+                            .header("stream-retained-offset")
+                            .unwrap_or("-1")
+                            .to_owned(),
+                    }));
+                }
+                404 => return Ok(None),
+                401 => (
+                    true,
+                    VfsError::new(
+                        Kind::Unauthorized,
+                        format!("the stream refused the token: {}", append::reason_of(&a)),
+                    ),
+                ),
+                402 => {
+                    return Err(VfsError::new(Kind::PaymentRequired, append::reason_of(&a))
+                        .with_code(SQLITE_AUTH));
+                }
+                429 | 503 | 307 => (
+                    true,
+                    VfsError::new(
+                        Kind::Unavailable,
+                        format!("the stream answered {}", a.status),
+                    ),
+                ),
+                400 => {
+                    return Err(VfsError::new(
+                        Kind::InvalidName,
+                        format!(
+                            "the server refused the stream's name: {}",
+                            append::reason_of(&a)
+                        ),
+                    ));
+                }
+                s if s >= 500 => (
+                    true,
+                    VfsError::new(Kind::Unavailable, format!("the stream answered {s}")),
+                ),
+                s => {
+                    return Err(VfsError::new(
+                        Kind::StreamState,
+                        format!("HEAD answered {s}: {}", append::reason_of(&a)),
+                    ));
+                }
+            },
+            Attempt::NeverSent(r) => (
+                true,
+                VfsError::new(Kind::Unreachable, format!("cannot reach the stream: {r}")),
+            ),
+            Attempt::NoAnswer(r) => (
+                true,
+                VfsError::new(Kind::Unreachable, format!("the stream did not answer: {r}")),
+            ),
+        };
+        if !retry || start.elapsed() + backoff > budget {
+            return Err(err);
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn create_stream(url: &str) -> Result<(), VfsError> {
+    let req = Request {
+        method: Method::Put,
+        url,
+        headers: vec![("Content-Type", "application/octet-stream".to_owned())],
+        body: &[],
+        long: false,
+    };
+    match Client::global().send(&req) {
+        Attempt::Answered(a) if a.status == 201 || a.status == 200 => Ok(()),
+        Attempt::Answered(a) if a.status == 400 => Err(VfsError::new(
+            Kind::InvalidName,
+            format!(
+                "the server refused the stream's name: {}",
+                append::reason_of(&a)
+            ),
+        )),
+        Attempt::Answered(a) => Err(VfsError::new(
+            Kind::StreamState,
+            format!("creating the stream answered {}", a.status),
+        )),
+        Attempt::NeverSent(r) => Err(VfsError::new(
+            Kind::Unreachable,
+            format!("cannot reach the stream: {r}"),
+        )),
+        Attempt::NoAnswer(r) => Err(VfsError::new(
+            Kind::Unreachable,
+            format!("the stream did not answer: {r}"),
+        )),
+    }
+}
+
+/// Folds a trusted local WAL into the database file through SQLite's own `unix` VFS.
+fn fold_wal(db: &Path) -> Result<(), VfsError> {
+    use rusqlite::OpenFlags;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = rusqlite::Connection::open_with_flags_and_vfs(db, flags, c"unix")
+        .map_err(|e| VfsError::new(Kind::LocalState, format!("cannot open the local file: {e}")))?;
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .map_err(|e| VfsError::new(Kind::LocalState, format!("cannot fold the local WAL: {e}")))?;
+    drop(conn);
+    Ok(())
+}
+
+/// Makes an empty database a WAL-mode database with 4 KiB pages.
+fn init_wal_mode(db: &Path) -> Result<(), VfsError> {
+    use rusqlite::OpenFlags;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = rusqlite::Connection::open_with_flags_and_vfs(db, flags, c"unix").map_err(|e| {
+        VfsError::new(
+            Kind::LocalSetup,
+            format!("cannot create the local file: {e}"),
+        )
+    })?;
+    conn.execute_batch("PRAGMA page_size=4096;")
+        .and_then(|_| conn.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(())))
+        .map_err(|e| VfsError::new(Kind::LocalSetup, format!("cannot set WAL mode: {e}")))?;
+    Ok(())
+}
+
+/// The answer of a claim attempt.
+enum Claimed {
+    Ours(String),
+    Lost,
+    NewerEpoch(u64),
+}
+
+fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<Claimed, VfsError> {
+    let budget = Duration::from_millis(settings::get().retry_ms);
+    let start = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    let mut unknown = false;
+    let headers = append::frame_headers(sidecar, epoch, 0);
+    loop {
+        let req = Request {
+            method: Method::Post,
+            url,
+            headers: headers.clone(),
+            body: frame,
+            long: false,
+        };
+        let refusal = |a: &Answer, kind: Kind| {
+            let code = if a.status == 402 {
+                SQLITE_AUTH
+            } else {
+                SQLITE_IOERR_AUTH
+            };
+            VfsError::new(
+                kind,
+                format!("the claim was refused: {}", append::reason_of(a)),
+            )
+            .with_code(code)
+        };
+        let why = match Client::global().send(&req) {
+            Attempt::Answered(a) => match a.status {
+                200 => {
+                    return Ok(a
+                        .header("stream-next-offset")
+                        .map_or(Claimed::Lost, |n| Claimed::Ours(n.to_owned())));
+                }
+                // Same epoch, same seq: ours from an earlier attempt, or another attacher's.
+                204 => return Ok(Claimed::Lost),
+                403 if a.header("producer-epoch").is_some() => {
+                    let e = a
+                        .header("producer-epoch")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(epoch);
+                    return Ok(Claimed::NewerEpoch(e));
+                }
+                409 => return Ok(Claimed::Lost),
+                402 if !unknown => return Err(refusal(&a, Kind::PaymentRequired)),
+                401 | 429 if !unknown => return Err(refusal(&a, Kind::Refused)),
+                s if (400..600).contains(&s)
+                    && a.header("x-ursula-not-applied-checked").is_some()
+                    && a.header("x-ursula-not-applied").is_some()
+                    && !unknown =>
+                {
+                    return Err(refusal(&a, Kind::Refused));
+                }
+                412 => {
+                    return Err(VfsError::new(
+                        Kind::StreamState,
+                        "the stream was recreated during attach",
+                    ));
+                }
+                s if s >= 500 || s == 307 => {
+                    unknown = true;
+                    format!("HTTP {s}")
+                }
+                s => {
+                    return Err(VfsError::new(
+                        Kind::StreamState,
+                        format!("the claim answered {s}: {}", append::reason_of(&a)),
+                    ));
+                }
+            },
+            Attempt::NeverSent(r) if !unknown => {
+                if start.elapsed() + backoff > budget {
+                    return Err(VfsError::new(
+                        Kind::Unreachable,
+                        format!("cannot reach the stream: {r}"),
+                    )
+                    .with_code(SQLITE_IOERR_AUTH));
+                }
+                r
+            }
+            Attempt::NeverSent(r) | Attempt::NoAnswer(r) => {
+                unknown = true;
+                r
+            }
+        };
+        if start.elapsed() + backoff > budget {
+            return Err(VfsError::new(
+                Kind::OutcomeUnknown,
+                format!("the claim's outcome is unknown: {why}"),
+            ));
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// `ursula_attach(path, url[, 'read_only'])`.
+pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError> {
+    let started = Instant::now();
+    let url = check_url(url)?;
+    let path = check_path(path)?;
+    let reg = registry::global();
+    if let Some(existing) = reg.attached(&path)
+        && existing
+            .open_files
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+    {
+        return Err(VfsError::new(
+            Kind::InUse,
+            format!(
+                "{} is open in this process: close it before attaching again",
+                path.display()
+            ),
+        ));
+    }
+    match reg.take_host_lock(&path) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(VfsError::new(
+                Kind::InUse,
+                format!(
+                    "another process holds {}: stop it, or use another dir or path",
+                    path.display()
+                ),
+            ));
+        }
+        Err(e) => {
+            return Err(VfsError::new(
+                Kind::LocalSetup,
+                format!(
+                    "cannot create the lock file next to {}: {e}",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    if open_elsewhere(&path) {
+        return Err(VfsError::new(
+            Kind::InUse,
+            format!(
+                "{} is open in this process outside the extension: close every such connection, then attach",
+                path.display()
+            ),
+        ));
+    }
+    let sidecar = match local::read_sidecar(&path) {
+        Ok(Some(bytes)) => Some(Sidecar::parse(&bytes).map_err(replay::format_err)?),
+        Ok(None) => None,
+        Err(e) => {
+            return Err(VfsError::new(
+                Kind::LocalSetup,
+                format!("cannot read the sidecar: {e}"),
+            ));
+        }
+    };
+    match &sidecar {
+        Some(s) if s.stream != url => {
+            return Err(VfsError::new(
+                Kind::OtherStream,
+                format!(
+                    "{} is the cache of {}, not of {url}",
+                    path.display(),
+                    s.stream
+                ),
+            ));
+        }
+        None if local::holds_data(&path) => {
+            return Err(VfsError::new(
+                Kind::UnreplicatedFile,
+                format!(
+                    "{} holds data but was never attached: copy its rows into a newly attached file",
+                    path.display()
+                ),
+            ));
+        }
+        _ => {}
+    }
+    if let Some(old) = reg.detach(&path) {
+        old.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        old.wake_snapshot();
+    }
+    // From here a failure leaves the file locked out until an attach succeeds.
+    let created_sidecar = sidecar.is_none();
+    match run(&path, &url, read_only, sidecar, started) {
+        Ok((db, offset)) => {
+            reg.set_attached(db.clone());
+            crate::snapshot::start(db);
+            Ok(offset)
+        }
+        Err((e, wrote_pages)) => {
+            if created_sidecar
+                && !wrote_pages
+                && let Err(re) = local::remove_sidecar(&path)
+            {
+                log::event(
+                    log::Level::Warn,
+                    "attach_restore_failed",
+                    &[
+                        ("file", &path.display().to_string()),
+                        ("reason", &re.to_string()),
+                    ],
+                );
+            }
+            reg.set_failed(&path, e.kind, e.message.clone());
+            Err(e)
+        }
+    }
+}
+
+type RunError = (VfsError, bool);
+
+fn run(
+    path: &Path,
+    url: &str,
+    read_only: bool,
+    sidecar: Option<Sidecar>,
+    started: Instant,
+) -> Result<(Arc<Db>, String), RunError> {
+    let no_pages = |e: VfsError| (e, false);
+    let head = match head_answer(url).map_err(no_pages)? {
+        Some(h) => h,
+        None => {
+            let has_data =
+                sidecar.as_ref().is_some_and(|s| s.offset != "-1") || local::holds_data(path);
+            if has_data || read_only {
+                let why = if read_only {
+                    "a read-only attach never creates it"
+                } else {
+                    "the local file holds data, which may be the only copy left: delete it to start over"
+                };
+                return Err(no_pages(VfsError::new(
+                    Kind::NotFound,
+                    format!("the stream {url} does not exist; {why}"),
+                )));
+            }
+            create_stream(url).map_err(no_pages)?;
+            head_answer(url).map_err(no_pages)?.ok_or_else(|| {
+                no_pages(VfsError::new(
+                    Kind::NotFound,
+                    "the stream vanished after it was created",
+                ))
+            })?
+        }
+    };
+    let boot = local::boot_id();
+    let trusted = sidecar.as_ref().is_some_and(|s| {
+        s.incarnation == head.incarnation
+            && s.boot_id == boot
+            && s.inode == local::inode(path)
+            && WalClaim::decode(&s.wal).is_some_and(|c| local::wal_holds(path, &c))
+    });
+    if let Some(s) = &sidecar
+        && trusted
+        && s.offset != "-1"
+        && s.offset.as_str() > head.tail.as_str()
+    {
+        return Err(no_pages(VfsError::new(
+            Kind::StreamState,
+            format!(
+                "the stream ends at {} but the local file reflects {}: the stream lost acknowledged commits; the file is kept",
+                head.tail, s.offset
+            ),
+        )));
+    }
+    let mut local_offset = "-1".to_owned();
+    let mut epoch = 0;
+    if trusted {
+        if let Some(s) = &sidecar {
+            fold_wal(path).map_err(no_pages)?;
+            local_offset = s.offset.clone();
+            epoch = s.epoch;
+        }
+    } else if sidecar.is_some() || path.exists() {
+        if sidecar.is_some() {
+            log::event(
+                log::Level::Info,
+                "local_files_discarded",
+                &[("file", &path.display().to_string()), ("stream", url)],
+            );
+        }
+        local::discard(path).map_err(|e| {
+            no_pages(VfsError::new(
+                Kind::LocalSetup,
+                format!("cannot remove stale local files: {e}"),
+            ))
+        })?;
+    }
+    let mut sc = Sidecar {
+        version: SIDECAR_VERSION,
+        stream: url.to_owned(),
+        incarnation: head.incarnation.clone(),
+        offset: local_offset.clone(),
+        epoch,
+        log_bytes: sidecar
+            .as_ref()
+            .filter(|_| trusted)
+            .map_or(0, |s| s.log_bytes),
+        boot_id: boot,
+        inode: 0,
+        wal: ":0".into(),
+    };
+    let file = replay::open_db(path).map_err(no_pages)?;
+    sc.inode = local::inode(path);
+    // The sidecar exists from here, so a crash mid-replay is never mistaken for a plain file.
+    local::write_sidecar(path, &sc).map_err(|e| {
+        no_pages(VfsError::new(
+            Kind::LocalSetup,
+            format!("cannot write the sidecar: {e}"),
+        ))
+    })?;
+    let mut installed = "-1".to_owned();
+    let mut from = local_offset.clone();
+    let behind_snapshot = head
+        .snapshot
+        .as_ref()
+        .is_some_and(|snap| from == "-1" || from.as_str() < snap.as_str());
+    let behind_retention =
+        head.retained != "-1" && from != "-1" && from.as_str() < head.retained.as_str();
+    if let Some(snap) = head.snapshot.as_ref().filter(|_| {
+        behind_snapshot
+            || behind_retention
+            || (from == "-1" && head.retained.as_str() > "00000000000000000000")
+    }) {
+        log::event(
+            log::Level::Info,
+            "attach_rebuilding",
+            &[
+                ("file", &path.display().to_string()),
+                ("stream", url),
+                ("snapshot", snap),
+            ],
+        );
+        let h =
+            replay::install_snapshot(&file, url, &head.incarnation, snap).map_err(|e| (e, true))?;
+        epoch = epoch.max(h.epoch);
+        installed = snap.clone();
+        from = snap.clone();
+        sc.log_bytes = 0;
+    }
+    let mut seen =
+        replay::replay(&file, url, &head.incarnation, &from, None).map_err(|e| (e, true))?;
+    epoch = epoch.max(seen.max_epoch);
+    sc.log_bytes += seen.frame_bytes;
+    let mut offset = seen.offset.clone();
+    if std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
+        drop(file);
+        init_wal_mode(path).map_err(|e| (e, true))?;
+    } else {
+        drop(file);
+    }
+    let mut seq = 0;
+    if !read_only {
+        let mut rounds = 0;
+        let mut next_epoch = epoch + 1;
+        loop {
+            rounds += 1;
+            if rounds > MAX_ROUNDS {
+                return Err((
+                    VfsError::new(
+                        Kind::StreamState,
+                        "could not claim the stream: other owners kept claiming it",
+                    ),
+                    true,
+                ));
+            }
+            let nonce: [u8; 16] = rand::random();
+            let frame = Record::Claim {
+                epoch: next_epoch,
+                nonce,
+            }
+            .to_frame()
+            .map_err(|e| (VfsError::new(Kind::Internal, e.to_string()), true))?;
+            let claimed = send_claim(url, &sc, next_epoch, &frame).map_err(|e| (e, true))?;
+            let f = replay::open_db(path).map_err(|e| (e, true))?;
+            match claimed {
+                Claimed::NewerEpoch(e) => next_epoch = next_epoch.max(e + 1),
+                Claimed::Lost | Claimed::Ours(_) => {
+                    let until = if let Claimed::Ours(n) = &claimed {
+                        Some(n.clone())
+                    } else {
+                        None
+                    };
+                    seen = replay::replay(&f, url, &head.incarnation, &offset, until.as_deref())
+                        .map_err(|e| (e, true))?;
+                    sc.log_bytes += seen.frame_bytes;
+                    offset = seen.offset.clone();
+                    match seen.last_claim {
+                        Some((e, n, _)) if e == next_epoch && n == nonce => {
+                            epoch = next_epoch;
+                            break;
+                        }
+                        _ => next_epoch = next_epoch.max(seen.max_epoch) + 1,
+                    }
+                }
+            }
+        }
+        seq = 0;
+        log::event(
+            log::Level::Info,
+            "attach_claimed",
+            &[
+                ("file", &path.display().to_string()),
+                ("stream", url),
+                ("epoch", &epoch.to_string()),
+            ],
+        );
+    }
+    local::fsync(path).map_err(|e| {
+        (
+            VfsError::new(Kind::LocalDamage, format!("fsync failed: {e}")),
+            true,
+        )
+    })?;
+    sc.offset = offset.clone();
+    sc.epoch = epoch;
+    sc.inode = local::inode(path);
+    local::write_sidecar(path, &sc).map_err(|e| {
+        (
+            VfsError::new(Kind::LocalSetup, format!("cannot write the sidecar: {e}")),
+            true,
+        )
+    })?;
+    let db = Arc::new(Db::new(
+        path.to_path_buf(),
+        url.to_owned(),
+        read_only,
+        sc.clone(),
+    ));
+    {
+        let mut cs = db.commit_state();
+        cs.seq = seq;
+    }
+    {
+        let mut h = db.health();
+        h.offset = offset.clone();
+        h.epoch = epoch;
+        h.snapshot = head.snapshot.clone().unwrap_or_else(|| "-1".into());
+        h.local = local_offset;
+        h.installed = installed;
+        h.attach_ms = started.elapsed().as_millis() as u64;
+        h.log_bytes = sc.log_bytes;
+        h.db_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    }
+    Ok((db, offset))
+}

@@ -1,0 +1,377 @@
+//! The commit point. WAL writes of an attached database collect in an in-memory overlay (reads
+//! and the file size see it); the write of the commit frame's page turns the transaction's
+//! final page images into one frame, appends it to the stream, and only after the stream
+//! acknowledged it writes the overlay to the local `-wal`. A refused append fails the write,
+//! SQLite rolls the transaction back, and nothing of it reaches the local files.
+
+use std::collections::BTreeMap;
+use std::os::raw::c_int;
+use std::time::Instant;
+
+use rusqlite::ffi;
+
+use crate::append;
+use crate::db::CommitStat;
+use crate::db::Db;
+use crate::db::WalClaim;
+use crate::error::Kind;
+use crate::format::PAGE_SIZE;
+use crate::format::Record;
+use crate::local;
+use crate::local::FRAME;
+use crate::local::WAL_HEADER;
+use crate::log;
+use crate::settings;
+use crate::shim::real_write;
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Serves a read of the `-wal` from the overlay where it holds the bytes.
+pub fn overlay_read(db: &Db, out: &mut [u8], off: u64, rc: c_int) -> c_int {
+    let cs = db.commit_state();
+    if cs.overlay.is_empty() || cs.passthrough {
+        return rc;
+    }
+    let end = off + out.len() as u64;
+    let mut covered_to = off;
+    let mut touched = false;
+    for (&at, bytes) in cs.overlay.range(..end) {
+        let at_end = at + bytes.len() as u64;
+        if at_end <= off {
+            continue;
+        }
+        let lo = at.max(off);
+        let hi = at_end.min(end);
+        out[(lo - off) as usize..(hi - off) as usize]
+            .copy_from_slice(&bytes[(lo - at) as usize..(hi - at) as usize]);
+        touched = true;
+        if lo <= covered_to {
+            covered_to = covered_to.max(hi);
+        }
+    }
+    if touched && rc == ffi::SQLITE_IOERR_SHORT_READ && covered_to >= end {
+        return ffi::SQLITE_OK;
+    }
+    rc
+}
+
+pub fn overlay_size(db: &Db, real: u64) -> u64 {
+    let cs = db.commit_state();
+    if cs.passthrough {
+        return real;
+    }
+    cs.overlay
+        .iter()
+        .next_back()
+        .map_or(real, |(at, b)| real.max(at + b.len() as u64))
+}
+
+/// SQLite's WAL write lock was taken or released: a transaction starts or ends.
+pub fn write_lock_changed(db: &Db, locked: bool) {
+    let mut cs = db.commit_state();
+    // A rolled-back transaction's spilled frames must never shadow a later one.
+    cs.overlay.clear();
+    cs.passthrough = false;
+    cs.writer_active = locked;
+}
+
+pub fn refuse_db_write(db: &Db) -> c_int {
+    if db.read_only {
+        return ffi::SQLITE_READONLY;
+    }
+    log::event(
+        log::Level::Warn,
+        "journal_refused",
+        &[
+            ("file", &db.file()),
+            ("stream", &db.url),
+            (
+                "reason",
+                "a write to the database file outside a checkpoint",
+            ),
+        ],
+    );
+    ffi::SQLITE_IOERR_WRITE
+}
+
+/// Whether `data` is the image of page `pgno` in a committed frame of the current WAL.
+fn matches_wal_frame(db: &Db, cs: &crate::db::CommitState, pgno: u32, data: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Some(offsets) = cs.wal_pages.get(&pgno) else {
+        return false;
+    };
+    let Ok(wal) = std::fs::File::open(crate::registry::sibling(&db.path, "-wal")) else {
+        return false;
+    };
+    let mut buf = vec![0u8; PAGE_SIZE];
+    offsets
+        .iter()
+        .rev()
+        .any(|&at| wal.read_exact_at(&mut buf, at).is_ok() && buf == data)
+}
+
+/// A write to the main database file. Only a checkpoint may write it, copying committed WAL
+/// images: each write is checked to be one, so nothing reaches the file that the stream does
+/// not hold (a rollback journal, `journal_mode=MEMORY` or `OFF` would bypass the stream).
+/// # Safety
+/// `real` must be the open underlying file of the database.
+pub unsafe fn db_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: u64) -> c_int {
+    if db.read_only {
+        return ffi::SQLITE_READONLY;
+    }
+    // Held so a snapshot copy never sees half a checkpoint.
+    let cs = db.commit_state();
+    let whole_page = data.len() == PAGE_SIZE && off.is_multiple_of(PAGE_SIZE as u64);
+    if !whole_page || !matches_wal_frame(db, &cs, (off / PAGE_SIZE as u64 + 1) as u32, data) {
+        drop(cs);
+        return refuse_db_write(db);
+    }
+    let start = Instant::now();
+    let rc = unsafe { real_write(real, data, off) };
+    db.record_checkpoint(start.elapsed().as_micros() as u64);
+    rc
+}
+
+/// A truncation of the main database file: only to a size some commit in the WAL had.
+pub fn db_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
+    if db.read_only {
+        return ffi::SQLITE_READONLY;
+    }
+    let cs = db.commit_state();
+    let legal = size.is_multiple_of(PAGE_SIZE as u64)
+        && cs.wal_sizes.contains(&((size / PAGE_SIZE as u64) as u32));
+    if !legal {
+        drop(cs);
+        return refuse_db_write(db);
+    }
+    op()
+}
+
+/// The `-wal` is truncated or deleted: everything it held is in the database file.
+pub fn wal_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
+    let mut cs = db.commit_state();
+    if size == 0
+        && let Err(e) = local::fsync(&db.path)
+    {
+        db.poison(
+            Kind::LocalDamage,
+            &format!("fsync of the database file failed: {e}"),
+        );
+        return ffi::SQLITE_IOERR_FSYNC;
+    }
+    let rc = op();
+    if rc == ffi::SQLITE_OK && size == 0 {
+        cs.wal_pages.clear();
+        cs.wal_sizes.clear();
+        cs.wal = WalClaim::default();
+        cs.sidecar.wal = cs.wal.encode();
+        if let Err(e) = local::write_sidecar(&db.path, &cs.sidecar) {
+            db.poison(Kind::LocalDamage, &format!("cannot write the sidecar: {e}"));
+        }
+    }
+    rc
+}
+
+/// A write to the `-wal` of an attached database.
+/// # Safety
+/// `real` must be the open underlying file of the `-wal`.
+pub unsafe fn wal_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: u64) -> c_int {
+    if db.read_only {
+        return ffi::SQLITE_READONLY;
+    }
+    let mut cs = db.commit_state();
+    if cs.passthrough {
+        return unsafe { real_write(real, data, off) };
+    }
+    if !cs.writer_active {
+        // locking_mode=EXCLUSIVE keeps the WAL lock out of shared memory, where the
+        // interception sees transactions begin and end.
+        db.refuse(Kind::Unsupported, "locking_mode=EXCLUSIVE is not supported");
+        return ffi::SQLITE_IOERR_WRITE;
+    }
+    if off == 0 && data.len() >= 12 && be32(data, 8) != PAGE_SIZE as u32 {
+        db.refuse(Kind::Unsupported, "the page size must be 4096 bytes");
+        return ffi::SQLITE_IOERR_WRITE;
+    }
+    cs.overlay.insert(off, data.to_vec());
+    let is_page =
+        data.len() == PAGE_SIZE && off >= WAL_HEADER + 24 && (off - WAL_HEADER) % FRAME == 24;
+    if !is_page {
+        return ffi::SQLITE_OK;
+    }
+    let hdr_off = off - 24;
+    let commit_size = cs
+        .overlay
+        .get(&hdr_off)
+        .filter(|h| h.len() == 24)
+        .map_or(0, |h| be32(h, 4));
+    if commit_size == 0 {
+        return ffi::SQLITE_OK;
+    }
+    unsafe { commit(db, &mut cs, real, hdr_off, commit_size) }
+}
+
+/// The transaction's last image of each page, from the overlay's frames up to the commit frame.
+fn final_pages(overlay: &BTreeMap<u64, Vec<u8>>, commit_hdr: u64) -> BTreeMap<u32, &[u8]> {
+    let mut pages = BTreeMap::new();
+    for (&at, hdr) in overlay.range(WAL_HEADER..=commit_hdr) {
+        if !(at - WAL_HEADER).is_multiple_of(FRAME) || hdr.len() != 24 {
+            continue;
+        }
+        if let Some(page) = overlay.get(&(at + 24)).filter(|p| p.len() == PAGE_SIZE) {
+            pages.insert(be32(hdr, 0), page.as_slice());
+        }
+    }
+    pages
+}
+
+unsafe fn commit(
+    db: &Db,
+    cs: &mut crate::db::CommitState,
+    real: *mut ffi::sqlite3_file,
+    hdr_off: u64,
+    db_pages: u32,
+) -> c_int {
+    let start = Instant::now();
+    if let Some(p) = db.health().poison.clone() {
+        log::event(
+            log::Level::Warn,
+            "commit_refused",
+            &[("file", &db.file()), ("reason", &p.reason)],
+        );
+        return ffi::SQLITE_IOERR_WRITE;
+    }
+    let pages = final_pages(&cs.overlay, hdr_off);
+    if let Some(p1) = pages.get(&1) {
+        let page_size = u16::from_be_bytes([p1[16], p1[17]]);
+        if page_size != 0x1000 || p1[18] != 2 || p1[19] != 2 {
+            log::event(
+                log::Level::Warn,
+                "journal_refused",
+                &[
+                    ("file", &db.file()),
+                    ("stream", &db.url),
+                    ("reason", "a commit that leaves WAL mode or 4 KiB pages"),
+                ],
+            );
+            db.refuse(
+                Kind::Unsupported,
+                "journal_mode must stay WAL and the page size 4096",
+            );
+            return ffi::SQLITE_IOERR_AUTH;
+        }
+    }
+    let record = Record::Commit {
+        db_pages,
+        pages: pages.iter().map(|(n, p)| (*n, p.to_vec())).collect(),
+    };
+    let raw = (pages.len() * (PAGE_SIZE + 4) + 9) as u64;
+    let page_count = pages.len() as u64;
+    drop(pages);
+    let frame = match record.to_frame() {
+        Ok(f) => f,
+        Err(e) => {
+            db.poison(Kind::Internal, &format!("cannot encode the commit: {e}"));
+            return ffi::SQLITE_IOERR_WRITE;
+        }
+    };
+    let limit = settings::get().max_frame_bytes;
+    if frame.len() as u64 > limit {
+        db.refuse(
+            Kind::TooLarge,
+            &format!(
+                "{}-byte frame over the {limit}-byte frame limit",
+                frame.len()
+            ),
+        );
+        return ffi::SQLITE_IOERR_AUTH;
+    }
+    let seq = cs.seq + 1;
+    let append_start = Instant::now();
+    let result = append::commit(db, &cs.sidecar, seq, cs.refused_seq, &frame);
+    let append_us = append_start.elapsed().as_micros() as u64;
+    match result.outcome {
+        append::Outcome::Acked { next_offset } => {
+            let salts = hdr_salts(cs, hdr_off);
+            if cs.overlay.contains_key(&0) {
+                // A new WAL header: SQLite restarted the log, every earlier frame is checkpointed.
+                cs.wal_pages.clear();
+                cs.wal_sizes.clear();
+            }
+            let frames: Vec<(u32, u64)> = cs
+                .overlay
+                .range(WAL_HEADER..=hdr_off)
+                .filter(|(at, h)| (**at - WAL_HEADER).is_multiple_of(FRAME) && h.len() == 24)
+                .map(|(at, h)| (be32(h, 0), at + 24))
+                .collect();
+            for (pgno, at) in frames {
+                cs.wal_pages.entry(pgno).or_default().push(at);
+            }
+            cs.wal_sizes.insert(db_pages);
+            // The stream holds it: now the local WAL may.
+            for (&at, bytes) in &cs.overlay {
+                let rc = unsafe { real_write(real, bytes, at) };
+                if rc != ffi::SQLITE_OK {
+                    db.poison(
+                        Kind::LocalDamage,
+                        "a write to the local -wal failed after the stream acknowledged the commit",
+                    );
+                    return ffi::SQLITE_IOERR_WRITE;
+                }
+            }
+            cs.overlay.clear();
+            cs.passthrough = true;
+            cs.seq = seq;
+            cs.refused_seq = None;
+            cs.wal = WalClaim {
+                salt1: salts.0,
+                salt2: salts.1,
+                frame: ((hdr_off - WAL_HEADER) / FRAME + 1) as u32,
+            };
+            cs.sidecar.wal = cs.wal.encode();
+            cs.sidecar.offset = next_offset.clone();
+            cs.sidecar.log_bytes += frame.len() as u64;
+            if let Err(e) = local::write_sidecar(&db.path, &cs.sidecar) {
+                db.poison(Kind::LocalDamage, &format!("cannot write the sidecar: {e}"));
+            }
+            db.health().db_bytes = u64::from(db_pages) * PAGE_SIZE as u64;
+            let stat = CommitStat {
+                bytes: frame.len() as u64,
+                raw,
+                pages: page_count,
+                attempts: result.attempts,
+                append_us,
+                vfs_us: start.elapsed().as_micros() as u64,
+            };
+            db.record_commit(
+                next_offset,
+                frame.len() as u64,
+                stat,
+                result.attempts.saturating_sub(1),
+            );
+            db.wake_snapshot();
+            ffi::SQLITE_OK
+        }
+        append::Outcome::Refused { kind, reason } => {
+            db.health().append_retries += result.attempts.saturating_sub(1);
+            cs.refused_seq = Some(seq);
+            db.refuse(kind, &reason);
+            ffi::SQLITE_IOERR_AUTH
+        }
+        append::Outcome::Poisoned { kind, reason } => {
+            db.health().append_retries += result.attempts.saturating_sub(1);
+            db.poison(kind, &reason);
+            ffi::SQLITE_IOERR_WRITE
+        }
+    }
+}
+
+fn hdr_salts(cs: &crate::db::CommitState, hdr_off: u64) -> (u32, u32) {
+    // The commit frame header was written before its page, so it is in the overlay.
+    cs.overlay
+        .get(&hdr_off)
+        .filter(|h| h.len() == 24)
+        .map_or((0, 0), |h| (be32(h, 8), be32(h, 12)))
+}

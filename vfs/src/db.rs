@@ -1,0 +1,407 @@
+//! One attached database: what the commit path, the snapshot thread and `status` share.
+
+use std::collections::BTreeMap;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Condvar;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicUsize;
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::error::Action;
+use crate::error::Kind;
+use crate::format::Sidecar;
+use crate::log;
+
+/// Measurements kept between drains, per kind.
+pub const STATS_CAP: usize = 8192;
+
+#[derive(Debug, Clone)]
+pub struct Poison {
+    pub kind: Kind,
+    pub reason: String,
+    pub fenced: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Refused {
+    pub kind: Kind,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct CommitStat {
+    pub bytes: u64,
+    pub raw: u64,
+    pub pages: u64,
+    pub attempts: u64,
+    pub append_us: u64,
+    pub vfs_us: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SnapshotStat {
+    pub offset: String,
+    pub bytes: u64,
+    pub raw: u64,
+    pub copy_us: u64,
+    pub total_us: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Dropped {
+    pub commits: u64,
+    pub commit_bytes: u64,
+    pub commit_retries: u64,
+    pub checkpoints: u64,
+    pub snapshots: u64,
+}
+
+/// Everything `status` and `stats` report. Held briefly, never across a request.
+#[derive(Debug)]
+pub struct Health {
+    pub offset: String,
+    pub epoch: u64,
+    pub poison: Option<Poison>,
+    pub refused: Option<Refused>,
+    /// The latest refusal a layer answered was a 402.
+    pub payment: Option<String>,
+    pub snapshot: String,
+    pub retained: String,
+    pub local: String,
+    pub installed: String,
+    pub attach_ms: u64,
+    pub commits: u64,
+    pub append_retries: u64,
+    pub log_bytes: u64,
+    pub db_bytes: u64,
+    pub snapshot_at: Option<Instant>,
+    pub snapshot_failures: u64,
+    pub snapshot_error: Option<String>,
+    pub snapshot_bytes: Option<u64>,
+    pub commit_stats: VecDeque<CommitStat>,
+    pub checkpoint_stats: VecDeque<u64>,
+    pub snapshot_stats: VecDeque<SnapshotStat>,
+    pub dropped: Dropped,
+}
+
+/// The WAL position the local files reflect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WalClaim {
+    pub salt1: u32,
+    pub salt2: u32,
+    /// 1-based index of the last commit frame; 0 when the WAL holds nothing.
+    pub frame: u32,
+}
+
+impl WalClaim {
+    pub fn encode(&self) -> String {
+        if self.frame == 0 {
+            ":0".to_owned()
+        } else {
+            format!("{}:{}:{}", self.salt1, self.salt2, self.frame)
+        }
+    }
+
+    pub fn decode(s: &str) -> Option<WalClaim> {
+        if s == ":0" {
+            return Some(WalClaim::default());
+        }
+        let mut it = s.split(':');
+        let claim = WalClaim {
+            salt1: it.next()?.parse().ok()?,
+            salt2: it.next()?.parse().ok()?,
+            frame: it.next()?.parse().ok()?,
+        };
+        it.next().is_none().then_some(claim)
+    }
+}
+
+/// The commit path's state: held for a whole commit, and by the snapshot copy.
+#[derive(Debug, Default)]
+pub struct CommitState {
+    /// WAL writes of the open write transaction, by file offset, not yet on disk.
+    pub overlay: BTreeMap<u64, Vec<u8>>,
+    /// After the append was acknowledged, the rest of the transaction's WAL writes go to disk.
+    pub passthrough: bool,
+    /// Some connection holds SQLite's WAL write lock.
+    pub writer_active: bool,
+    /// Last producer seq the stream acknowledged for this owner's epoch (the claim is 0).
+    pub seq: u64,
+    /// A commit at this seq was refused as never applied; the seq stays free.
+    pub refused_seq: Option<u64>,
+    pub wal: WalClaim,
+    /// Committed WAL frames of the current generation: page number -> offsets of its images.
+    /// Checkpoint writes to the database file are checked against them.
+    pub wal_pages: std::collections::HashMap<u32, Vec<u64>>,
+    /// Database sizes (pages) committed in the current generation: legal checkpoint truncations.
+    pub wal_sizes: std::collections::HashSet<u32>,
+    /// What the sidecar says; rewritten after each commit.
+    pub sidecar: Sidecar,
+}
+
+#[derive(Debug)]
+pub struct Db {
+    pub path: PathBuf,
+    pub url: String,
+    pub read_only: bool,
+    pub commit: Mutex<CommitState>,
+    pub health: Mutex<Health>,
+    /// Main-database handles open through the VFS.
+    pub open_files: AtomicUsize,
+    /// Set when the snapshot thread should look at the log.
+    pub snapshot_wake: (Mutex<bool>, Condvar),
+    pub closed: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the data usable for status; keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Db {
+    pub fn new(path: PathBuf, url: String, read_only: bool, sidecar: Sidecar) -> Db {
+        Db {
+            path,
+            url,
+            read_only,
+            commit: Mutex::new(CommitState {
+                sidecar,
+                ..CommitState::default()
+            }),
+            health: Mutex::new(Health {
+                offset: "-1".into(),
+                epoch: 0,
+                poison: None,
+                refused: None,
+                payment: None,
+                snapshot: "-1".into(),
+                retained: "-1".into(),
+                local: "-1".into(),
+                installed: "-1".into(),
+                attach_ms: 0,
+                commits: 0,
+                append_retries: 0,
+                log_bytes: 0,
+                db_bytes: 0,
+                snapshot_at: None,
+                snapshot_failures: 0,
+                snapshot_error: None,
+                snapshot_bytes: None,
+                commit_stats: VecDeque::new(),
+                checkpoint_stats: VecDeque::new(),
+                snapshot_stats: VecDeque::new(),
+                dropped: Dropped::default(),
+            }),
+            open_files: AtomicUsize::new(0),
+            snapshot_wake: (Mutex::new(false), Condvar::new()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn commit_state(&self) -> MutexGuard<'_, CommitState> {
+        lock(&self.commit)
+    }
+
+    pub fn health(&self) -> MutexGuard<'_, Health> {
+        lock(&self.health)
+    }
+
+    pub fn file(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.health().poison.is_some()
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        self.health().poison.as_ref().is_some_and(|p| p.fenced)
+    }
+
+    /// Poisons the file; the first reason stays.
+    pub fn poison(&self, kind: Kind, reason: &str) {
+        let mut h = self.health();
+        if h.poison.is_some() {
+            return;
+        }
+        let fenced = kind == Kind::Fenced;
+        h.poison = Some(Poison {
+            kind,
+            reason: reason.to_owned(),
+            fenced,
+        });
+        h.refused = None;
+        h.payment = None;
+        drop(h);
+        log::event(
+            log::Level::Warn,
+            "poisoned",
+            &[
+                ("file", &self.file()),
+                ("stream", &self.url),
+                ("fenced", if fenced { "true" } else { "false" }),
+                ("reason", reason),
+            ],
+        );
+    }
+
+    /// Records a commit refused before it reached the stream.
+    pub fn refuse(&self, kind: Kind, reason: &str) {
+        let mut h = self.health();
+        let starting = h.refused.as_ref().is_none_or(|r| r.kind != kind);
+        if kind == Kind::PaymentRequired {
+            let first = h.payment.is_none();
+            h.payment = Some(reason.to_owned());
+            if first {
+                log::event(
+                    log::Level::Warn,
+                    "payment_required",
+                    &[
+                        ("file", &self.file()),
+                        ("stream", &self.url),
+                        ("what", "commit"),
+                        ("explanation", reason),
+                    ],
+                );
+            }
+        } else if kind != Kind::TooLarge {
+            h.payment = None;
+            if starting {
+                log::event(
+                    log::Level::Warn,
+                    "writes_refused",
+                    &[
+                        ("file", &self.file()),
+                        ("stream", &self.url),
+                        ("what", "commit"),
+                        ("kind", kind.as_str()),
+                        ("reason", reason),
+                    ],
+                );
+            }
+        }
+        h.refused = Some(Refused {
+            kind,
+            reason: reason.to_owned(),
+        });
+    }
+
+    pub fn record_commit(&self, offset: String, frame_bytes: u64, stat: CommitStat, retries: u64) {
+        let mut h = self.health();
+        let resumed =
+            h.refused.as_ref().is_some_and(|r| r.kind != Kind::TooLarge) || h.payment.is_some();
+        h.offset = offset;
+        h.refused = None;
+        h.payment = None;
+        h.commits += 1;
+        h.append_retries += retries;
+        h.log_bytes += frame_bytes;
+        if h.commit_stats.len() >= STATS_CAP
+            && let Some(old) = h.commit_stats.pop_front()
+        {
+            h.dropped.commits += 1;
+            h.dropped.commit_bytes += old.bytes;
+            h.dropped.commit_retries += old.attempts.saturating_sub(1);
+        }
+        h.commit_stats.push_back(stat);
+        drop(h);
+        if resumed {
+            log::event(
+                log::Level::Info,
+                "writes_resumed",
+                &[("file", &self.file()), ("stream", &self.url)],
+            );
+        }
+    }
+
+    pub fn record_checkpoint(&self, us: u64) {
+        let mut h = self.health();
+        if h.checkpoint_stats.len() >= STATS_CAP {
+            h.checkpoint_stats.pop_front();
+            h.dropped.checkpoints += 1;
+        }
+        h.checkpoint_stats.push_back(us);
+    }
+
+    /// `ursula_status`: every field the spec lists. Offsets are strings.
+    pub fn status_json(&self, snapshot_min_bytes: u64) -> serde_json::Value {
+        let h = self.health();
+        let poisoned = h.poison.is_some();
+        let error = if let Some(p) = &h.poison {
+            json!({ "kind": p.kind.as_str(), "action": p.kind.poison_action(), "message": p.reason })
+        } else if let Some(r) = &h.refused {
+            let action = if r.kind == Kind::TooLarge {
+                Action::Fix
+            } else {
+                Action::Retry
+            };
+            json!({ "kind": "refused", "action": action, "message": r.reason, "refused_kind": r.kind.as_str() })
+        } else {
+            serde_json::Value::Null
+        };
+        json!({
+            "offset": h.offset,
+            "epoch": h.epoch,
+            "poisoned": poisoned,
+            "fenced": h.poison.as_ref().is_some_and(|p| p.fenced),
+            "reason": h.poison.as_ref().map(|p| p.reason.clone()),
+            "read_only": self.read_only,
+            "writes_refused": !poisoned && h.refused.is_some(),
+            "refused_kind": if poisoned { None } else { h.refused.as_ref().map(|r| r.kind.as_str()) },
+            "refused_reason": if poisoned { None } else { h.refused.as_ref().map(|r| r.reason.clone()) },
+            "payment_required": !poisoned && h.payment.is_some(),
+            "payment_reason": if poisoned { None } else { h.payment.clone() },
+            "snapshot": h.snapshot,
+            "retained": h.retained,
+            "local": h.local,
+            "installed": h.installed,
+            "attach_ms": h.attach_ms,
+            "commits": h.commits,
+            "append_retries": h.append_retries,
+            "log_bytes": h.log_bytes,
+            "snapshot_due_bytes": h.db_bytes.max(snapshot_min_bytes),
+            "snapshot_age_ms": h.snapshot_at.map(|t| t.elapsed().as_millis() as u64),
+            "snapshot_failures": h.snapshot_failures,
+            "snapshot_error": h.snapshot_error,
+            "snapshot_bytes": h.snapshot_bytes,
+            "error": error,
+        })
+    }
+
+    /// `ursula_stats`: drains the measurements kept since the last drain.
+    pub fn drain_stats_json(&self) -> serde_json::Value {
+        let mut h = self.health();
+        let commits: Vec<_> = h
+            .commit_stats
+            .drain(..)
+            .map(|c| json!({"bytes": c.bytes, "raw": c.raw, "pages": c.pages, "attempts": c.attempts, "append_us": c.append_us, "vfs_us": c.vfs_us}))
+            .collect();
+        let checkpoints: Vec<_> = h.checkpoint_stats.drain(..).collect();
+        let snapshots: Vec<_> = h
+            .snapshot_stats
+            .drain(..)
+            .map(|s| json!({"offset": s.offset, "bytes": s.bytes, "raw": s.raw, "copy_us": s.copy_us, "total_us": s.total_us}))
+            .collect();
+        let d = std::mem::take(&mut h.dropped);
+        json!({
+            "commits": commits,
+            "checkpoints_us": checkpoints,
+            "snapshots": snapshots,
+            "dropped": {
+                "commits": d.commits, "commit_bytes": d.commit_bytes, "commit_retries": d.commit_retries,
+                "checkpoints": d.checkpoints, "snapshots": d.snapshots,
+            },
+        })
+    }
+
+    pub fn wake_snapshot(&self) {
+        let (m, c) = &self.snapshot_wake;
+        *lock(m) = true;
+        c.notify_one();
+    }
+}

@@ -1,0 +1,65 @@
+//! `sqlite-ursula-vfs`: a SQLite loadable extension that replicates a database to an Ursula
+//! stream. Every commit is appended to the stream before it reaches the local file.
+//!
+//! Module map:
+//! - [`entry`]: the loadable-extension entry points and the host version check.
+//! - [`shim`]: the `ursula` VFS, a shim over `unix` (FFI).
+//! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
+//! - [`append`]: appending frames and the refusal table.
+//! - [`attach`]: local-file checks, catch-up, claim.
+//! - [`replay`]: snapshot install and tail replay.
+//! - [`snapshot`]: the per-database snapshot thread.
+//! - [`db`], [`registry`]: per-database and process-wide state.
+//! - [`format`]: frame, snapshot and sidecar layouts (see `docs/sqlite-vfs.md`).
+//! - [`local`]: sidecar, boot id, WAL checks.
+//! - [`client`], [`token`], [`dns`]: the HTTP client, bearer tokens, name resolution.
+//! - [`sql`]: `ursula_attach`, `ursula_status`, `ursula_stats`, `ursula_set_token`.
+//! - [`settings`], [`log`], [`error`]: env vars, logfmt events, failure kinds.
+
+pub mod append;
+pub mod attach;
+pub mod client;
+pub mod commit;
+pub mod db;
+pub mod dns;
+pub mod entry;
+pub mod error;
+pub mod format;
+pub mod local;
+pub mod log;
+pub mod registry;
+pub mod replay;
+pub mod settings;
+pub mod shim;
+pub mod snapshot;
+pub mod sql;
+pub mod token;
+
+use std::os::raw::c_char;
+use std::os::raw::c_int;
+
+/// Entry point SQLite derives from the file name `libsqlite_ursula_vfs.so`.
+///
+/// # Safety
+/// Called by SQLite's extension loader.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sqlite3_sqliteursulavfs_init(
+    db: *mut rusqlite::ffi::sqlite3,
+    pz_err: *mut *mut c_char,
+    p_api: *mut rusqlite::ffi::sqlite3_api_routines,
+) -> c_int {
+    unsafe { entry::init(db, pz_err, p_api) }
+}
+
+/// The generic entry point SQLite tries first.
+///
+/// # Safety
+/// Called by SQLite's extension loader.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sqlite3_extension_init(
+    db: *mut rusqlite::ffi::sqlite3,
+    pz_err: *mut *mut c_char,
+    p_api: *mut rusqlite::ffi::sqlite3_api_routines,
+) -> c_int {
+    unsafe { entry::init(db, pz_err, p_api) }
+}

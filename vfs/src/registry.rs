@@ -1,0 +1,112 @@
+//! Process-wide state: which files are attached, which attaches failed, and the lock files the
+//! process holds until it exits.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+use std::sync::OnceLock;
+
+use crate::db::Db;
+use crate::error::Kind;
+
+#[derive(Debug, Default)]
+pub struct Registry {
+    attached: Mutex<HashMap<PathBuf, Arc<Db>>>,
+    /// Files whose last attach failed after it started changing things: they stay locked out.
+    failed: Mutex<HashMap<PathBuf, (Kind, String)>>,
+    /// `-ursula.lock` files, flock'd and never closed: a process holds every file it attached.
+    locks: Mutex<HashMap<PathBuf, File>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn global() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(Registry::default)
+}
+
+/// The one spelling of a database path: absolute, with the directory's symlinks resolved.
+pub fn canonical(path: &str) -> PathBuf {
+    let p = Path::new(path);
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    };
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or(abs),
+        _ => abs,
+    }
+}
+
+pub fn sibling(db: &Path, suffix: &str) -> PathBuf {
+    let mut s = db.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+impl Registry {
+    pub fn attached(&self, path: &Path) -> Option<Arc<Db>> {
+        lock(&self.attached).get(path).cloned()
+    }
+
+    pub fn set_attached(&self, db: Arc<Db>) {
+        lock(&self.failed).remove(&db.path);
+        lock(&self.attached).insert(db.path.clone(), db);
+    }
+
+    pub fn detach(&self, path: &Path) -> Option<Arc<Db>> {
+        lock(&self.attached).remove(path)
+    }
+
+    pub fn failed(&self, path: &Path) -> Option<(Kind, String)> {
+        lock(&self.failed).get(path).cloned()
+    }
+
+    pub fn set_failed(&self, path: &Path, kind: Kind, reason: String) {
+        lock(&self.failed).insert(path.to_path_buf(), (kind, reason));
+    }
+
+    /// Takes the host lock of `db` for the rest of the process's life. `Ok(false)`: another
+    /// process holds it.
+    pub fn take_host_lock(&self, db: &Path) -> std::io::Result<bool> {
+        let mut locks = lock(&self.locks);
+        if locks.contains_key(db) {
+            return Ok(true);
+        }
+        let path = sibling(db, "-ursula.lock");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor we own; no memory is shared with the call.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            return if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                Ok(false)
+            } else {
+                Err(err)
+            };
+        }
+        locks.insert(db.to_path_buf(), f);
+        Ok(true)
+    }
+
+    pub fn holds_host_lock(&self, db: &Path) -> bool {
+        lock(&self.locks).contains_key(db)
+    }
+}

@@ -1,0 +1,255 @@
+//! Catching a local file up with the stream: install the latest snapshot, then apply the
+//! tail's commit frames page by page, reading at most 8 MiB at a time so memory stays bounded.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::client::Attempt;
+use crate::client::Client;
+use crate::client::Method;
+use crate::client::Request;
+use crate::error::Kind;
+use crate::error::VfsError;
+use crate::format;
+use crate::format::FrameReader;
+use crate::format::PAGE_SIZE;
+use crate::format::Record;
+use crate::settings;
+
+/// What a catch-up saw on the way.
+#[derive(Debug, Default, Clone)]
+pub struct Seen {
+    /// Offset after the last frame applied.
+    pub offset: String,
+    pub max_epoch: u64,
+    /// The last claim read: its epoch, nonce, and the offset after it.
+    pub last_claim: Option<(u64, [u8; 16], String)>,
+    pub frame_bytes: u64,
+    pub db_pages: Option<u32>,
+}
+
+pub fn open_db(path: &Path) -> Result<File, VfsError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| {
+            VfsError::new(
+                Kind::LocalSetup,
+                format!("cannot open {}: {e}", path.display()),
+            )
+        })
+}
+
+fn local_err(e: std::io::Error) -> VfsError {
+    VfsError::new(
+        Kind::LocalDamage,
+        format!("writing the local file failed: {e}"),
+    )
+}
+
+/// Applies one commit's page images and size.
+pub fn apply_commit(f: &File, db_pages: u32, pages: &[(u32, Vec<u8>)]) -> Result<(), VfsError> {
+    for (pgno, data) in pages {
+        if *pgno <= db_pages {
+            f.write_all_at(data, u64::from(pgno - 1) * PAGE_SIZE as u64)
+                .map_err(local_err)?;
+        }
+    }
+    f.set_len(u64::from(db_pages) * PAGE_SIZE as u64)
+        .map_err(local_err)
+}
+
+/// One read request, retried within the budget for answers that may clear (no answer, 429,
+/// 5xx, 307); a refused connection fails at once.
+pub fn get(
+    url: &str,
+    incarnation: Option<&str>,
+    long: bool,
+) -> Result<crate::client::Answer, VfsError> {
+    let budget = Duration::from_millis(settings::get().retry_ms);
+    let start = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    let mut headers = Vec::new();
+    if let Some(inc) = incarnation {
+        headers.push(("Stream-Incarnation", inc.to_owned()));
+    }
+    loop {
+        let req = Request {
+            method: Method::Get,
+            url,
+            headers: headers.clone(),
+            body: &[],
+            long,
+        };
+        let why = match Client::global().send(&req) {
+            Attempt::Answered(a) if !(a.status == 429 || a.status == 307 || a.status >= 500) => {
+                return Ok(a);
+            }
+            Attempt::Answered(a) => format!("HTTP {}", a.status),
+            Attempt::NeverSent(r) => {
+                return Err(VfsError::new(
+                    Kind::Unreachable,
+                    format!("cannot reach the stream: {r}"),
+                ));
+            }
+            Attempt::NoAnswer(r) => r,
+        };
+        if start.elapsed() + backoff > budget {
+            return Err(VfsError::new(
+                Kind::Unavailable,
+                format!("the stream did not answer a read: {why}"),
+            ));
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn with_offset(url: &str, offset: &str) -> String {
+    format!("{url}?offset={offset}&consistency=leader")
+}
+
+/// Applies frames from `from` until the stream says the reader is up to date. `until`: stop
+/// once this offset is reached (used after a claim).
+pub fn replay(
+    db: &File,
+    url: &str,
+    incarnation: &str,
+    from: &str,
+    until: Option<&str>,
+) -> Result<Seen, VfsError> {
+    let mut seen = Seen {
+        offset: from.to_owned(),
+        ..Seen::default()
+    };
+    let mut frames = FrameReader::default();
+    let mut read_at = from.to_owned();
+    loop {
+        let a = get(&with_offset(url, &read_at), Some(incarnation), false)?;
+        match a.status {
+            200 => {}
+            410 => {
+                return Err(VfsError::new(
+                    Kind::StreamState,
+                    "retention moved past the offset being replayed",
+                ));
+            }
+            412 => {
+                return Err(VfsError::new(
+                    Kind::StreamState,
+                    "the stream was deleted and recreated during attach",
+                ));
+            }
+            404 => {
+                return Err(VfsError::new(
+                    Kind::NotFound,
+                    "the stream disappeared during attach",
+                ));
+            }
+            s => {
+                return Err(VfsError::new(
+                    Kind::StreamState,
+                    format!("a read of the stream answered {s}"),
+                ));
+            }
+        }
+        let next = a
+            .header("stream-next-offset")
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                VfsError::new(
+                    Kind::StreamState,
+                    "a read answered without Stream-Next-Offset",
+                )
+            })?;
+        let up_to_date = a.header("stream-up-to-date").is_some();
+        frames.push(&a.body);
+        while let Some((record, len)) = frames.next(&seen.offset).map_err(format_err)? {
+            seen.frame_bytes += len as u64;
+            match record {
+                Record::Commit { db_pages, pages } => {
+                    apply_commit(db, db_pages, &pages)?;
+                    seen.db_pages = Some(db_pages);
+                }
+                Record::Claim { epoch, nonce } => {
+                    seen.max_epoch = seen.max_epoch.max(epoch);
+                    seen.last_claim = Some((epoch, nonce, String::new()));
+                }
+            }
+            if frames.pending() == 0 {
+                // Frame boundary at a known offset: the end of this read.
+                seen.offset = next.clone();
+                if let Some(c) = seen.last_claim.as_mut()
+                    && c.2.is_empty()
+                {
+                    c.2 = next.clone();
+                }
+            }
+        }
+        read_at = next;
+        let reached = until.is_some_and(|u| read_at.as_str() >= u);
+        if (up_to_date || reached) && frames.pending() == 0 {
+            seen.offset = read_at;
+            return Ok(seen);
+        }
+        if up_to_date && frames.pending() > 0 {
+            return Err(VfsError::new(
+                Kind::StreamState,
+                "the stream ends inside a frame",
+            ));
+        }
+    }
+}
+
+pub fn format_err(e: format::FormatError) -> VfsError {
+    match e {
+        format::FormatError::UnknownVersion(..) => VfsError::new(Kind::Unsupported, e.to_string()),
+        _ => VfsError::new(Kind::StreamState, e.to_string()),
+    }
+}
+
+/// Downloads and writes the snapshot at `offset` over the file; returns its header.
+pub fn install_snapshot(
+    db: &File,
+    url: &str,
+    incarnation: &str,
+    offset: &str,
+) -> Result<format::SnapshotHeader, VfsError> {
+    let a = get(&format!("{url}/snapshot/{offset}"), Some(incarnation), true)?;
+    if a.status != 200 {
+        return Err(VfsError::new(
+            Kind::StreamState,
+            format!("reading snapshot {offset} answered {}", a.status),
+        ));
+    }
+    let mut r = &a.body[..];
+    let h = format::read_snapshot_header(&mut r).map_err(format_err)?;
+    let mut dec = zstd::stream::read::Decoder::new(r)
+        .map_err(|e| VfsError::new(Kind::StreamState, format!("snapshot: {e}")))?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut page = vec![0u8; PAGE_SIZE];
+    for pgno in 0..h.pages {
+        dec.read_exact(&mut page).map_err(|e| {
+            VfsError::new(Kind::StreamState, format!("snapshot image is short: {e}"))
+        })?;
+        hasher.update(&page);
+        db.write_all_at(&page, u64::from(pgno) * PAGE_SIZE as u64)
+            .map_err(local_err)?;
+    }
+    if hasher.finalize() != h.crc {
+        return Err(VfsError::new(
+            Kind::StreamState,
+            "snapshot image checksum mismatch",
+        ));
+    }
+    db.set_len(u64::from(h.pages) * PAGE_SIZE as u64)
+        .map_err(local_err)?;
+    Ok(h)
+}

@@ -1,0 +1,316 @@
+//! The snapshot thread of an attached database: when the log since the latest snapshot
+//! outgrows the database, it copies a page-exact image at a frame boundary, publishes it,
+//! reads it back, and moves retention to the snapshot before it.
+
+use std::io::Read;
+use std::io::Seek;
+use std::io::SeekFrom;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::client::Attempt;
+use crate::client::Client;
+use crate::client::Method;
+use crate::client::Request;
+use crate::db::Db;
+use crate::db::SnapshotStat;
+use crate::error::Kind;
+use crate::format;
+use crate::format::PAGE_SIZE;
+use crate::local::FRAME;
+use crate::local::WAL_HEADER;
+use crate::log;
+use crate::registry::sibling;
+use crate::settings;
+
+const SMALL_BODY: usize = 1 << 20;
+
+pub fn start(db: Arc<Db>) {
+    if db.read_only {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("ursula-snapshot".into())
+        .spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&db)));
+            if result.is_err() {
+                log::event(
+                    log::Level::Error,
+                    "snapshot_thread_panicked",
+                    &[("file", &db.file()), ("stream", &db.url)],
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        log::event(
+            log::Level::Error,
+            "snapshot_thread_not_resumed",
+            &[("reason", &e.to_string())],
+        );
+    }
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn due(db: &Db) -> bool {
+    let min = settings::get().snapshot_min_bytes;
+    let h = db.health();
+    let refused =
+        h.refused.as_ref().is_some_and(|r| r.kind != Kind::TooLarge) || h.payment.is_some();
+    h.poison.is_none() && !refused && h.log_bytes > h.db_bytes.max(min)
+}
+
+fn run(db: &Db) {
+    let mut failures: u32 = 0;
+    let mut wait = Duration::ZERO;
+    let mut previous: Option<String> = None;
+    loop {
+        {
+            let (m, c) = &db.snapshot_wake;
+            let mut woken = m.lock().unwrap_or_else(|e| e.into_inner());
+            let deadline = Instant::now() + wait.max(Duration::from_millis(1));
+            while !*woken && !db.closed.load(Ordering::SeqCst) {
+                let now = Instant::now();
+                if now >= deadline && wait.is_zero() {
+                    break;
+                }
+                let timeout = if wait.is_zero() {
+                    Duration::from_secs(1)
+                } else {
+                    deadline.saturating_duration_since(now)
+                };
+                if timeout.is_zero() {
+                    break;
+                }
+                woken = c
+                    .wait_timeout(woken, timeout)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0);
+            }
+            *woken = false;
+        }
+        if db.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        if !due(db) {
+            continue;
+        }
+        match publish(db) {
+            Ok(offset) => {
+                failures = 0;
+                wait = Duration::ZERO;
+                if let Some(prev) = previous.replace(offset) {
+                    retain(db, &prev);
+                }
+            }
+            Err((kind, reason, too_large)) => {
+                failures += 1;
+                let cap = if too_large {
+                    Duration::from_secs(3600)
+                } else {
+                    Duration::from_secs(300)
+                };
+                let base = Duration::from_millis(100)
+                    .saturating_mul(1u32 << failures.min(20).saturating_sub(1));
+                let jitter = 0.8 + rand::random::<f64>() * 0.4;
+                wait = base.min(cap).mul_f64(jitter);
+                let mut h = db.health();
+                h.snapshot_failures += 1;
+                h.snapshot_error = Some(reason.clone());
+                drop(h);
+                log::event(
+                    log::Level::Warn,
+                    "snapshot_failed",
+                    &[
+                        ("file", &db.file()),
+                        ("stream", &db.url),
+                        ("failures", &failures.to_string()),
+                        ("retry_ms", &wait.as_millis().to_string()),
+                        ("kind", kind),
+                        ("reason", &reason),
+                    ],
+                );
+            }
+        }
+    }
+}
+
+/// A page-exact image of the database at the last acknowledged commit, with its offset,
+/// epoch and the log bytes it covers.
+fn copy_image(db: &Db) -> std::io::Result<(Vec<u8>, String, u64, u64)> {
+    let cs = db.commit_state();
+    let mut image = std::fs::read(&db.path)?;
+    if cs.wal.frame > 0 {
+        let mut wal = std::fs::File::open(sibling(&db.path, "-wal"))?;
+        let mut frame = vec![0u8; FRAME as usize];
+        let mut db_pages = (image.len() / PAGE_SIZE) as u32;
+        for i in 0..u64::from(cs.wal.frame) {
+            wal.seek(SeekFrom::Start(WAL_HEADER + i * FRAME))?;
+            wal.read_exact(&mut frame)?;
+            if be32(&frame, 8) != cs.wal.salt1 || be32(&frame, 12) != cs.wal.salt2 {
+                continue;
+            }
+            let pgno = be32(&frame, 0) as usize;
+            if pgno == 0 {
+                continue;
+            }
+            let end = pgno * PAGE_SIZE;
+            if image.len() < end {
+                image.resize(end, 0);
+            }
+            image[end - PAGE_SIZE..end].copy_from_slice(&frame[24..]);
+            let commit = be32(&frame, 4);
+            if commit != 0 {
+                db_pages = commit;
+            }
+        }
+        image.truncate(db_pages as usize * PAGE_SIZE);
+    }
+    Ok((
+        image,
+        cs.sidecar.offset.clone(),
+        cs.sidecar.epoch,
+        cs.sidecar.log_bytes,
+    ))
+}
+
+type Failure = (&'static str, String, bool);
+
+fn publish(db: &Db) -> Result<String, Failure> {
+    let started = Instant::now();
+    let (image, offset, epoch, log_at) =
+        copy_image(db).map_err(|e| ("other", format!("copying the image: {e}"), false))?;
+    let copy_us = started.elapsed().as_micros() as u64;
+    let crc = crc32fast::hash(&image);
+    let compressed = zstd::bulk::compress(&image, format::SNAPSHOT_LEVEL)
+        .map_err(|e| ("other", e.to_string(), false))?;
+    let header = format::SnapshotHeader {
+        epoch,
+        pages: (image.len() / PAGE_SIZE) as u32,
+        crc,
+        offset: offset.clone(),
+    };
+    let body = format::encode_snapshot(&header, &compressed);
+    db.health().snapshot_bytes = Some(body.len() as u64);
+    let incarnation = db.commit_state().sidecar.incarnation.clone();
+    let url = format!("{}/snapshot/{offset}", db.url);
+    let big = body.len() > SMALL_BODY;
+    let headers = vec![
+        ("Content-Type", "application/octet-stream".to_owned()),
+        ("Stream-Incarnation", incarnation.clone()),
+    ];
+    let put = Request {
+        method: Method::Put,
+        url: &url,
+        headers,
+        body: &body,
+        long: true,
+    };
+    match Client::global().send(&put) {
+        Attempt::Answered(a) if a.status == 204 || a.status == 200 => {}
+        Attempt::Answered(a) if a.status == 409 || a.status == 410 => {
+            // A newer snapshot is published already; this one is moot.
+            return Ok(offset);
+        }
+        Attempt::Answered(a) => {
+            let too_large = big || a.status == 413;
+            let kind = if too_large {
+                "size"
+            } else if a.status >= 500 {
+                "outage"
+            } else {
+                "other"
+            };
+            return Err((
+                kind,
+                format!(
+                    "publishing a {}-byte snapshot answered {}: {}",
+                    body.len(),
+                    a.status,
+                    crate::append::reason_of(&a)
+                ),
+                too_large,
+            ));
+        }
+        Attempt::NeverSent(r) | Attempt::NoAnswer(r) => return Err(("outage", r, false)),
+    }
+    let get = Request {
+        method: Method::Get,
+        url: &url,
+        headers: vec![("Stream-Incarnation", incarnation)],
+        body: &[],
+        long: true,
+    };
+    match Client::global().send(&get) {
+        Attempt::Answered(a) if a.status == 200 && a.body == body => {}
+        Attempt::Answered(a) => {
+            return Err((
+                "other",
+                format!(
+                    "reading the snapshot back answered {} with other bytes",
+                    a.status
+                ),
+                false,
+            ));
+        }
+        Attempt::NeverSent(r) | Attempt::NoAnswer(r) => return Err(("outage", r, false)),
+    }
+    let mut h = db.health();
+    h.snapshot = offset.clone();
+    h.snapshot_at = Some(Instant::now());
+    h.snapshot_failures = 0;
+    h.snapshot_error = None;
+    h.log_bytes = h.log_bytes.saturating_sub(log_at);
+    if h.snapshot_stats.len() >= crate::db::STATS_CAP {
+        h.snapshot_stats.pop_front();
+        h.dropped.snapshots += 1;
+    }
+    h.snapshot_stats.push_back(SnapshotStat {
+        offset: offset.clone(),
+        bytes: body.len() as u64,
+        raw: image.len() as u64,
+        copy_us,
+        total_us: started.elapsed().as_micros() as u64,
+    });
+    drop(h);
+    let mut cs = db.commit_state();
+    cs.sidecar.log_bytes = cs.sidecar.log_bytes.saturating_sub(log_at);
+    Ok(offset)
+}
+
+fn retain(db: &Db, offset: &str) {
+    let incarnation = db.commit_state().sidecar.incarnation.clone();
+    let url = format!("{}/retention/{offset}", db.url);
+    let req = Request {
+        method: Method::Put,
+        url: &url,
+        headers: vec![("Stream-Incarnation", incarnation)],
+        body: &[],
+        long: false,
+    };
+    match Client::global().send(&req) {
+        Attempt::Answered(a) if a.status == 204 || a.status == 200 => {
+            db.health().retained = offset.to_owned()
+        }
+        other => {
+            let reason = match other {
+                Attempt::Answered(a) => format!("HTTP {}", a.status),
+                Attempt::NeverSent(r) | Attempt::NoAnswer(r) => r,
+            };
+            log::event(
+                log::Level::Warn,
+                "retention_failed",
+                &[
+                    ("file", &db.file()),
+                    ("stream", &db.url),
+                    ("offset", offset),
+                    ("reason", &reason),
+                ],
+            );
+        }
+    }
+}

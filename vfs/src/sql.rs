@@ -1,0 +1,132 @@
+//! SQL functions, registered on the connection that loaded the extension. Direct-only: a
+//! trigger or view cannot call them.
+
+use rusqlite::Connection;
+use rusqlite::functions::Context;
+use rusqlite::functions::FunctionFlags;
+
+use crate::attach;
+use crate::error::Kind;
+use crate::error::VfsError;
+use crate::registry;
+use crate::settings;
+use crate::token;
+
+fn fail(function: &str, e: &VfsError) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(e.code),
+        Some(format!("{function}: {}: {}", e.kind.as_str(), e.message)),
+    )
+}
+
+fn text_arg(ctx: &Context<'_>, i: usize, function: &str) -> rusqlite::Result<String> {
+    ctx.get::<Option<String>>(i)?.ok_or_else(|| {
+        fail(
+            function,
+            &VfsError::new(
+                Kind::InvalidArgument,
+                format!("argument {} must be text", i + 1),
+            ),
+        )
+    })
+}
+
+/// Looks a path up for `status`/`stats`, naming a failed attach's reason.
+fn attached(function: &str, path: &str) -> rusqlite::Result<std::sync::Arc<crate::db::Db>> {
+    let canon = registry::canonical(path);
+    let reg = registry::global();
+    if let Some(db) = reg.attached(&canon) {
+        return Ok(db);
+    }
+    let e = match reg.failed(&canon) {
+        Some((kind, reason)) => rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(1),
+            Some(format!(
+                "{function}: attach_failed: {}: {} is not attached: its last attach failed ({reason})",
+                kind.as_str(),
+                canon.display()
+            )),
+        ),
+        None => fail(
+            function,
+            &VfsError::new(
+                Kind::NotAttached,
+                format!("{} is not attached in this process", canon.display()),
+            ),
+        ),
+    };
+    Err(e)
+}
+
+fn guard<T>(name: &str, f: impl FnOnce() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            crate::log::event(crate::log::Level::Error, "panic", &[("entry", name)]);
+            Err(fail(
+                name,
+                &VfsError::new(
+                    Kind::Internal,
+                    "the extension panicked; see the panic event on stderr",
+                ),
+            ))
+        }
+    }
+}
+
+pub fn register(conn: &Connection) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DIRECTONLY;
+    conn.create_scalar_function("ursula_attach", -1, flags, |ctx| {
+        guard("ursula_attach", || {
+            let f = "ursula_attach";
+            if !(2..=3).contains(&ctx.len()) {
+                return Err(fail(
+                    f,
+                    &VfsError::new(Kind::InvalidArgument, "takes (path, url[, 'read_only'])"),
+                ));
+            }
+            let path = text_arg(ctx, 0, f)?;
+            let url = text_arg(ctx, 1, f)?;
+            let read_only = match ctx.len() {
+                3 => match text_arg(ctx, 2, f)?.as_str() {
+                    "read_only" => true,
+                    other => {
+                        return Err(fail(
+                            f,
+                            &VfsError::new(
+                                Kind::InvalidArgument,
+                                format!("unknown mode {other:?}; the only mode is 'read_only'"),
+                            ),
+                        ));
+                    }
+                },
+                _ => false,
+            };
+            attach::attach(&path, &url, read_only).map_err(|e| fail(f, &e))
+        })
+    })?;
+    conn.create_scalar_function("ursula_status", 1, flags, |ctx| {
+        guard("ursula_status", || {
+            let path = text_arg(ctx, 0, "ursula_status")?;
+            let db = attached("ursula_status", &path)?;
+            Ok(db
+                .status_json(settings::get().snapshot_min_bytes)
+                .to_string())
+        })
+    })?;
+    conn.create_scalar_function("ursula_stats", 1, flags, |ctx| {
+        guard("ursula_stats", || {
+            let path = text_arg(ctx, 0, "ursula_stats")?;
+            let db = attached("ursula_stats", &path)?;
+            Ok(db.drain_stats_json().to_string())
+        })
+    })?;
+    conn.create_scalar_function("ursula_set_token", 1, flags, |ctx| {
+        guard("ursula_set_token", || {
+            let t: Option<String> = ctx.get(0)?;
+            token::set_token(t.filter(|t| !t.is_empty()));
+            Ok(true)
+        })
+    })?;
+    Ok(())
+}
