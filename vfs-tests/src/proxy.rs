@@ -61,6 +61,8 @@ struct State {
     rules: Vec<Rule>,
     /// (method, path) of every request received.
     seen: Vec<(String, String)>,
+    /// When set, requests without `Authorization: Bearer <token>` get a 401.
+    bearer: Option<String>,
 }
 
 pub struct Proxy {
@@ -72,6 +74,7 @@ pub struct Proxy {
 struct Request {
     method: String,
     path: String,
+    authorization: Option<String>,
     head: Vec<u8>,
     body: Vec<u8>,
 }
@@ -89,6 +92,7 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     let path = parts.next()?.to_owned();
     head.extend_from_slice(first.as_bytes());
     let mut len = 0usize;
+    let mut authorization = None;
     loop {
         let mut line = String::new();
         r.read_line(&mut line).ok()?;
@@ -98,6 +102,9 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
         let lower = line.to_ascii_lowercase();
         if let Some(v) = lower.strip_prefix("content-length:") {
             len = v.trim().parse().unwrap_or(0);
+        }
+        if lower.starts_with("authorization:") {
+            authorization = line.split_once(':').map(|(_, v)| v.trim().to_owned());
         }
         if lower.starts_with("connection:") {
             continue;
@@ -110,6 +117,7 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     Some(Request {
         method,
         path,
+        authorization,
         head,
         body,
     })
@@ -171,6 +179,11 @@ impl Proxy {
         });
     }
 
+    /// Refuses every request without `Authorization: Bearer <token>` with 401; `None` stops.
+    pub fn require_bearer(&self, token: Option<&str>) {
+        self.state.lock().expect("proxy state").bearer = token.map(str::to_owned);
+    }
+
     pub fn clear(&self) {
         self.state.lock().expect("proxy state").rules.clear();
     }
@@ -201,6 +214,13 @@ fn serve(mut stream: TcpStream, upstream: u16, state: &Mutex<State>) {
     let action = {
         let mut st = state.lock().expect("proxy state");
         st.seen.push((req.method.clone(), req.path.clone()));
+        if let Some(want) = &st.bearer {
+            if req.authorization.as_deref() != Some(&format!("Bearer {want}")) {
+                drop(st);
+                write_canned(&mut stream, &Canned::new(401, &[], "token refused"));
+                return;
+            }
+        }
         let found = st.rules.iter_mut().find(|r| {
             r.method == req.method
                 && req.path.contains(&r.path_contains)
