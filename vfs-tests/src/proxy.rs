@@ -214,12 +214,12 @@ fn serve(mut stream: TcpStream, upstream: u16, state: &Mutex<State>) {
     let action = {
         let mut st = state.lock().expect("proxy state");
         st.seen.push((req.method.clone(), req.path.clone()));
-        if let Some(want) = &st.bearer {
-            if req.authorization.as_deref() != Some(&format!("Bearer {want}")) {
-                drop(st);
-                write_canned(&mut stream, &Canned::new(401, &[], "token refused"));
-                return;
-            }
+        if let Some(want) = &st.bearer
+            && req.authorization.as_deref() != Some(&format!("Bearer {want}"))
+        {
+            drop(st);
+            write_canned(&mut stream, &Canned::new(401, &[], "token refused"));
+            return;
         }
         let found = st.rules.iter_mut().find(|r| {
             r.method == req.method
