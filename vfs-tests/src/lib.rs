@@ -12,13 +12,16 @@ pub mod sqlite;
 
 use std::path::PathBuf;
 
-/// `target/<profile>/`, found from the running test binary (`target/<profile>/deps/<test>`).
+/// `target/<profile>/`, found from the running binary: a test is `target/<profile>/deps/<test>`,
+/// a binary `target/<profile>/<bin>`.
 pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
+    let exe = std::env::current_exe().expect("binary path");
+    let dir = exe.parent().expect("binary directory");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("target/<profile>").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// A loopback port nobody listens on right now.
