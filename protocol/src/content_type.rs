@@ -35,9 +35,8 @@ pub fn normalize(raw: &str) -> Option<String> {
 
 fn is_token(s: &str) -> bool {
     !s.is_empty()
-        && s.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-        })
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 fn essence(normalized: &str) -> &str {
@@ -60,7 +59,10 @@ mod tests {
 
     #[test]
     fn normalization_lowercases_and_joins_parameters() {
-        assert_eq!(normalize("Application/JSON").as_deref(), Some("application/json"));
+        assert_eq!(
+            normalize("Application/JSON").as_deref(),
+            Some("application/json")
+        );
         assert_eq!(
             normalize(" text/plain ;Charset=UTF-8 ").as_deref(),
             Some("text/plain; charset=utf-8")

@@ -94,23 +94,44 @@ mod tests {
         for bad in ["abc", "Demo", "de.mo", "de/mo", &"a".repeat(65)] {
             assert_eq!(validate_bucket(bad), Err(IdError::BucketSyntax), "{bad}");
         }
-        assert!(matches!(validate_bucket("snapshots"), Err(IdError::BucketReserved(_))));
-        assert!(matches!(validate_bucket("__internal"), Err(IdError::BucketReserved(_))));
+        assert!(matches!(
+            validate_bucket("snapshots"),
+            Err(IdError::BucketReserved(_))
+        ));
+        assert!(matches!(
+            validate_bucket("__internal"),
+            Err(IdError::BucketReserved(_))
+        ));
     }
 
     #[test]
     fn stream_rules() {
         assert!(validate_pair("demo", "hello").is_ok());
-        assert!(validate_pair("demo", "snapshot").is_ok(), "subresource names stay valid streams");
+        assert!(
+            validate_pair("demo", "snapshot").is_ok(),
+            "subresource names stay valid streams"
+        );
         assert!(validate_pair("demo", "Any UTF-8 é").is_ok());
         assert_eq!(validate_pair("demo", ""), Err(IdError::StreamEmpty));
-        assert_eq!(validate_pair("demo", "a..b"), Err(IdError::StreamForbiddenBytes));
-        assert_eq!(validate_pair("demo", "a\0b"), Err(IdError::StreamForbiddenBytes));
-        assert!(matches!(validate_pair("demo", "streams"), Err(IdError::StreamReserved(_))));
+        assert_eq!(
+            validate_pair("demo", "a..b"),
+            Err(IdError::StreamForbiddenBytes)
+        );
+        assert_eq!(
+            validate_pair("demo", "a\0b"),
+            Err(IdError::StreamForbiddenBytes)
+        );
+        assert!(matches!(
+            validate_pair("demo", "streams"),
+            Err(IdError::StreamReserved(_))
+        ));
         assert_eq!(validate_pair("demo", "$x"), Err(IdError::StreamDollar));
         let bucket = "b".repeat(64);
         assert!(validate_pair(&bucket, &"s".repeat(57)).is_ok());
-        assert_eq!(validate_pair(&bucket, &"s".repeat(58)), Err(IdError::PairTooLong(123)));
+        assert_eq!(
+            validate_pair(&bucket, &"s".repeat(58)),
+            Err(IdError::PairTooLong(123))
+        );
     }
 
     #[test]

@@ -59,7 +59,14 @@ mod tests {
 
     #[test]
     fn short_signed_or_padded_tokens_are_refused() {
-        for bad in ["42", "", "-2", "+0000000000000000042", "0000000000000000004a", "000000000000000000420"] {
+        for bad in [
+            "42",
+            "",
+            "-2",
+            "+0000000000000000042",
+            "0000000000000000004a",
+            "000000000000000000420",
+        ] {
             assert_eq!(ReadFrom::parse(bad), None, "{bad}");
         }
         assert_eq!(ReadFrom::parse("-1"), Some(ReadFrom::Start));

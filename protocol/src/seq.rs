@@ -17,7 +17,10 @@ pub enum StreamSeq {
 /// Interprets a raw `Stream-Seq` value; `Err` carries the 400 message.
 pub fn parse_stream_seq(raw: &[u8]) -> Result<StreamSeq, String> {
     if raw.len() > MAX_SEQ_BYTES {
-        return Err(format!("Stream-Seq is {} bytes; the limit is {MAX_SEQ_BYTES}", raw.len()));
+        return Err(format!(
+            "Stream-Seq is {} bytes; the limit is {MAX_SEQ_BYTES}",
+            raw.len()
+        ));
     }
     if raw.iter().all(|b| (0x20..=0x7e).contains(b)) {
         Ok(StreamSeq::Checked(raw.to_vec()))
@@ -31,7 +34,9 @@ pub fn parse_producer_number(raw: &str) -> Option<u64> {
     if raw.is_empty() || raw.len() > 16 || !raw.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    raw.parse::<u64>().ok().filter(|n| *n <= MAX_PRODUCER_NUMBER)
+    raw.parse::<u64>()
+        .ok()
+        .filter(|n| *n <= MAX_PRODUCER_NUMBER)
 }
 
 #[cfg(test)]
@@ -40,7 +45,10 @@ mod tests {
 
     #[test]
     fn stream_seq_limits() {
-        assert_eq!(parse_stream_seq(b"abc"), Ok(StreamSeq::Checked(b"abc".to_vec())));
+        assert_eq!(
+            parse_stream_seq(b"abc"),
+            Ok(StreamSeq::Checked(b"abc".to_vec()))
+        );
         assert_eq!(parse_stream_seq("é".as_bytes()), Ok(StreamSeq::Ignored));
         assert!(parse_stream_seq(&[b'a'; 257]).is_err());
         assert!(parse_stream_seq(&[b'a'; 256]).is_ok());
@@ -49,8 +57,19 @@ mod tests {
     #[test]
     fn producer_numbers() {
         assert_eq!(parse_producer_number("0"), Some(0));
-        assert_eq!(parse_producer_number("9007199254740991"), Some(MAX_PRODUCER_NUMBER));
-        for bad in ["9007199254740992", "-1", "+1", "1.0", "", "abc", "99999999999999999999"] {
+        assert_eq!(
+            parse_producer_number("9007199254740991"),
+            Some(MAX_PRODUCER_NUMBER)
+        );
+        for bad in [
+            "9007199254740992",
+            "-1",
+            "+1",
+            "1.0",
+            "",
+            "abc",
+            "99999999999999999999",
+        ] {
             assert_eq!(parse_producer_number(bad), None, "{bad}");
         }
     }

@@ -10,7 +10,10 @@ use serde::Deserialize;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("{key}: {message}")]
@@ -20,7 +23,10 @@ pub enum ConfigError {
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key, message: message.into() }
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
 }
 
 /// A byte size: an integer, or a string such as `"64MiB"`.
@@ -40,7 +46,9 @@ impl TryFrom<SizeRepr> for Size {
     fn try_from(r: SizeRepr) -> Result<Size, String> {
         match r {
             SizeRepr::Int(n) => Ok(Size(n)),
-            SizeRepr::Text(s) => parse_size(&s).map(Size).ok_or_else(|| format!("{s:?} is not a size like \"64MiB\"")),
+            SizeRepr::Text(s) => parse_size(&s)
+                .map(Size)
+                .ok_or_else(|| format!("{s:?} is not a size like \"64MiB\"")),
         }
     }
 }
@@ -72,7 +80,9 @@ pub struct Dur(pub std::time::Duration);
 impl TryFrom<String> for Dur {
     type Error = String;
     fn try_from(s: String) -> Result<Dur, String> {
-        parse_duration(&s).map(Dur).ok_or_else(|| format!("{s:?} is not a duration like \"5s\""))
+        parse_duration(&s)
+            .map(Dur)
+            .ok_or_else(|| format!("{s:?} is not a duration like \"5s\""))
     }
 }
 
@@ -260,9 +270,15 @@ struct PresetDefaults {
 }
 
 fn preset(name: &str) -> Result<PresetDefaults, ConfigError> {
-    let fixed = |n| PresetDefaults { groups_per_core: None, group_count: Some(n) };
+    let fixed = |n| PresetDefaults {
+        groups_per_core: None,
+        group_count: Some(n),
+    };
     Ok(match name {
-        "default" | "dev" => PresetDefaults { groups_per_core: Some(16), group_count: None },
+        "default" | "dev" => PresetDefaults {
+            groups_per_core: Some(16),
+            group_count: None,
+        },
         "tiny" => fixed(64),
         "small" => fixed(128),
         "standard" => fixed(256),
@@ -272,8 +288,14 @@ fn preset(name: &str) -> Result<PresetDefaults, ConfigError> {
 }
 
 pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-    parse_file(&text).map_err(|message| ConfigError::Parse { path: path.to_owned(), message })
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_file(&text).map_err(|message| ConfigError::Parse {
+        path: path.to_owned(),
+        message,
+    })
 }
 
 pub fn parse_file(text: &str) -> Result<FileConfig, String> {
@@ -285,7 +307,10 @@ fn find_config(flag: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = flag {
         return Some(p.to_owned());
     }
-    let mut candidates = vec![PathBuf::from("ursula.toml"), PathBuf::from("/etc/ursula/ursula.toml")];
+    let mut candidates = vec![
+        PathBuf::from("ursula.toml"),
+        PathBuf::from("/etc/ursula/ursula.toml"),
+    ];
     if let Some(home) = std::env::var_os("XDG_CONFIG_HOME").or_else(|| {
         std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config").into_os_string())
     }) {
@@ -304,12 +329,23 @@ pub fn resolve(o: &Overrides) -> Result<Config, ConfigError> {
     resolve_with(&file, &preset_name, o)
 }
 
-pub fn resolve_with(file: &FileConfig, preset_name: &str, o: &Overrides) -> Result<Config, ConfigError> {
+pub fn resolve_with(
+    file: &FileConfig,
+    preset_name: &str,
+    o: &Overrides,
+) -> Result<Config, ConfigError> {
     let p = preset(preset_name)?;
-    let listen_raw = o.listen.clone().or_else(|| file.server.listen.clone()).unwrap_or_else(|| "127.0.0.1:4437".into());
-    let listen: SocketAddr = listen_raw
-        .parse()
-        .map_err(|_| invalid("server.listen", format!("{listen_raw:?} is not an address like 127.0.0.1:4437")))?;
+    let listen_raw = o
+        .listen
+        .clone()
+        .or_else(|| file.server.listen.clone())
+        .unwrap_or_else(|| "127.0.0.1:4437".into());
+    let listen: SocketAddr = listen_raw.parse().map_err(|_| {
+        invalid(
+            "server.listen",
+            format!("{listen_raw:?} is not an address like 127.0.0.1:4437"),
+        )
+    })?;
     let core_count = match file.runtime.core_count {
         Some(0) => return Err(invalid("runtime.core_count", "must be at least 1")),
         Some(n) => n,
@@ -318,58 +354,102 @@ pub fn resolve_with(file: &FileConfig, preset_name: &str, o: &Overrides) -> Resu
     let group_count = match file.raft.group_count {
         Some(0) => return Err(invalid("raft.group_count", "must be at least 1")),
         Some(n) => n,
-        None => p.group_count.unwrap_or_else(|| p.groups_per_core.unwrap_or(16) * core_count as u32),
+        None => p
+            .group_count
+            .unwrap_or_else(|| p.groups_per_core.unwrap_or(16) * core_count as u32),
     };
-    if let Some(c) = file.raft.snapshot_build_max_concurrency {
-        if c == 0 || c > 16 {
-            return Err(invalid("raft.snapshot_build_max_concurrency", "must be between 1 and 16"));
-        }
+    if let Some(c) = file.raft.snapshot_build_max_concurrency
+        && (c == 0 || c > 16)
+    {
+        return Err(invalid(
+            "raft.snapshot_build_max_concurrency",
+            "must be between 1 and 16",
+        ));
     }
-    if let Some(f) = &file.raft.wal.fsync {
-        if f != "never" && f != "always" {
-            return Err(invalid("raft.wal.fsync", format!("{f:?} is not never or always")));
-        }
+    if let Some(f) = &file.raft.wal.fsync
+        && f != "never"
+        && f != "always"
+    {
+        return Err(invalid(
+            "raft.wal.fsync",
+            format!("{f:?} is not never or always"),
+        ));
     }
-    if let Some(s) = file.raft.wal.segment_size {
-        if s.0 < 4096 {
-            return Err(invalid("raft.wal.segment_size", "must be at least 4KiB"));
-        }
+    if let Some(s) = file.raft.wal.segment_size
+        && s.0 < 4096
+    {
+        return Err(invalid("raft.wal.segment_size", "must be at least 4KiB"));
     }
-    if let (Some(min), Some(resume)) = (file.raft.wal.min_available_size, file.raft.wal.resume_available_size) {
-        if resume.0 <= min.0 && min.0 != 0 {
-            return Err(invalid("raft.wal.resume_available_size", "must exceed raft.wal.min_available_size"));
-        }
+    if let (Some(min), Some(resume)) = (
+        file.raft.wal.min_available_size,
+        file.raft.wal.resume_available_size,
+    ) && resume.0 <= min.0
+        && min.0 != 0
+    {
+        return Err(invalid(
+            "raft.wal.resume_available_size",
+            "must exceed raft.wal.min_available_size",
+        ));
     }
     if let Some(b) = &file.storage.cold.backend {
         if !["none", "memory", "s3", "fs"].contains(&b.as_str()) {
-            return Err(invalid("storage.cold.backend", format!("{b:?} is not none, memory, fs or s3")));
+            return Err(invalid(
+                "storage.cold.backend",
+                format!("{b:?} is not none, memory, fs or s3"),
+            ));
         }
-        if b == "s3" && file.storage.cold.s3.as_ref().and_then(|s| s.bucket.as_ref()).is_none() {
-            return Err(invalid("storage.cold.s3.bucket", "is required when storage.cold.backend = \"s3\""));
+        if b == "s3"
+            && file
+                .storage
+                .cold
+                .s3
+                .as_ref()
+                .and_then(|s| s.bucket.as_ref())
+                .is_none()
+        {
+            return Err(invalid(
+                "storage.cold.s3.bucket",
+                "is required when storage.cold.backend = \"s3\"",
+            ));
         }
     }
     if let Some(s3) = &file.storage.cold.s3 {
-        if let Some(sse) = &s3.server_side_encryption {
-            if !["aes256", "aws-kms", "none"].contains(&sse.as_str()) {
-                return Err(invalid("storage.cold.s3.server_side_encryption", format!("{sse:?} is not aes256, aws-kms or none")));
-            }
+        if let Some(sse) = &s3.server_side_encryption
+            && !["aes256", "aws-kms", "none"].contains(&sse.as_str())
+        {
+            return Err(invalid(
+                "storage.cold.s3.server_side_encryption",
+                format!("{sse:?} is not aes256, aws-kms or none"),
+            ));
         }
         if s3.kms_key_id.is_some() && s3.server_side_encryption.as_deref() != Some("aws-kms") {
-            return Err(invalid("storage.cold.s3.kms_key_id", "is only valid with server_side_encryption = \"aws-kms\""));
+            return Err(invalid(
+                "storage.cold.s3.kms_key_id",
+                "is only valid with server_side_encryption = \"aws-kms\"",
+            ));
         }
-        for (key, v) in [("storage.cold.s3.unhealthy_ticks", s3.unhealthy_ticks), ("storage.cold.s3.heal_ticks", s3.heal_ticks)] {
+        for (key, v) in [
+            ("storage.cold.s3.unhealthy_ticks", s3.unhealthy_ticks),
+            ("storage.cold.s3.heal_ticks", s3.heal_ticks),
+        ] {
             if v == Some(0) {
                 return Err(invalid(key, "must be non-zero"));
             }
         }
     }
-    if let Some(b) = &file.storage.snapshot.backend {
-        if !["auto", "inline", "s3"].contains(&b.as_str()) {
-            return Err(invalid("storage.snapshot.backend", format!("{b:?} is not auto, inline or s3")));
-        }
+    if let Some(b) = &file.storage.snapshot.backend
+        && !["auto", "inline", "s3"].contains(&b.as_str())
+    {
+        return Err(invalid(
+            "storage.snapshot.backend",
+            format!("{b:?} is not auto, inline or s3"),
+        ));
     }
     if !file.raft.peers.is_empty() && file.raft.wal.path.is_none() {
-        return Err(invalid("raft.wal.path", "is required when raft.peers is set"));
+        return Err(invalid(
+            "raft.wal.path",
+            "is required when raft.peers is set",
+        ));
     }
     // The Raft engine over a disk WAL is not in this build yet; refuse rather than silently
     // keep data in memory that the operator asked to keep on disk.
@@ -384,7 +464,10 @@ pub fn resolve_with(file: &FileConfig, preset_name: &str, o: &Overrides) -> Resu
         node_id: o.node_id.or(file.raft.node_id).unwrap_or(1),
         core_count,
         group_count,
-        live_read_max_waiters_per_core: file.runtime.live_read_max_waiters_per_core.unwrap_or(65_536),
+        live_read_max_waiters_per_core: file
+            .runtime
+            .live_read_max_waiters_per_core
+            .unwrap_or(65_536),
         engine: EngineChoice::Memory,
         preset: preset_name.to_owned(),
     })
@@ -410,22 +493,29 @@ mod tests {
     fn unknown_keys_are_refused_by_name() {
         let err = resolve_text("[server]\nlisen = \"x\"\n").expect_err("typo must fail");
         assert!(err.contains("lisen"), "{err}");
-        let err = resolve_text("[raft.wal]\nfsync = \"sometimes\"\n").expect_err("bad value must fail");
+        let err =
+            resolve_text("[raft.wal]\nfsync = \"sometimes\"\n").expect_err("bad value must fail");
         assert!(err.contains("raft.wal.fsync"), "{err}");
         let err = resolve_text("[runtime]\ncore_count = 0\n").expect_err("zero cores");
         assert!(err.contains("runtime.core_count"), "{err}");
-        let err = resolve_text("[storage.cold]\nflush_size = \"8 parsecs\"\n").expect_err("bad size");
+        let err =
+            resolve_text("[storage.cold]\nflush_size = \"8 parsecs\"\n").expect_err("bad size");
         assert!(err.contains("flush_size"), "{err}");
     }
 
     #[test]
     fn documented_examples_parse() {
-        let c = resolve_text("[server]\nlisten = \"127.0.0.1:9000\"\n[raft]\nnode_id = 3\ngroup_count = 16\n")
-            .expect("valid");
+        let c = resolve_text(
+            "[server]\nlisten = \"127.0.0.1:9000\"\n[raft]\nnode_id = 3\ngroup_count = 16\n",
+        )
+        .expect("valid");
         assert_eq!((c.listen.port(), c.node_id, c.group_count), (9000, 3, 16));
         assert!(parse_file("[storage.cold]\nbackend = \"s3\"\nroot = \"r\"\nflush_interval = \"200ms\"\n[storage.cold.s3]\nbucket = \"b\"\nregion = \"us-east-1\"\n").is_ok());
         assert_eq!(parse_size("64MiB"), Some(64 << 20));
-        assert_eq!(parse_duration("5m"), Some(std::time::Duration::from_secs(300)));
+        assert_eq!(
+            parse_duration("5m"),
+            Some(std::time::Duration::from_secs(300))
+        );
         assert_eq!(parse_duration("0"), Some(std::time::Duration::ZERO));
     }
 }

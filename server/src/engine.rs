@@ -14,7 +14,8 @@ use crate::stream::Applied;
 use crate::stream::Command;
 use crate::stream::Refusal;
 
-pub type Proposal = Pin<Box<dyn Future<Output = Result<Result<Applied, Refusal>, EngineError>> + Send>>;
+pub type Proposal =
+    Pin<Box<dyn Future<Output = Result<Result<Applied, Refusal>, EngineError>> + Send>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -48,7 +49,9 @@ impl GroupEngine for MemoryEngine {
     fn propose(&self, group: GroupId, cmd: Command) -> Proposal {
         let rt = self.rt.clone();
         Box::pin(async move {
-            let result = rt.with_group(group, move |g| g.apply(cmd, now_ms())).await?;
+            let result = rt
+                .with_group(group, move |g| g.apply(cmd, now_ms()))
+                .await?;
             Ok(result)
         })
     }

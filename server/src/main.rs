@@ -10,7 +10,11 @@ use tokio::sync::watch;
 use ursula::config;
 
 #[derive(Debug, Parser)]
-#[command(name = "ursula", version, about = "Durable append-only streams over HTTP")]
+#[command(
+    name = "ursula",
+    version,
+    about = "Durable append-only streams over HTTP"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -66,7 +70,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ursula: cannot start the runtime: {e}");
@@ -94,13 +101,14 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

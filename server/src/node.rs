@@ -20,7 +20,10 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: std::net::SocketAddr, source: std::io::Error },
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Runtime(#[from] crate::runtime::RuntimeError),
     #[error("cannot start serving: {0}")]
@@ -29,18 +32,30 @@ pub enum NodeError {
 
 /// The application state for a config, with its cores started.
 pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
-    let rt = Runtime::start(config.core_count, config.group_count, config.live_read_max_waiters_per_core)?;
+    let rt = Runtime::start(
+        config.core_count,
+        config.group_count,
+        config.live_read_max_waiters_per_core,
+    )?;
     let engine: Arc<dyn GroupEngine> = match config.engine {
         EngineChoice::Memory => Arc::new(MemoryEngine::new(rt.clone())),
     };
-    Ok(AppState { rt, engine, node_id: config.node_id, long_poll_default_ms: 1000 })
+    Ok(AppState {
+        rt,
+        engine,
+        node_id: config.node_id,
+        long_poll_default_ms: 1000,
+    })
 }
 
 /// Runs the node until `shutdown` flips to `true`.
 pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
     let state = build_state(&config)?;
-    let listener = std::net::TcpListener::bind(config.listen)
-        .map_err(|source| NodeError::Listen { addr: config.listen, source })?;
+    let listener =
+        std::net::TcpListener::bind(config.listen).map_err(|source| NodeError::Listen {
+            addr: config.listen,
+            source,
+        })?;
     let addr = listener.local_addr().map_err(NodeError::Serve)?;
     let app = crate::http::router(state.clone());
     crate::http::serve::spawn_accept_loops(&state.rt, &listener, app, shutdown.clone())

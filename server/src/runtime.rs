@@ -56,7 +56,12 @@ impl Group {
             (Ok(Applied::Created { fresh: true, .. }), Some(key)) => {
                 self.watchers.remove(key.as_str());
             }
-            (Ok(Applied::Appended { duplicate: false, .. }), Some(key)) => {
+            (
+                Ok(Applied::Appended {
+                    duplicate: false, ..
+                }),
+                Some(key),
+            ) => {
                 self.appends += 1;
                 self.notify(&key, now_ms);
             }
@@ -70,24 +75,34 @@ impl Group {
     }
 
     fn notify(&mut self, key: &str, now_ms: u64) {
-        let Some(tx) = self.watchers.get(key) else { return };
+        let Some(tx) = self.watchers.get(key) else {
+            return;
+        };
         if tx.receiver_count() == 0 {
             self.watchers.remove(key);
             return;
         }
         if let Some(s) = self.state.get(key, now_ms) {
-            tx.send_replace(Tick { incarnation: s.incarnation, tail: s.tail(), closed: s.closed });
+            tx.send_replace(Tick {
+                incarnation: s.incarnation,
+                tail: s.tail(),
+                closed: s.closed,
+            });
         }
     }
 
     /// Subscribes to changes of a live stream; the receiver sees every change after this call.
     pub fn subscribe(&mut self, key: &str, now_ms: u64) -> Option<watch::Receiver<Tick>> {
         let s = self.state.get(key, now_ms)?;
-        let tick = Tick { incarnation: s.incarnation, tail: s.tail(), closed: s.closed };
-        if let Some(tx) = self.watchers.get(key) {
-            if tx.borrow().incarnation == tick.incarnation {
-                return Some(tx.subscribe());
-            }
+        let tick = Tick {
+            incarnation: s.incarnation,
+            tail: s.tail(),
+            closed: s.closed,
+        };
+        if let Some(tx) = self.watchers.get(key)
+            && tx.borrow().incarnation == tick.incarnation
+        {
+            return Some(tx.subscribe());
         }
         let (tx, rx) = watch::channel(tick);
         self.watchers.insert(key.into(), tx);
@@ -113,7 +128,11 @@ thread_local! {
 }
 
 fn run_local<R>(f: impl FnOnce(&mut Core) -> R) -> Option<R> {
-    LOCAL_CORE.with(|cell| cell.try_borrow_mut().ok().and_then(|mut c| c.as_mut().map(f)))
+    LOCAL_CORE.with(|cell| {
+        cell.try_borrow_mut()
+            .ok()
+            .and_then(|mut c| c.as_mut().map(f))
+    })
 }
 
 /// Per-core counters readable from any thread.
@@ -147,37 +166,58 @@ pub enum RuntimeError {
 }
 
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Runtime {
     /// Starts `core_count` core threads, each with its own single-threaded Tokio runtime.
-    pub fn start(core_count: usize, group_count: u32, live_waiter_cap: usize) -> Result<Runtime, RuntimeError> {
+    pub fn start(
+        core_count: usize,
+        group_count: u32,
+        live_waiter_cap: usize,
+    ) -> Result<Runtime, RuntimeError> {
         let core_count = core_count.max(1);
         let mut cores = Vec::with_capacity(core_count);
         let mut handles = Vec::with_capacity(core_count);
         for index in 0..core_count {
             let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             handles.push(rt.handle().clone());
-            std::thread::Builder::new().name(format!("ursula-core-{index}")).spawn(move || {
-                LOCAL_CORE.with(|cell| *cell.borrow_mut() = Some(Core { index, groups: HashMap::new() }));
-                rt.block_on(async move {
-                    let mut batch = Vec::with_capacity(64);
-                    while rx.recv_many(&mut batch, 64).await > 0 {
-                        for job in batch.drain(..) {
-                            run_local(job);
+            std::thread::Builder::new()
+                .name(format!("ursula-core-{index}"))
+                .spawn(move || {
+                    LOCAL_CORE.with(|cell| {
+                        *cell.borrow_mut() = Some(Core {
+                            index,
+                            groups: HashMap::new(),
+                        })
+                    });
+                    rt.block_on(async move {
+                        let mut batch = Vec::with_capacity(64);
+                        while rx.recv_many(&mut batch, 64).await > 0 {
+                            for job in batch.drain(..) {
+                                run_local(job);
+                            }
+                            // Let connection tasks on this core run between batches.
+                            tokio::task::yield_now().await;
                         }
-                        // Let connection tasks on this core run between batches.
-                        tokio::task::yield_now().await;
-                    }
-                });
-            })?;
+                    });
+                })?;
             cores.push(tx);
         }
         let stats = (0..core_count).map(|_| CoreStats::default()).collect();
         Ok(Runtime {
-            inner: Arc::new(Inner { cores, handles, stats, group_count: group_count.max(1), live_waiter_cap }),
+            inner: Arc::new(Inner {
+                cores,
+                handles,
+                stats,
+                group_count: group_count.max(1),
+                live_waiter_cap,
+            }),
         })
     }
 
@@ -217,7 +257,10 @@ impl Runtime {
     {
         let core = self.core_of(group);
         let local = LOCAL_CORE.with(|cell| {
-            cell.try_borrow().ok().and_then(|c| c.as_ref().map(|c| c.index)) == Some(core)
+            cell.try_borrow()
+                .ok()
+                .and_then(|c| c.as_ref().map(|c| c.index))
+                == Some(core)
         });
         if local {
             // Hand `f` in through an Option so it can come back if the core is borrowed.
@@ -243,7 +286,9 @@ impl Runtime {
         if let Some(stats) = self.inner.stats.get(core) {
             stats.jobs.fetch_add(1, Ordering::Relaxed);
         }
-        self.inner.cores[core].send(job).map_err(|_| RuntimeError::CoreGone(core))?;
+        self.inner.cores[core]
+            .send(job)
+            .map_err(|_| RuntimeError::CoreGone(core))?;
         rx.await.map_err(|_| RuntimeError::CoreGone(core))
     }
 
@@ -257,7 +302,11 @@ impl Runtime {
         let job: Job = Box::new(move |c: &mut Core| {
             let _ = tx.send(f(c));
         });
-        let sender = self.inner.cores.get(core).ok_or(RuntimeError::CoreGone(core))?;
+        let sender = self
+            .inner
+            .cores
+            .get(core)
+            .ok_or(RuntimeError::CoreGone(core))?;
         sender.send(job).map_err(|_| RuntimeError::CoreGone(core))?;
         rx.await.map_err(|_| RuntimeError::CoreGone(core))
     }
@@ -271,7 +320,10 @@ impl Runtime {
             stats.live_waiters.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        Some(WaiterSlot { rt: self.clone(), core })
+        Some(WaiterSlot {
+            rt: self.clone(),
+            core,
+        })
     }
 }
 

@@ -19,7 +19,15 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
                 let mut gs: Vec<_> = c
                     .groups
                     .iter()
-                    .map(|(id, g)| (*id, g.state.len(), g.appends, g.applied_index, g.state.held_bytes()))
+                    .map(|(id, g)| {
+                        (
+                            *id,
+                            g.state.len(),
+                            g.appends,
+                            g.applied_index,
+                            g.state.held_bytes(),
+                        )
+                    })
                     .collect();
                 gs.sort_unstable();
                 gs
@@ -27,7 +35,9 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
             .await
             .map_err(crate::engine::EngineError::from)?;
         let stats = st.rt.stats(core);
-        let live = stats.map_or(0, |s| s.live_waiters.load(std::sync::atomic::Ordering::Relaxed));
+        let live = stats.map_or(0, |s| {
+            s.live_waiters.load(std::sync::atomic::Ordering::Relaxed)
+        });
         let jobs = stats.map_or(0, |s| s.jobs.load(std::sync::atomic::Ordering::Relaxed));
         let streams: usize = snapshot.iter().map(|g| g.1).sum();
         let appends: u64 = snapshot.iter().map(|g| g.2).sum();

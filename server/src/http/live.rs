@@ -53,7 +53,11 @@ async fn read_and_subscribe(
         .with_group(group, move |g| {
             let now = now_ms();
             let view = g.state.read(&key, from, max, incarnation, now)?;
-            let rx = if view.data.is_empty() && !view.closed { g.subscribe(&key, now) } else { None };
+            let rx = if view.data.is_empty() && !view.closed {
+                g.subscribe(&key, now)
+            } else {
+                None
+            };
             Ok::<_, Refusal>((view, rx))
         })
         .await
@@ -62,25 +66,65 @@ async fn read_and_subscribe(
 }
 
 fn reserve(st: &AppState, sp: &StreamPath) -> Result<WaiterSlot, ApiError> {
-    st.rt.reserve_waiter(st.rt.group_of(&sp.key)).ok_or_else(|| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "this core holds the most live readers it may")
+    st.rt
+        .reserve_waiter(st.rt.group_of(&sp.key))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this core holds the most live readers it may",
+            )
             .header(header::RETRY_AFTER, "1")
-    })
+        })
 }
 
-/// What a long-poll ended by a delete or recreate answers: `404` when the stream is gone,
-/// `412` when the client named the incarnation, else `416`.
-async fn ended(st: &AppState, sp: &StreamPath, at: u64, registered: u64, sent_header: bool) -> ApiError {
-    match super::read::read_view(st, sp, ReadFrom::At(Offset(at)), 1, Some(registered)).await {
-        Err(e) if e.status == StatusCode::PRECONDITION_FAILED && !sent_header => {
-            ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "the stream was recreated")
+/// What a long-poll ended by a delete or recreate answers: `404` when the stream is gone; for a
+/// recreated stream, `412` with the current token when the client named the incarnation, else
+/// `416` (L2413, L5588).
+async fn ended(
+    st: &AppState,
+    sp: &StreamPath,
+    at: u64,
+    registered: u64,
+    sent_header: bool,
+) -> ApiError {
+    let key = sp.key.clone();
+    let group = st.rt.group_of(&key);
+    let current = st
+        .rt
+        .with_group(group, move |g| {
+            g.state.get(&key, now_ms()).map(|s| s.incarnation)
+        })
+        .await;
+    match current {
+        Err(e) => EngineError::from(e).into(),
+        Ok(None) => ApiError::not_found(),
+        Ok(Some(inc)) if sent_header => Refusal::IncarnationMismatch { current: Some(inc) }.into(),
+        Ok(Some(_)) => {
+            match super::read::read_view(st, sp, ReadFrom::At(Offset(at)), 1, Some(registered))
+                .await
+            {
+                // Beyond the new incarnation's tail: an ordinary 416 that carries that tail.
+                Err(e)
+                    if e.status == StatusCode::RANGE_NOT_SATISFIABLE
+                        || e.status == StatusCode::NOT_FOUND =>
+                {
+                    e
+                }
+                _ => ApiError::new(
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    "the stream was recreated",
+                ),
+            }
         }
-        Err(e) => e,
-        Ok(_) => ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "the stream was recreated"),
     }
 }
 
-pub async fn long_poll(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &HeaderMap) -> Result<Reply, ApiError> {
+pub async fn long_poll(
+    st: &AppState,
+    sp: &StreamPath,
+    q: &ReadQuery,
+    headers: &HeaderMap,
+) -> Result<Reply, ApiError> {
     if !q.offset_given {
         return Err(ApiError::bad_request("a long-poll read needs offset"));
     }
@@ -97,7 +141,9 @@ pub async fn long_poll(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &
     if view.closed {
         return Ok(timeout_reply(at, registered, true, &cursor));
     }
-    let Some(mut rx) = rx else { return Err(ApiError::not_found()) };
+    let Some(mut rx) = rx else {
+        return Err(ApiError::not_found());
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_millis(q.timeout_ms);
     loop {
         match tokio::time::timeout_at(deadline, rx.changed()).await {
@@ -108,13 +154,22 @@ pub async fn long_poll(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &
                 if tick.tail == at && !tick.closed {
                     continue;
                 }
-                let view = super::read::read_view(st, sp, ReadFrom::At(Offset(at)), q.max_bytes, Some(registered))
-                    .await
-                    .map_err(|e| if e.status == StatusCode::PRECONDITION_FAILED && incarnation.is_none() {
-                        ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "the stream was recreated")
-                    } else {
-                        e
-                    })?;
+                let read = super::read::read_view(
+                    st,
+                    sp,
+                    ReadFrom::At(Offset(at)),
+                    q.max_bytes,
+                    Some(registered),
+                );
+                let view = match read.await {
+                    Ok(view) => view,
+                    // Retention can pass a waiting reader: that 410 stands as it is.
+                    Err(e) if e.status == StatusCode::GONE => return Err(e),
+                    // Anything else means the stream was deleted or recreated since the tick.
+                    Err(_) => {
+                        return Err(ended(st, sp, at, registered, incarnation.is_some()).await);
+                    }
+                };
                 if !view.data.is_empty() {
                     return Ok(with_data(view, &cursor));
                 }
@@ -161,7 +216,12 @@ struct Session {
     _slot: WaiterSlot,
 }
 
-pub async fn sse(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &HeaderMap) -> Result<Reply, ApiError> {
+pub async fn sse(
+    st: &AppState,
+    sp: &StreamPath,
+    q: &ReadQuery,
+    headers: &HeaderMap,
+) -> Result<Reply, ApiError> {
     if !q.offset_given {
         return Err(ApiError::bad_request("an SSE read needs offset"));
     }
@@ -190,7 +250,11 @@ pub async fn sse(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &Header
     renew_if_due(st, sp, true);
     let text = content_type::is_sse_text(&head.content_type);
     let json = content_type::is_json(&head.content_type);
-    let data_type = if json { content_type::NDJSON.to_owned() } else { head.content_type.clone() };
+    let data_type = if json {
+        content_type::NDJSON.to_owned()
+    } else {
+        head.content_type.clone()
+    };
     let mut reply = Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache, no-store")
@@ -199,7 +263,11 @@ pub async fn sse(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &Header
     if !text {
         reply = reply.header(h::STREAM_SSE_DATA_ENCODING, "base64");
     }
-    let max = if text { q.max_bytes.max(4) } else { q.max_bytes };
+    let max = if text {
+        q.max_bytes.max(4)
+    } else {
+        q.max_bytes
+    };
     let mut session = Session {
         st: st.clone(),
         sp: sp.clone(),
@@ -251,7 +319,11 @@ impl Session {
                 Ok(v) => v,
                 Err(e) => {
                     self.done = true;
-                    let token = if e.status == StatusCode::NOT_FOUND { "StreamNotFound" } else { "StreamRecreated" };
+                    let token = if e.status == StatusCode::NOT_FOUND {
+                        "StreamNotFound"
+                    } else {
+                        "StreamRecreated"
+                    };
                     return Some(Bytes::from(error_event(e.status.as_u16(), token, self.at)));
                 }
             };
@@ -269,11 +341,23 @@ impl Session {
                     view.next = view.start + valid as u64;
                 }
             }
+            if self.json && view.data.last().is_some_and(|b| *b != b'\n') {
+                // The window cut a record: end at the last complete one when there is one
+                // (L4993). A record longer than the window still goes out in pieces.
+                if let Some(lf) = view.data.iter().rposition(|b| *b == b'\n') {
+                    view.data = view.data.slice(..=lf);
+                    view.next = view.start + lf as u64 + 1;
+                }
+            }
             if !view.data.is_empty() {
                 out.push_str("event: data\n");
                 if self.text {
                     let text = String::from_utf8_lossy(&view.data);
-                    let body = if self.json { text.strip_suffix('\n').unwrap_or(&text) } else { &text };
+                    let body = if self.json {
+                        text.strip_suffix('\n').unwrap_or(&text)
+                    } else {
+                        &text
+                    };
                     push_data_lines(&mut out, body);
                 } else {
                     out.push_str("data:");
@@ -299,7 +383,8 @@ impl Session {
             let rx = self.rx.as_mut()?;
             if rx.changed().await.is_err() {
                 self.done = true;
-                let ended = super::read::read_view(&self.st, &self.sp, ReadFrom::Now, 1, None).await;
+                let ended =
+                    super::read::read_view(&self.st, &self.sp, ReadFrom::Now, 1, None).await;
                 let (status, token) = match ended {
                     Err(e) if e.status == StatusCode::NOT_FOUND => (404, "StreamNotFound"),
                     _ => (412, "StreamRecreated"),
@@ -337,13 +422,21 @@ fn push_data_lines(out: &mut String, text: &str) {
     loop {
         let end = rest.find(['\r', '\n']).unwrap_or(rest.len());
         let line = &rest[..end];
-        out.push_str(if line.starts_with(' ') { "data: " } else { "data:" });
+        out.push_str(if line.starts_with(' ') {
+            "data: "
+        } else {
+            "data:"
+        });
         out.push_str(line);
         out.push('\n');
         if end == rest.len() {
             break;
         }
-        let skip = if rest[end..].starts_with("\r\n") { 2 } else { 1 };
+        let skip = if rest[end..].starts_with("\r\n") {
+            2
+        } else {
+            1
+        };
         rest = &rest[end + skip..];
     }
 }

@@ -5,7 +5,7 @@
 //! - [`request`]: routing and header parsing.
 //! - [`reply`]: responses and the mapping of refusals to statuses.
 //! - [`write`], [`read`], [`live`]: the stream routes.
-//! - [`admin`]: `/__ursula/*`.
+//! - [`admin`]: the operational endpoints under `/__ursula/`.
 //! - [`serve`]: accept loops on the core threads.
 
 pub mod admin;
@@ -59,10 +59,22 @@ async fn dispatch(State(st): State<AppState>, req: Request) -> Response {
         Err(e) => e.into_response(),
     };
     let headers = resp.headers_mut();
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    headers.insert("cross-origin-resource-policy", HeaderValue::from_static("cross-origin"));
-    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(h::EXPOSED));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("cross-origin"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(h::EXPOSED),
+    );
     resp
 }
 
@@ -75,16 +87,35 @@ fn preflight(req_headers: &HeaderMap, allow: &'static str) -> Response {
         .unwrap_or_else(|| HeaderValue::from_static("*"));
     let mut resp = StatusCode::NO_CONTENT.into_response();
     let headers = resp.headers_mut();
-    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(allow));
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(allow),
+    );
     headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, allowed_headers);
-    headers.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    headers.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("86400"),
+    );
     headers.insert(header::ALLOW, HeaderValue::from_static(allow));
     resp
 }
 
+/// Whether a `413` for a declared oversized body carries the refusal marker. Snapshot PUTs
+/// never do (L2122): repeating one is harmless, so clients need no marker to retry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marking {
+    Marked,
+    Unmarked,
+}
+
 /// Reads a whole request body, refusing one over `limit` before reading it when
 /// `Content-Length` already says so.
-async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, ApiError> {
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    marking: Marking,
+) -> Result<Bytes, ApiError> {
     let declared = match headers.get(header::CONTENT_LENGTH) {
         None => None,
         Some(v) => Some(
@@ -95,6 +126,10 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes,
         ),
     };
     if declared.is_some_and(|n| n > limit) {
+        if marking == Marking::Unmarked {
+            let msg = format!("the body is over the {limit}-byte limit");
+            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, msg));
+        }
         return Err(ApiError::not_applied(
             StatusCode::PAYLOAD_TOO_LARGE,
             NotApplied::RequestBodyTooLarge,
@@ -106,7 +141,10 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes,
         let too_big = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if too_big {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is over the {limit}-byte limit"))
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is over the {limit}-byte limit"),
+            )
         } else {
             ApiError::bad_request(format!("could not read the request body: {e}"))
         }
@@ -134,14 +172,19 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         (Route::NotFound, _) => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such route")),
         (Route::Bucket(_), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
         (Route::Bucket(b), &Method::PUT) => write::create_bucket(&b)?,
-        (Route::Bucket(_), _) => return Err(ApiError::method_not_allowed("PUT, OPTIONS")),
+        (Route::Bucket(b), _) => {
+            // An invalid ID is a 400 on every method (AMB-14), before the method is judged.
+            ursula_protocol::ids::validate_bucket(&b)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            return Err(ApiError::method_not_allowed("PUT, OPTIONS"));
+        }
         (Route::Stream(_), &Method::OPTIONS) => return Ok(preflight(&headers, STREAM_METHODS)),
         (Route::Stream(sp), &Method::PUT) => {
-            let body = read_body(&headers, body, MAX_BODY_BYTES).await?;
+            let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
             write::create_stream(st, &sp, &headers, location(&headers, &path), body).await?
         }
         (Route::Stream(sp), &Method::POST) => {
-            let body = read_body(&headers, body, MAX_BODY_BYTES).await?;
+            let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
             write::append(st, &sp, &headers, body).await?
         }
         (Route::Stream(sp), &Method::DELETE) => write::delete(st, &sp, &headers).await?,
@@ -156,20 +199,28 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         }
         (Route::Stream(_), _) => return Err(ApiError::method_not_allowed(STREAM_METHODS)),
         (Route::Bootstrap(_), &Method::OPTIONS) => return Ok(preflight(&headers, "GET, OPTIONS")),
-        (Route::Bootstrap(sp), &Method::GET) => read::bootstrap(st, &sp, query.as_deref(), &headers).await?,
+        (Route::Bootstrap(sp), &Method::GET) => {
+            read::bootstrap(st, &sp, query.as_deref(), &headers).await?
+        }
         (Route::Bootstrap(_), _) => return Err(ApiError::method_not_allowed("GET, OPTIONS")),
-        (Route::Snapshot(..), &Method::OPTIONS) => return Ok(preflight(&headers, "GET, PUT, OPTIONS")),
+        (Route::Snapshot(..), &Method::OPTIONS) => {
+            return Ok(preflight(&headers, "GET, PUT, OPTIONS"));
+        }
         (Route::Snapshot(sp, off), &Method::PUT) => {
-            let body = read_body(&headers, body, MAX_BODY_BYTES).await?;
+            let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Unmarked).await?;
             write::publish_snapshot(st, &sp, &off, &headers, body).await?
         }
-        (Route::Snapshot(sp, off), &Method::GET) => read::read_snapshot(st, &sp, &off, &headers).await?,
+        (Route::Snapshot(sp, off), &Method::GET) => {
+            read::read_snapshot(st, &sp, &off, &headers).await?
+        }
         (Route::Snapshot(..), _) => return Err(ApiError::method_not_allowed("GET, PUT, OPTIONS")),
         (Route::SnapshotBare(_), _) => {
             // The latest-snapshot route was removed: nothing is allowed here.
             return Err(ApiError::method_not_allowed(""));
         }
-        (Route::Retention(_, _), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
+        (Route::Retention(_, _), &Method::OPTIONS) => {
+            return Ok(preflight(&headers, "PUT, OPTIONS"));
+        }
         (Route::Retention(sp, off), &Method::PUT) => write::retain(st, &sp, &off, &headers).await?,
         (Route::Retention(..), _) => return Err(ApiError::method_not_allowed("PUT, OPTIONS")),
     };

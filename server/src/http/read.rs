@@ -44,7 +44,10 @@ pub struct ReadQuery {
     pub cursor: Option<String>,
 }
 
-pub fn parse_read_query(query: Option<&str>, default_timeout_ms: u64) -> Result<ReadQuery, ApiError> {
+pub fn parse_read_query(
+    query: Option<&str>,
+    default_timeout_ms: u64,
+) -> Result<ReadQuery, ApiError> {
     let mut q = ReadQuery {
         from: ReadFrom::Start,
         offset_given: false,
@@ -57,14 +60,19 @@ pub fn parse_read_query(query: Option<&str>, default_timeout_ms: u64) -> Result<
     for (k, v) in request::query_pairs(query) {
         match k.as_str() {
             "offset" => {
-                q.from = ReadFrom::parse(&v).ok_or_else(|| ApiError::bad_request(format!("offset {v:?} is not valid")))?;
+                q.from = ReadFrom::parse(&v)
+                    .ok_or_else(|| ApiError::bad_request(format!("offset {v:?} is not valid")))?;
                 q.offset_given = true;
             }
             "live" => {
                 q.live = match v.as_str() {
                     "long-poll" => Live::LongPoll,
                     "sse" => Live::Sse,
-                    _ => return Err(ApiError::bad_request(format!("live={v:?} is not long-poll or sse"))),
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "live={v:?} is not long-poll or sse"
+                        )));
+                    }
                 }
             }
             "max_bytes" => {
@@ -85,33 +93,57 @@ pub fn parse_read_query(query: Option<&str>, default_timeout_ms: u64) -> Result<
                 _ => return Err(ApiError::bad_request("consistency must be local or leader")),
             },
             removed if REMOVED_PARAMS.contains(&removed) => {
-                return Err(ApiError::bad_request(format!("query parameter {removed} was removed in 0.6.0")));
+                return Err(ApiError::bad_request(format!(
+                    "query parameter {removed} was removed in 0.6.0"
+                )));
             }
             _ => {}
         }
     }
     if leader && q.live != Live::No {
-        return Err(ApiError::bad_request("consistency=leader cannot be combined with live"));
+        return Err(ApiError::bad_request(
+            "consistency=leader cannot be combined with live",
+        ));
     }
     Ok(q)
 }
 
 /// `"<incarnation>:<start>:<end>[:c]"`: changes with new data, a recreate, or a close.
 pub fn etag(view: &ReadView) -> String {
-    let closed = if view.closed && view.up_to_date() { ":c" } else { "" };
-    format!("\"{}:{}:{}{}\"", incarnation_token(view.incarnation), view.start, view.next, closed)
+    let closed = if view.closed && view.up_to_date() {
+        ":c"
+    } else {
+        ""
+    };
+    format!(
+        "\"{}:{}:{}{}\"",
+        incarnation_token(view.incarnation),
+        view.start,
+        view.next,
+        closed
+    )
 }
 
 fn if_none_match_hits(headers: &HeaderMap, tag: &str) -> bool {
     let bare = tag.trim_matches('"');
-    headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).any(|v| {
-        v.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/").trim_matches('"') == bare)
-    })
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .map(str::trim)
+                .any(|t| t == "*" || t.trim_start_matches("W/").trim_matches('"') == bare)
+        })
 }
 
 /// The content type a read body is served as: JSON streams read as NDJSON.
 pub fn served_type(view_type: &str, json: bool) -> String {
-    if json { content_type::NDJSON.to_owned() } else { view_type.to_owned() }
+    if json {
+        content_type::NDJSON.to_owned()
+    } else {
+        view_type.to_owned()
+    }
 }
 
 /// Reads once and asks for a TTL renewal when due.
@@ -126,7 +158,9 @@ pub async fn read_view(
     let group = st.rt.group_of(&key);
     let view = st
         .rt
-        .with_group(group, move |g| g.state.read(&key, from, max, incarnation, now_ms()))
+        .with_group(group, move |g| {
+            g.state.read(&key, from, max, incarnation, now_ms())
+        })
         .await
         .map_err(crate::engine::EngineError::from)?;
     renew_if_due(st, sp, view.as_ref().is_ok_and(|v| v.renew_due));
@@ -136,7 +170,12 @@ pub async fn read_view(
 pub fn renew_if_due(st: &AppState, sp: &StreamPath, due: bool) {
     if due {
         let group = st.rt.group_of(&sp.key);
-        let proposal = st.engine.propose(group, Command::Renew { key: sp.key.clone() });
+        let proposal = st.engine.propose(
+            group,
+            Command::Renew {
+                key: sp.key.clone(),
+            },
+        );
         tokio::spawn(proposal);
     }
 }
@@ -144,14 +183,22 @@ pub fn renew_if_due(st: &AppState, sp: &StreamPath, due: bool) {
 /// The headers of a `200` read carrying `view`.
 pub fn data_reply(view: &ReadView, status: StatusCode) -> Reply {
     Reply::new(status)
-        .header(header::CONTENT_TYPE, served_type(&view.content_type, view.json))
+        .header(
+            header::CONTENT_TYPE,
+            served_type(&view.content_type, view.json),
+        )
         .offset(h::STREAM_NEXT_OFFSET, view.next)
         .incarnation(view.incarnation)
         .header_if(view.up_to_date(), h::STREAM_UP_TO_DATE, "true")
         .header_if(view.closed && view.up_to_date(), h::STREAM_CLOSED, "true")
 }
 
-pub async fn catch_up(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &HeaderMap) -> Result<Reply, ApiError> {
+pub async fn catch_up(
+    st: &AppState,
+    sp: &StreamPath,
+    q: &ReadQuery,
+    headers: &HeaderMap,
+) -> Result<Reply, ApiError> {
     let incarnation = request::incarnation(headers)?;
     let view = read_view(st, sp, q.from, q.max_bytes, incarnation).await?;
     let mut reply = data_reply(&view, StatusCode::OK);
@@ -165,9 +212,10 @@ pub async fn catch_up(st: &AppState, sp: &StreamPath, q: &ReadQuery, headers: &H
             .offset(h::STREAM_NEXT_OFFSET, view.next)
             .incarnation(view.incarnation));
     }
-    reply = reply
-        .header(header::ETAG, tag)
-        .header(header::CACHE_CONTROL, "public, max-age=60, stale-while-revalidate=300");
+    reply = reply.header(header::ETAG, tag).header(
+        header::CACHE_CONTROL,
+        "public, max-age=60, stale-while-revalidate=300",
+    );
     Ok(reply.body(view.data))
 }
 
@@ -188,7 +236,9 @@ pub async fn head(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result
         .header_if(v.closed, h::STREAM_CLOSED, "true")
         .header(header::CACHE_CONTROL, "no-store");
     if let Some((offset, digest)) = &v.snapshot {
-        reply = reply.offset(h::STREAM_SNAPSHOT_OFFSET, *offset).header(h::STREAM_SNAPSHOT_DIGEST, digest);
+        reply = reply
+            .offset(h::STREAM_SNAPSHOT_OFFSET, *offset)
+            .header(h::STREAM_SNAPSHOT_DIGEST, digest);
     }
     reply = match v.lifetime {
         Some(Lifetime::Ttl(secs)) => reply.header(h::STREAM_TTL, secs.to_string()),
@@ -198,14 +248,22 @@ pub async fn head(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result
     Ok(reply)
 }
 
-pub async fn read_snapshot(st: &AppState, sp: &StreamPath, raw: &str, headers: &HeaderMap) -> Result<Reply, ApiError> {
-    let offset = request::path_offset(raw).map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "no such snapshot"))?;
+pub async fn read_snapshot(
+    st: &AppState,
+    sp: &StreamPath,
+    raw: &str,
+    headers: &HeaderMap,
+) -> Result<Reply, ApiError> {
+    let offset = request::path_offset(raw)
+        .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "no such snapshot"))?;
     let incarnation = request::incarnation(headers)?;
     let key = sp.key.clone();
     let group = st.rt.group_of(&key);
     let v = st
         .rt
-        .with_group(group, move |g| g.state.read_snapshot(&key, offset, incarnation, now_ms()))
+        .with_group(group, move |g| {
+            g.state.read_snapshot(&key, offset, incarnation, now_ms())
+        })
         .await
         .map_err(crate::engine::EngineError::from)??;
     renew_if_due(st, sp, v.renew_due);
@@ -219,7 +277,12 @@ pub async fn read_snapshot(st: &AppState, sp: &StreamPath, raw: &str, headers: &
         .body(v.body))
 }
 
-pub async fn bootstrap(st: &AppState, sp: &StreamPath, query: Option<&str>, headers: &HeaderMap) -> Result<Reply, ApiError> {
+pub async fn bootstrap(
+    st: &AppState,
+    sp: &StreamPath,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Reply, ApiError> {
     if request::query_pairs(query).iter().any(|(k, _)| k == "live") {
         return Err(ApiError::bad_request("bootstrap takes no live parameter"));
     }
@@ -228,7 +291,10 @@ pub async fn bootstrap(st: &AppState, sp: &StreamPath, query: Option<&str>, head
     let group = st.rt.group_of(&key);
     let v = st
         .rt
-        .with_group(group, move |g| g.state.bootstrap(&key, MAX_READ_BYTES, incarnation, now_ms()))
+        .with_group(group, move |g| {
+            g.state
+                .bootstrap(&key, MAX_READ_BYTES, incarnation, now_ms())
+        })
         .await
         .map_err(crate::engine::EngineError::from)??;
     renew_if_due(st, sp, v.renew_due);
@@ -253,9 +319,15 @@ pub async fn bootstrap(st: &AppState, sp: &StreamPath, query: Option<&str>, head
     body.put_slice(format!("--{boundary}--\r\n").as_bytes());
     let next = v.start + v.updates.len() as u64;
     let complete = next == v.tail;
-    let snapshot_offset = v.snapshot.as_ref().map_or_else(|| "-1".to_owned(), |(o, _, _)| Offset(*o).to_string());
+    let snapshot_offset = v
+        .snapshot
+        .as_ref()
+        .map_or_else(|| "-1".to_owned(), |(o, _, _)| Offset(*o).to_string());
     Ok(Reply::new(StatusCode::OK)
-        .header(header::CONTENT_TYPE, format!("multipart/mixed; boundary={boundary}"))
+        .header(
+            header::CONTENT_TYPE,
+            format!("multipart/mixed; boundary={boundary}"),
+        )
         .header(h::STREAM_SNAPSHOT_OFFSET, snapshot_offset)
         .offset(h::STREAM_NEXT_OFFSET, next)
         .header_if(complete, h::STREAM_UP_TO_DATE, "true")

@@ -20,14 +20,20 @@ use crate::stream::Refusal;
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    /// Boxed so that `Result<_, ApiError>` stays small on every handler's return path.
+    pub headers: Box<HeaderMap>,
     pub body: String,
     json: bool,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, body: impl Into<String>) -> ApiError {
-        ApiError { status, headers: HeaderMap::new(), body: body.into(), json: false }
+        ApiError {
+            status,
+            headers: Box::default(),
+            body: body.into(),
+            json: false,
+        }
     }
 
     pub fn bad_request(body: impl Into<String>) -> ApiError {
@@ -39,8 +45,11 @@ impl ApiError {
     }
 
     pub fn method_not_allowed(allow: &'static str) -> ApiError {
-        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
-            .header(header::ALLOW, allow)
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed on this route",
+        )
+        .header(header::ALLOW, allow)
     }
 
     /// A marked refusal: nothing of the request was proposed.
@@ -67,11 +76,17 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let ctype = if self.json { "application/json" } else { "text/plain; charset=utf-8" };
+        let ctype = if self.json {
+            "application/json"
+        } else {
+            "text/plain; charset=utf-8"
+        };
         let mut resp = (self.status, self.body).into_response();
-        resp.headers_mut().extend(self.headers);
-        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-        resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        resp.headers_mut().extend(*self.headers);
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         resp
     }
 }
@@ -79,17 +94,20 @@ impl IntoResponse for ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         match e {
-            EngineError::NotLeader { leader: Some(url) } => {
-                ApiError::not_applied(StatusCode::TEMPORARY_REDIRECT, NotApplied::NotLeader, "not the leader")
-                    .header(header::LOCATION, url)
-            }
+            EngineError::NotLeader { leader: Some(url) } => ApiError::not_applied(
+                StatusCode::TEMPORARY_REDIRECT,
+                NotApplied::NotLeader,
+                "not the leader",
+            )
+            .header(header::LOCATION, url),
             EngineError::NotLeader { leader: None } => ApiError::not_applied(
                 StatusCode::SERVICE_UNAVAILABLE,
                 NotApplied::NotLeader,
                 "no leader is known for the stream's group",
             ),
             EngineError::Runtime(e) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).header(header::RETRY_AFTER, "1")
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                    .header(header::RETRY_AFTER, "1")
             }
         }
     }
@@ -107,16 +125,18 @@ impl From<Refusal> for ApiError {
                     None => e,
                 }
             }
-            Refusal::ConfigConflict(_) | Refusal::CreateSeqNotZero => ApiError::new(StatusCode::CONFLICT, msg),
+            Refusal::ConfigConflict(_) | Refusal::CreateSeqNotZero => {
+                ApiError::new(StatusCode::CONFLICT, msg)
+            }
             Refusal::Closed { tail } => ApiError::new(StatusCode::CONFLICT, msg)
                 .header(h::STREAM_CLOSED, "true")
                 .header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string()),
             Refusal::ContentTypeMismatch { tail, .. } | Refusal::StreamSeqConflict { tail } => {
-                ApiError::new(StatusCode::CONFLICT, msg).header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string())
+                ApiError::new(StatusCode::CONFLICT, msg)
+                    .header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string())
             }
-            Refusal::StaleEpoch { current, .. } => {
-                ApiError::new(StatusCode::FORBIDDEN, msg).header(h::PRODUCER_EPOCH, current.to_string())
-            }
+            Refusal::StaleEpoch { current, .. } => ApiError::new(StatusCode::FORBIDDEN, msg)
+                .header(h::PRODUCER_EPOCH, current.to_string()),
             Refusal::NewEpochNotZero
             | Refusal::InvalidJson(_)
             | Refusal::EmptyAppend
@@ -131,9 +151,8 @@ impl From<Refusal> for ApiError {
             Refusal::SnapshotBeyondTail | Refusal::SnapshotStale | Refusal::SnapshotDiffers => {
                 ApiError::new(StatusCode::CONFLICT, msg)
             }
-            Refusal::Gone { retained } => {
-                ApiError::new(StatusCode::GONE, msg).header(h::STREAM_NEXT_OFFSET, Offset(retained).to_string())
-            }
+            Refusal::Gone { retained } => ApiError::new(StatusCode::GONE, msg)
+                .header(h::STREAM_NEXT_OFFSET, Offset(retained).to_string()),
             Refusal::BeyondTail { tail } => ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, msg)
                 .header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string()),
         }
@@ -146,7 +165,11 @@ pub fn incarnation_token(inc: u64) -> String {
 }
 
 pub fn parse_incarnation(raw: &str) -> Option<u64> {
-    if raw.len() != 16 || !raw.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if raw.len() != 16
+        || !raw
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         return None;
     }
     u64::from_str_radix(raw, 16).ok()
@@ -162,7 +185,11 @@ pub struct Reply {
 
 impl Reply {
     pub fn new(status: StatusCode) -> Reply {
-        Reply { status, headers: HeaderMap::new(), body: Body::empty() }
+        Reply {
+            status,
+            headers: HeaderMap::new(),
+            body: Body::empty(),
+        }
     }
 
     pub fn header(mut self, name: impl TryInto<HeaderName>, value: impl AsRef<str>) -> Reply {

@@ -39,7 +39,9 @@ pub struct StreamPath {
 
 /// Routes a raw path. ID rule violations are 400s, unknown shapes 404.
 pub fn route(path: &str) -> Result<Route, ApiError> {
-    let Some(rest) = path.strip_prefix('/') else { return Ok(Route::NotFound) };
+    let Some(rest) = path.strip_prefix('/') else {
+        return Ok(Route::NotFound);
+    };
     let raw: Vec<&str> = rest.split('/').collect();
     match raw.as_slice() {
         ["__ursula", "metrics"] => return Ok(Route::Metrics),
@@ -53,7 +55,9 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
     if let ["v1", "stream", name, sub @ ..] = raw.as_slice() {
         let stream = ids::decode_segment(name).map_err(bad_id)?;
         ids::validate_stream(&stream).map_err(bad_id)?;
-        let sp = StreamPath { key: format!("{COMPAT_BUCKET}/{stream}") };
+        let sp = StreamPath {
+            key: format!("{COMPAT_BUCKET}/{stream}"),
+        };
         return subresource(sp, sub);
     }
     let bucket = ids::decode_segment(raw[0]).map_err(bad_id)?;
@@ -62,7 +66,12 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
     }
     let stream = ids::decode_segment(raw[1]).map_err(bad_id)?;
     ids::validate_pair(&bucket, &stream).map_err(bad_id)?;
-    subresource(StreamPath { key: format!("{bucket}/{stream}") }, &raw[2..])
+    subresource(
+        StreamPath {
+            key: format!("{bucket}/{stream}"),
+        },
+        &raw[2..],
+    )
 }
 
 fn subresource(sp: StreamPath, sub: &[&str]) -> Result<Route, ApiError> {
@@ -83,7 +92,9 @@ fn bad_id(e: ids::IdError) -> ApiError {
 /// One header as UTF-8; several values or bytes outside visible ASCII are refused.
 pub fn single<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, ApiError> {
     let mut values = headers.get_all(name).iter();
-    let Some(first) = values.next() else { return Ok(None) };
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
     if values.next().is_some() {
         return Err(ApiError::bad_request(format!("{name} must appear once")));
     }
@@ -96,9 +107,9 @@ pub fn single<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&
 pub fn incarnation(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     match single(headers, h::STREAM_INCARNATION)? {
         None => Ok(None),
-        Some(raw) => parse_incarnation(raw)
-            .map(Some)
-            .ok_or_else(|| ApiError::bad_request("Stream-Incarnation is not a token this server issues")),
+        Some(raw) => parse_incarnation(raw).map(Some).ok_or_else(|| {
+            ApiError::bad_request("Stream-Incarnation is not a token this server issues")
+        }),
     }
 }
 
@@ -114,9 +125,9 @@ pub fn closed(headers: &HeaderMap) -> bool {
 pub fn content_type(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     match single(headers, "content-type")? {
         None => Ok(None),
-        Some(raw) => content_type::normalize(raw)
-            .map(Some)
-            .ok_or_else(|| ApiError::bad_request(format!("Content-Type {raw:?} is not a media type"))),
+        Some(raw) => content_type::normalize(raw).map(Some).ok_or_else(|| {
+            ApiError::bad_request(format!("Content-Type {raw:?} is not a media type"))
+        }),
     }
 }
 
@@ -124,13 +135,19 @@ pub fn lifetime(headers: &HeaderMap) -> Result<Option<Lifetime>, ApiError> {
     let ttl = single(headers, h::STREAM_TTL)?;
     let at = single(headers, h::STREAM_EXPIRES_AT)?;
     match (ttl, at) {
-        (Some(_), Some(_)) => Err(ApiError::bad_request("Stream-TTL and Stream-Expires-At exclude each other")),
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "Stream-TTL and Stream-Expires-At exclude each other",
+        )),
         (Some(t), None) => lifetime::parse_ttl(t)
             .map(|s| Some(Lifetime::Ttl(s)))
-            .ok_or_else(|| ApiError::bad_request("Stream-TTL must be a non-negative integer of seconds")),
+            .ok_or_else(|| {
+                ApiError::bad_request("Stream-TTL must be a non-negative integer of seconds")
+            }),
         (None, Some(a)) => lifetime::parse_expires_at(a)
             .map(|ms| Some(Lifetime::ExpiresAt(ms)))
-            .ok_or_else(|| ApiError::bad_request("Stream-Expires-At must be an RFC 3339 timestamp")),
+            .ok_or_else(|| {
+                ApiError::bad_request("Stream-Expires-At must be an RFC 3339 timestamp")
+            }),
         (None, None) => Ok(None),
     }
 }
@@ -138,7 +155,9 @@ pub fn lifetime(headers: &HeaderMap) -> Result<Option<Lifetime>, ApiError> {
 /// A printable `Stream-Seq` to check and store; `None` when absent or ignored.
 pub fn stream_seq(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
     let mut values = headers.get_all(h::STREAM_SEQ).iter();
-    let Some(v) = values.next() else { return Ok(None) };
+    let Some(v) = values.next() else {
+        return Ok(None);
+    };
     if values.next().is_some() {
         return Err(ApiError::bad_request("Stream-Seq must appear once"));
     }
@@ -159,13 +178,21 @@ pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerTuple>, ApiError> 
                 return Err(ApiError::bad_request("Producer-Id must not be empty"));
             }
             if id.len() > seq::MAX_PRODUCER_ID_BYTES {
-                return Err(ApiError::bad_request("Producer-Id is longer than 256 bytes"));
+                return Err(ApiError::bad_request(
+                    "Producer-Id is longer than 256 bytes",
+                ));
             }
-            let epoch = seq::parse_producer_number(epoch)
-                .ok_or_else(|| ApiError::bad_request("Producer-Epoch must be an integer from 0 to 2^53-1"))?;
-            let seq = seq::parse_producer_number(s)
-                .ok_or_else(|| ApiError::bad_request("Producer-Seq must be an integer from 0 to 2^53-1"))?;
-            Ok(Some(ProducerTuple { id: id.to_owned(), epoch, seq }))
+            let epoch = seq::parse_producer_number(epoch).ok_or_else(|| {
+                ApiError::bad_request("Producer-Epoch must be an integer from 0 to 2^53-1")
+            })?;
+            let seq = seq::parse_producer_number(s).ok_or_else(|| {
+                ApiError::bad_request("Producer-Seq must be an integer from 0 to 2^53-1")
+            })?;
+            Ok(Some(ProducerTuple {
+                id: id.to_owned(),
+                epoch,
+                seq,
+            }))
         }
         _ => Err(ApiError::bad_request(
             "Producer-Id, Producer-Epoch and Producer-Seq must be sent together",
@@ -195,9 +222,18 @@ mod tests {
     fn routes() {
         let sp = |k: &str| StreamPath { key: k.to_owned() };
         assert_eq!(route("/demo").ok(), Some(Route::Bucket("demo".into())));
-        assert_eq!(route("/demo/hello").ok(), Some(Route::Stream(sp("demo/hello"))));
-        assert_eq!(route("/demo/he%20llo/bootstrap").ok(), Some(Route::Bootstrap(sp("demo/he llo"))));
-        assert_eq!(route("/v1/stream/abc").ok(), Some(Route::Stream(sp("__v1/abc"))));
+        assert_eq!(
+            route("/demo/hello").ok(),
+            Some(Route::Stream(sp("demo/hello")))
+        );
+        assert_eq!(
+            route("/demo/he%20llo/bootstrap").ok(),
+            Some(Route::Bootstrap(sp("demo/he llo")))
+        );
+        assert_eq!(
+            route("/v1/stream/abc").ok(),
+            Some(Route::Stream(sp("__v1/abc")))
+        );
         assert_eq!(route("/demo/a/b/c").ok(), Some(Route::NotFound));
         assert_eq!(route("/demo/hello/").ok(), Some(Route::NotFound));
         assert!(route("/demo/a%2Fb").is_err());

@@ -19,7 +19,9 @@ pub fn spawn_accept_loops(
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     for core in 0..rt.core_count() {
-        let Some(handle) = rt.core_handle(core) else { continue };
+        let Some(handle) = rt.core_handle(core) else {
+            continue;
+        };
         let std_listener = listener.try_clone()?;
         let app = app.clone();
         let mut shutdown = shutdown.clone();

@@ -53,7 +53,8 @@ pub async fn create_stream(
     location: String,
     body: Bytes,
 ) -> Result<Reply, ApiError> {
-    let ctype = request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
+    let ctype =
+        request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
     let lifetime = request::lifetime(headers)?;
     let stream_seq = request::stream_seq(headers)?;
     let producer = request::producer(headers)?;
@@ -75,16 +76,22 @@ pub async fn create_stream(
     let group = st.rt.group_of(&sp.key);
     match st.engine.propose(group, cmd).await?? {
         Applied::Created { meta, fresh } => {
-            let mut reply = Reply::new(if fresh { StatusCode::CREATED } else { StatusCode::OK })
-                .header(header::CONTENT_TYPE, &meta.content_type)
-                .offset(h::STREAM_NEXT_OFFSET, meta.tail)
-                .incarnation(meta.incarnation)
-                .header_if(meta.closed, h::STREAM_CLOSED, "true");
+            let mut reply = Reply::new(if fresh {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            })
+            .header(header::CONTENT_TYPE, &meta.content_type)
+            .offset(h::STREAM_NEXT_OFFSET, meta.tail)
+            .incarnation(meta.incarnation)
+            .header_if(meta.closed, h::STREAM_CLOSED, "true");
             reply = lifetime_headers(reply, meta.lifetime);
             if fresh {
                 reply = reply.header(header::LOCATION, location);
                 if let Some((epoch, seq)) = echo {
-                    reply = reply.header(h::PRODUCER_EPOCH, epoch.to_string()).header(h::PRODUCER_SEQ, seq.to_string());
+                    reply = reply
+                        .header(h::PRODUCER_EPOCH, epoch.to_string())
+                        .header(h::PRODUCER_SEQ, seq.to_string());
                 }
             }
             Ok(reply)
@@ -93,20 +100,37 @@ pub async fn create_stream(
     }
 }
 
-pub async fn append(st: &AppState, sp: &StreamPath, headers: &HeaderMap, body: Bytes) -> Result<Reply, ApiError> {
+pub async fn append(
+    st: &AppState,
+    sp: &StreamPath,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
     if headers.contains_key(h::STREAM_RECORD_MATCH) {
-        return Err(ApiError::bad_request("Stream-Record-Match was removed in 0.6.0"));
+        return Err(ApiError::bad_request(
+            "Stream-Record-Match was removed in 0.6.0",
+        ));
     }
-    let ctype = request::content_type(headers)?;
+    // With an empty body the server must not reject over Content-Type, even a malformed one
+    // (L4579): a close-only request stays valid whatever type a client library attached.
+    let ctype = match request::content_type(headers) {
+        Ok(ctype) => ctype,
+        Err(_) if body.is_empty() => None,
+        Err(e) => return Err(e),
+    };
     let close = request::closed(headers);
     let stream_seq = request::stream_seq(headers)?;
     let producer = request::producer(headers)?;
     let incarnation = request::incarnation(headers)?;
     if body.is_empty() && !close {
-        return Err(ApiError::bad_request("an append needs a body or Stream-Closed: true"));
+        return Err(ApiError::bad_request(
+            "an append needs a body or Stream-Closed: true",
+        ));
     }
     if !body.is_empty() && ctype.is_none() {
-        return Err(ApiError::bad_request("an append with a body needs Content-Type"));
+        return Err(ApiError::bad_request(
+            "an append with a body needs Content-Type",
+        ));
     }
     let had_body = !body.is_empty();
     let body = body_for(ctype.as_deref(), body, false);
@@ -121,7 +145,13 @@ pub async fn append(st: &AppState, sp: &StreamPath, headers: &HeaderMap, body: B
     });
     let group = st.rt.group_of(&sp.key);
     match st.engine.propose(group, cmd).await?? {
-        Applied::Appended { incarnation, next_offset, closed, producer_ack, duplicate } => {
+        Applied::Appended {
+            incarnation,
+            next_offset,
+            closed,
+            producer_ack,
+            duplicate,
+        } => {
             // A producer append that stored bytes answers 200; a close-only request and a
             // duplicate answer 204, echoing the producer state either way.
             let status = if producer_ack.is_some() && !duplicate && had_body {
@@ -129,12 +159,18 @@ pub async fn append(st: &AppState, sp: &StreamPath, headers: &HeaderMap, body: B
             } else {
                 StatusCode::NO_CONTENT
             };
-            let mut reply = Reply::new(status).incarnation(incarnation).header_if(closed, h::STREAM_CLOSED, "true");
+            let mut reply = Reply::new(status).incarnation(incarnation).header_if(
+                closed,
+                h::STREAM_CLOSED,
+                "true",
+            );
             if let Some(next) = next_offset {
                 reply = reply.offset(h::STREAM_NEXT_OFFSET, next);
             }
             if let Some((epoch, seq)) = producer_ack {
-                reply = reply.header(h::PRODUCER_EPOCH, epoch.to_string()).header(h::PRODUCER_SEQ, seq.to_string());
+                reply = reply
+                    .header(h::PRODUCER_EPOCH, epoch.to_string())
+                    .header(h::PRODUCER_SEQ, seq.to_string());
             }
             Ok(reply)
         }
@@ -142,10 +178,24 @@ pub async fn append(st: &AppState, sp: &StreamPath, headers: &HeaderMap, body: B
     }
 }
 
-pub async fn delete(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result<Reply, ApiError> {
+pub async fn delete(
+    st: &AppState,
+    sp: &StreamPath,
+    headers: &HeaderMap,
+) -> Result<Reply, ApiError> {
     let incarnation = request::incarnation(headers)?;
     let group = st.rt.group_of(&sp.key);
-    match st.engine.propose(group, Command::Delete { key: sp.key.clone(), incarnation }).await?? {
+    match st
+        .engine
+        .propose(
+            group,
+            Command::Delete {
+                key: sp.key.clone(),
+                incarnation,
+            },
+        )
+        .await??
+    {
         Applied::Deleted => Ok(Reply::new(StatusCode::NO_CONTENT)),
         other => Err(unexpected(other)),
     }
@@ -159,10 +209,13 @@ pub async fn publish_snapshot(
     body: Bytes,
 ) -> Result<Reply, ApiError> {
     if headers.contains_key(h::STREAM_SNAPSHOT_MATCH) {
-        return Err(ApiError::bad_request("Stream-Snapshot-Match is not supported: publishes are unconditional"));
+        return Err(ApiError::bad_request(
+            "Stream-Snapshot-Match is not supported: publishes are unconditional",
+        ));
     }
     let offset = request::path_offset(raw_offset)?;
-    let ctype = request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
+    let ctype =
+        request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
     let incarnation = request::incarnation(headers)?;
     let cmd = Command::PublishSnapshot(PublishSnapshot {
         key: sp.key.clone(),
@@ -173,7 +226,12 @@ pub async fn publish_snapshot(
     });
     let group = st.rt.group_of(&sp.key);
     match st.engine.propose(group, cmd).await?? {
-        Applied::SnapshotPublished { incarnation, offset, digest, tail } => Ok(Reply::new(StatusCode::NO_CONTENT)
+        Applied::SnapshotPublished {
+            incarnation,
+            offset,
+            digest,
+            tail,
+        } => Ok(Reply::new(StatusCode::NO_CONTENT)
             .offset(h::STREAM_NEXT_OFFSET, tail)
             .offset(h::STREAM_SNAPSHOT_OFFSET, offset)
             .header(h::STREAM_SNAPSHOT_DIGEST, digest)
@@ -182,12 +240,31 @@ pub async fn publish_snapshot(
     }
 }
 
-pub async fn retain(st: &AppState, sp: &StreamPath, raw_offset: &str, headers: &HeaderMap) -> Result<Reply, ApiError> {
+pub async fn retain(
+    st: &AppState,
+    sp: &StreamPath,
+    raw_offset: &str,
+    headers: &HeaderMap,
+) -> Result<Reply, ApiError> {
     let offset = request::path_offset(raw_offset)?;
     let incarnation = request::incarnation(headers)?;
     let group = st.rt.group_of(&sp.key);
-    match st.engine.propose(group, Command::Retain { key: sp.key.clone(), offset, incarnation }).await?? {
-        Applied::Retained { incarnation, offset } => Ok(Reply::new(StatusCode::NO_CONTENT)
+    match st
+        .engine
+        .propose(
+            group,
+            Command::Retain {
+                key: sp.key.clone(),
+                offset,
+                incarnation,
+            },
+        )
+        .await??
+    {
+        Applied::Retained {
+            incarnation,
+            offset,
+        } => Ok(Reply::new(StatusCode::NO_CONTENT)
             .offset(h::STREAM_RETAINED_OFFSET, offset)
             .incarnation(incarnation)),
         other => Err(unexpected(other)),
@@ -195,6 +272,9 @@ pub async fn retain(st: &AppState, sp: &StreamPath, raw_offset: &str, headers: &
 }
 
 fn unexpected(applied: Applied) -> ApiError {
-    tracing::error!(?applied, "state machine answered a command with another command's result");
+    tracing::error!(
+        ?applied,
+        "state machine answered a command with another command's result"
+    );
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
 }

@@ -80,11 +80,20 @@ pub struct PublishSnapshot {
 pub enum Command {
     Create(Create),
     Append(Append),
-    Delete { key: String, incarnation: Option<u64> },
+    Delete {
+        key: String,
+        incarnation: Option<u64>,
+    },
     PublishSnapshot(PublishSnapshot),
-    Retain { key: String, offset: u64, incarnation: Option<u64> },
+    Retain {
+        key: String,
+        offset: u64,
+        incarnation: Option<u64>,
+    },
     /// A read reached the stream and its sliding TTL is due for renewal.
-    Renew { key: String },
+    Renew {
+        key: String,
+    },
     /// Drops streams whose lifetime ended, to free their memory.
     Sweep,
 }
@@ -94,7 +103,9 @@ impl Command {
         match self {
             Command::Create(c) => Some(&c.key),
             Command::Append(a) => Some(&a.key),
-            Command::Delete { key, .. } | Command::Retain { key, .. } | Command::Renew { key } => Some(key),
+            Command::Delete { key, .. } | Command::Retain { key, .. } | Command::Renew { key } => {
+                Some(key)
+            }
             Command::PublishSnapshot(p) => Some(&p.key),
             Command::Sweep => None,
         }
@@ -113,7 +124,10 @@ pub struct Meta {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
-    Created { meta: Meta, fresh: bool },
+    Created {
+        meta: Meta,
+        fresh: bool,
+    },
     Appended {
         incarnation: u64,
         /// `None` for a duplicate whose receipt left the window.
@@ -124,10 +138,20 @@ pub enum Applied {
         duplicate: bool,
     },
     Deleted,
-    SnapshotPublished { incarnation: u64, offset: u64, digest: String, tail: u64 },
-    Retained { incarnation: u64, offset: u64 },
+    SnapshotPublished {
+        incarnation: u64,
+        offset: u64,
+        digest: String,
+        tail: u64,
+    },
+    Retained {
+        incarnation: u64,
+        offset: u64,
+    },
     Renewed,
-    Swept { removed: usize },
+    Swept {
+        removed: usize,
+    },
 }
 
 /// A refusal decided by the state machine; nothing was applied.
@@ -142,7 +166,11 @@ pub enum Refusal {
     #[error("stream is closed")]
     Closed { tail: u64 },
     #[error("Content-Type {got} does not match the stream's {want}")]
-    ContentTypeMismatch { tail: u64, got: String, want: String },
+    ContentTypeMismatch {
+        tail: u64,
+        got: String,
+        want: String,
+    },
     #[error("producer epoch {got} is older than the current epoch {current}")]
     StaleEpoch { current: u64, got: u64 },
     #[error("a new producer epoch must start at Producer-Seq 0")]

@@ -30,7 +30,10 @@ pub struct Messages {
 pub fn to_messages(body: &[u8], allow_empty_array: bool) -> Result<Messages, JsonError> {
     let mut p = Parser { src: body, pos: 0 };
     p.skip_ws();
-    let mut out = Messages { text: Vec::with_capacity(body.len() + 1), count: 0 };
+    let mut out = Messages {
+        text: Vec::with_capacity(body.len() + 1),
+        count: 0,
+    };
     if p.peek() == Some(b'[') {
         p.pos += 1;
         p.skip_ws();
@@ -265,7 +268,10 @@ mod tests {
 
     #[test]
     fn whitespace_goes_and_text_stays() {
-        assert_eq!(stored(" { \"b\" : 1 , \"a\" : [ 1.50e3 , \"x y\" ] } "), "{\"b\":1,\"a\":[1.50e3,\"x y\"]}\n");
+        assert_eq!(
+            stored(" { \"b\" : 1 , \"a\" : [ 1.50e3 , \"x y\" ] } "),
+            "{\"b\":1,\"a\":[1.50e3,\"x y\"]}\n"
+        );
         assert_eq!(stored("{\"a\":1,\"a\":2}"), "{\"a\":1,\"a\":2}\n");
         assert_eq!(stored("\"\\ud800\""), "\"\\ud800\"\n");
         assert_eq!(stored("1e400"), "1e400\n");
@@ -282,7 +288,18 @@ mod tests {
 
     #[test]
     fn invalid_bodies_are_refused() {
-        for bad in ["{} {}", "{", "[1,]", "01", "\"\u{1}\"", "nul", "{\"a\" 1}", "", "1.", "-"] {
+        for bad in [
+            "{} {}",
+            "{",
+            "[1,]",
+            "01",
+            "\"\u{1}\"",
+            "nul",
+            "{\"a\" 1}",
+            "",
+            "1.",
+            "-",
+        ] {
             assert!(to_messages(bad.as_bytes(), false).is_err(), "{bad:?}");
         }
         assert!(to_messages(b"\"\xff\"", false).is_err());
@@ -294,7 +311,13 @@ mod tests {
         assert!(to_messages(deep(127).as_bytes(), false).is_ok());
         // 128 levels as one body is an array of one 127-deep message.
         assert!(to_messages(deep(128).as_bytes(), false).is_ok());
-        assert_eq!(to_messages(format!("{{\"a\":{}}}", deep(127)).as_bytes(), false), Err(JsonError::TooDeep));
-        assert_eq!(to_messages(deep(100_000).as_bytes(), false), Err(JsonError::TooDeep));
+        assert_eq!(
+            to_messages(format!("{{\"a\":{}}}", deep(127)).as_bytes(), false),
+            Err(JsonError::TooDeep)
+        );
+        assert_eq!(
+            to_messages(deep(100_000).as_bytes(), false),
+            Err(JsonError::TooDeep)
+        );
     }
 }

@@ -71,7 +71,10 @@ impl Stream {
 
     /// Whether `offset` is a valid snapshot or retention point for this stream's mode.
     pub fn is_boundary(&self, offset: u64) -> bool {
-        !self.json || offset == 0 || offset == self.retained_first() || self.data.byte_before(offset) == Some(b'\n')
+        !self.json
+            || offset == 0
+            || offset == self.retained_first()
+            || self.data.byte_before(offset) == Some(b'\n')
     }
 
     fn retained_first(&self) -> u64 {
@@ -115,6 +118,10 @@ impl GroupState {
         self.streams.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+
     pub fn streams(&self) -> impl Iterator<Item = (&str, &Stream)> {
         self.streams.iter().map(|(k, v)| (&**k, v))
     }
@@ -131,7 +138,11 @@ impl GroupState {
                 Ok(Applied::Deleted)
             }
             Command::PublishSnapshot(p) => self.publish_snapshot(p, now_ms),
-            Command::Retain { key, offset, incarnation } => self.retain(&key, offset, incarnation, now_ms),
+            Command::Retain {
+                key,
+                offset,
+                incarnation,
+            } => self.retain(&key, offset, incarnation, now_ms),
             Command::Renew { key } => {
                 if let Some(s) = self.get_mut(&key, now_ms) {
                     s.renew(now_ms);
@@ -141,7 +152,9 @@ impl GroupState {
             Command::Sweep => {
                 let before = self.streams.len();
                 self.streams.retain(|_, s| !s.expired(now_ms));
-                Ok(Applied::Swept { removed: before - self.streams.len() })
+                Ok(Applied::Swept {
+                    removed: before - self.streams.len(),
+                })
             }
         }
     }
@@ -165,13 +178,16 @@ impl GroupState {
             let same_lifetime = match (s.lifetime, c.lifetime) {
                 (None, None) => true,
                 (Some(Lifetime::Ttl(a)), Some(Lifetime::Ttl(b))) => a == b,
-                (Some(Lifetime::ExpiresAt(a)), Some(Lifetime::ExpiresAt(b))) => a / 1000 == b / 1000,
+                (Some(Lifetime::ExpiresAt(a)), Some(Lifetime::ExpiresAt(b))) => a == b,
                 _ => false,
             };
             if !same_lifetime {
                 return Err(Refusal::ConfigConflict("TTL or expiry differs"));
             }
-            return Ok(Applied::Created { meta: s.meta(), fresh: false });
+            return Ok(Applied::Created {
+                meta: s.meta(),
+                fresh: false,
+            });
         }
         if c.incarnation.is_some() {
             return Err(Refusal::IncarnationMismatch { current: None });
@@ -206,7 +222,15 @@ impl GroupState {
         };
         if let Some(p) = c.producer {
             let mut producers = Producers::default();
-            producers.record(&p.id, p.epoch, 0, now_ms, Receipt { next_offset: stream.tail() });
+            producers.record(
+                &p.id,
+                p.epoch,
+                0,
+                now_ms,
+                Receipt {
+                    next_offset: stream.tail(),
+                },
+            );
             stream.producers = Some(Box::new(producers));
         }
         let meta = stream.meta();
@@ -230,7 +254,12 @@ impl GroupState {
                 || Producers::default().check(&p.id, p.epoch, p.seq, now_ms),
                 |ps| ps.check(&p.id, p.epoch, p.seq, now_ms),
             );
-            if let Verdict::Duplicate { epoch, last_seq, receipt } = v {
+            if let Verdict::Duplicate {
+                epoch,
+                last_seq,
+                receipt,
+            } = v
+            {
                 return Ok(Applied::Appended {
                     incarnation: s.incarnation,
                     next_offset: receipt.map(|r| r.next_offset),
@@ -269,16 +298,28 @@ impl GroupState {
         if let (Some(p), Some(v)) = (&a.producer, verdict) {
             match v {
                 Verdict::Accept | Verdict::Duplicate { .. } => {}
-                Verdict::StaleEpoch { current } => return Err(Refusal::StaleEpoch { current, got: p.epoch }),
+                Verdict::StaleEpoch { current } => {
+                    return Err(Refusal::StaleEpoch {
+                        current,
+                        got: p.epoch,
+                    });
+                }
                 Verdict::NewEpochNotZero => return Err(Refusal::NewEpochNotZero),
-                Verdict::Gap { expected } => return Err(Refusal::SeqGap { expected, received: p.seq }),
+                Verdict::Gap { expected } => {
+                    return Err(Refusal::SeqGap {
+                        expected,
+                        received: p.seq,
+                    });
+                }
                 Verdict::Full => return Err(Refusal::ProducerLimit),
             }
         }
-        if let Some(seq) = &a.stream_seq {
-            if s.stream_seq.as_deref().is_some_and(|stored| seq.as_slice() <= stored) {
-                return Err(Refusal::StreamSeqConflict { tail });
-            }
+        if let Some(seq) = &a.stream_seq
+            && s.stream_seq
+                .as_deref()
+                .is_some_and(|stored| seq.as_slice() <= stored)
+        {
+            return Err(Refusal::StreamSeqConflict { tail });
         }
         let bytes: &[u8] = match &a.body {
             Body::Raw(b) => b,
@@ -314,7 +355,9 @@ impl GroupState {
         let s = self.get_mut(&p.key, now_ms).ok_or(Refusal::NotFound)?;
         check_incarnation(s, p.incarnation)?;
         if p.offset < s.retained {
-            return Err(Refusal::Gone { retained: s.retained });
+            return Err(Refusal::Gone {
+                retained: s.retained,
+            });
         }
         if p.offset > s.tail() {
             return Err(Refusal::SnapshotBeyondTail);
@@ -345,14 +388,28 @@ impl GroupState {
             body: p.body,
             digest: digest.clone(),
         }));
-        Ok(Applied::SnapshotPublished { incarnation: s.incarnation, offset: p.offset, digest, tail: s.tail() })
+        Ok(Applied::SnapshotPublished {
+            incarnation: s.incarnation,
+            offset: p.offset,
+            digest,
+            tail: s.tail(),
+        })
     }
 
-    fn retain(&mut self, key: &str, offset: u64, incarnation: Option<u64>, now_ms: u64) -> Result<Applied, Refusal> {
+    fn retain(
+        &mut self,
+        key: &str,
+        offset: u64,
+        incarnation: Option<u64>,
+        now_ms: u64,
+    ) -> Result<Applied, Refusal> {
         let s = self.get_mut(key, now_ms).ok_or(Refusal::NotFound)?;
         check_incarnation(s, incarnation)?;
         if offset == s.retained {
-            return Ok(Applied::Retained { incarnation: s.incarnation, offset });
+            return Ok(Applied::Retained {
+                incarnation: s.incarnation,
+                offset,
+            });
         }
         if offset < s.retained {
             return Err(Refusal::RetentionBackward);
@@ -368,13 +425,18 @@ impl GroupState {
         }
         s.retained = offset;
         s.data.trim_below(offset);
-        Ok(Applied::Retained { incarnation: s.incarnation, offset })
+        Ok(Applied::Retained {
+            incarnation: s.incarnation,
+            offset,
+        })
     }
 }
 
 pub fn check_incarnation(s: &Stream, wanted: Option<u64>) -> Result<(), Refusal> {
     match wanted {
-        Some(w) if w != s.incarnation => Err(Refusal::IncarnationMismatch { current: Some(s.incarnation) }),
+        Some(w) if w != s.incarnation => Err(Refusal::IncarnationMismatch {
+            current: Some(s.incarnation),
+        }),
         _ => Ok(()),
     }
 }

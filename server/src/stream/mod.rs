@@ -14,6 +14,8 @@ pub mod json;
 pub mod machine;
 pub mod producer;
 pub mod read;
+#[cfg(test)]
+mod tests;
 
 pub use command::*;
 pub use machine::GroupState;

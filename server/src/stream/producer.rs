@@ -35,7 +35,11 @@ pub struct Producers {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Already applied; the receipt is known when still held.
-    Duplicate { epoch: u64, last_seq: u64, receipt: Option<Receipt> },
+    Duplicate {
+        epoch: u64,
+        last_seq: u64,
+        receipt: Option<Receipt>,
+    },
     /// Apply it.
     Accept,
     /// `epoch` is older than the stored one.
@@ -61,7 +65,10 @@ impl Producers {
             if seq != 0 {
                 return Verdict::Gap { expected: 0 };
             }
-            if !self.by_id.contains_key(id) && self.by_id.len() >= MAX_PRODUCERS && self.evictable(now_ms).is_none() {
+            if !self.by_id.contains_key(id)
+                && self.by_id.len() >= MAX_PRODUCERS
+                && self.evictable(now_ms).is_none()
+            {
                 return Verdict::Full;
             }
             return Verdict::Accept;
@@ -70,7 +77,11 @@ impl Producers {
             return Verdict::StaleEpoch { current: p.epoch };
         }
         if epoch > p.epoch {
-            return if seq == 0 { Verdict::Accept } else { Verdict::NewEpochNotZero };
+            return if seq == 0 {
+                Verdict::Accept
+            } else {
+                Verdict::NewEpochNotZero
+            };
         }
         if seq <= p.last_seq {
             let receipt = if seq == p.last_seq {
@@ -81,12 +92,18 @@ impl Producers {
                     .find(|(pid, e, s, _)| &**pid == id && *e == epoch && *s == seq)
                     .map(|(_, _, _, r)| *r)
             };
-            return Verdict::Duplicate { epoch: p.epoch, last_seq: p.last_seq, receipt };
+            return Verdict::Duplicate {
+                epoch: p.epoch,
+                last_seq: p.last_seq,
+                receipt,
+            };
         }
         if seq == p.last_seq + 1 {
             Verdict::Accept
         } else {
-            Verdict::Gap { expected: p.last_seq + 1 }
+            Verdict::Gap {
+                expected: p.last_seq + 1,
+            }
         }
     }
 
@@ -101,19 +118,29 @@ impl Producers {
     /// Records an accepted append. Call only after `check` answered `Accept`.
     pub fn record(&mut self, id: &str, epoch: u64, seq: u64, now_ms: u64, receipt: Receipt) {
         let known = self.live(id, now_ms).is_some();
-        if !known && self.by_id.len() >= MAX_PRODUCERS && !self.by_id.contains_key(id) {
-            if let Some(victim) = self.evictable(now_ms).map(Box::<str>::from) {
-                self.by_id.remove(&victim);
-            }
+        if !known
+            && self.by_id.len() >= MAX_PRODUCERS
+            && !self.by_id.contains_key(id)
+            && let Some(victim) = self.evictable(now_ms).map(Box::<str>::from)
+        {
+            self.by_id.remove(&victim);
         }
-        let new_epoch = self.by_id.get(id).is_none_or(|p| p.epoch != epoch || !known);
+        let new_epoch = self
+            .by_id
+            .get(id)
+            .is_none_or(|p| p.epoch != epoch || !known);
         if new_epoch {
             // Receipts of an older epoch can never be answered again.
             self.window.retain(|(pid, _, _, _)| &**pid != id);
         }
         self.by_id.insert(
             id.into(),
-            Producer { epoch, last_seq: seq, last_seen_ms: now_ms, newest: receipt },
+            Producer {
+                epoch,
+                last_seq: seq,
+                last_seen_ms: now_ms,
+                newest: receipt,
+            },
         );
         if self.window.len() >= RECEIPT_WINDOW {
             self.window.pop_front();
@@ -123,6 +150,10 @@ impl Producers {
 
     pub fn len(&self) -> usize {
         self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
     }
 }
 
@@ -142,8 +173,22 @@ mod tests {
         p.record("a", 3, 0, 0, r(10));
         assert_eq!(p.check("a", 3, 1, 0), Verdict::Accept);
         p.record("a", 3, 1, 0, r(20));
-        assert_eq!(p.check("a", 3, 0, 0), Verdict::Duplicate { epoch: 3, last_seq: 1, receipt: Some(r(10)) });
-        assert_eq!(p.check("a", 3, 1, 0), Verdict::Duplicate { epoch: 3, last_seq: 1, receipt: Some(r(20)) });
+        assert_eq!(
+            p.check("a", 3, 0, 0),
+            Verdict::Duplicate {
+                epoch: 3,
+                last_seq: 1,
+                receipt: Some(r(10))
+            }
+        );
+        assert_eq!(
+            p.check("a", 3, 1, 0),
+            Verdict::Duplicate {
+                epoch: 3,
+                last_seq: 1,
+                receipt: Some(r(20))
+            }
+        );
         assert_eq!(p.check("a", 3, 3, 0), Verdict::Gap { expected: 2 });
         assert_eq!(p.check("a", 2, 2, 0), Verdict::StaleEpoch { current: 3 });
         assert_eq!(p.check("a", 4, 1, 0), Verdict::NewEpochNotZero);
@@ -156,15 +201,31 @@ mod tests {
         for seq in 0..(RECEIPT_WINDOW as u64 + 10) {
             p.record("a", 0, seq, 0, r(seq + 1));
         }
-        assert_eq!(p.check("a", 0, 0, 0), Verdict::Duplicate { epoch: 0, last_seq: 1033, receipt: None });
-        assert!(matches!(p.check("a", 0, 500, 0), Verdict::Duplicate { receipt: Some(_), .. }));
+        assert_eq!(
+            p.check("a", 0, 0, 0),
+            Verdict::Duplicate {
+                epoch: 0,
+                last_seq: 1033,
+                receipt: None
+            }
+        );
+        assert!(matches!(
+            p.check("a", 0, 500, 0),
+            Verdict::Duplicate {
+                receipt: Some(_),
+                ..
+            }
+        ));
     }
 
     #[test]
     fn idle_producers_are_forgotten_after_seven_days() {
         let mut p = Producers::default();
         p.record("a", 5, 9, 0, r(1));
-        assert_eq!(p.check("a", 5, 10, FORGET_AFTER_MS), Verdict::Gap { expected: 0 });
+        assert_eq!(
+            p.check("a", 5, 10, FORGET_AFTER_MS),
+            Verdict::Gap { expected: 0 }
+        );
         assert_eq!(p.check("a", 0, 0, FORGET_AFTER_MS), Verdict::Accept);
     }
 
@@ -179,6 +240,9 @@ mod tests {
         assert_eq!(p.check("new", 0, 0, later), Verdict::Accept);
         p.record("new", 0, 0, later, r(2));
         assert_eq!(p.len(), MAX_PRODUCERS);
-        assert!(!p.by_id.contains_key("p0"), "the least recently seen went first");
+        assert!(
+            !p.by_id.contains_key("p0"),
+            "the least recently seen went first"
+        );
     }
 }

@@ -72,7 +72,9 @@ pub struct BootstrapView {
 fn renew_due(s: &Stream, now_ms: u64) -> bool {
     match s.lifetime {
         // At most once per quarter of the TTL.
-        Some(Lifetime::Ttl(secs)) => now_ms.saturating_sub(s.renewed_ms) >= secs.saturating_mul(250),
+        Some(Lifetime::Ttl(secs)) => {
+            now_ms.saturating_sub(s.renewed_ms) >= secs.saturating_mul(250)
+        }
         _ => false,
     }
 }
@@ -92,7 +94,9 @@ impl GroupState {
             ReadFrom::At(o) => o.0,
         };
         if at < s.retained {
-            return Err(Refusal::Gone { retained: s.retained });
+            return Err(Refusal::Gone {
+                retained: s.retained,
+            });
         }
         if at > s.tail() {
             return Err(Refusal::BeyondTail { tail: s.tail() });
@@ -111,7 +115,11 @@ impl GroupState {
         let start = self.resolve(key, from, now_ms)?;
         let s = self.live(key, now_ms)?;
         check_incarnation(s, incarnation)?;
-        let data = if start < s.tail() { s.data.read(start, max) } else { Vec::new() };
+        let data = if start < s.tail() {
+            s.data.read(start, max)
+        } else {
+            Vec::new()
+        };
         let next = start + data.len() as u64;
         Ok(ReadView {
             incarnation: s.incarnation,
@@ -126,7 +134,12 @@ impl GroupState {
         })
     }
 
-    pub fn head(&self, key: &str, incarnation: Option<u64>, now_ms: u64) -> Result<HeadView, Refusal> {
+    pub fn head(
+        &self,
+        key: &str,
+        incarnation: Option<u64>,
+        now_ms: u64,
+    ) -> Result<HeadView, Refusal> {
         let s = self.live(key, now_ms)?;
         check_incarnation(s, incarnation)?;
         Ok(HeadView {
@@ -135,7 +148,10 @@ impl GroupState {
             tail: s.tail(),
             closed: s.closed,
             retained: s.retained,
-            snapshot: s.snapshot.as_ref().map(|snap| (snap.offset, snap.digest.clone())),
+            snapshot: s
+                .snapshot
+                .as_ref()
+                .map(|snap| (snap.offset, snap.digest.clone())),
             lifetime: s.lifetime,
         })
     }
@@ -152,7 +168,11 @@ impl GroupState {
         now_ms: u64,
     ) -> Result<SnapshotView, Refusal> {
         let s = self.live(key, now_ms)?;
-        let snap = s.snapshot.as_ref().filter(|snap| snap.offset == offset).ok_or(Refusal::NotFound)?;
+        let snap = s
+            .snapshot
+            .as_ref()
+            .filter(|snap| snap.offset == offset)
+            .ok_or(Refusal::NotFound)?;
         check_incarnation(s, incarnation)?;
         Ok(SnapshotView {
             incarnation: s.incarnation,
@@ -166,10 +186,19 @@ impl GroupState {
     }
 
     /// The snapshot plus updates after it, at most `max` update bytes, cut by the bootstrap rules.
-    pub fn bootstrap(&self, key: &str, max: u64, incarnation: Option<u64>, now_ms: u64) -> Result<BootstrapView, Refusal> {
+    pub fn bootstrap(
+        &self,
+        key: &str,
+        max: u64,
+        incarnation: Option<u64>,
+        now_ms: u64,
+    ) -> Result<BootstrapView, Refusal> {
         let s = self.live(key, now_ms)?;
         check_incarnation(s, incarnation)?;
-        let start = s.snapshot.as_ref().map_or(s.retained, |snap| snap.offset.max(s.retained));
+        let start = s
+            .snapshot
+            .as_ref()
+            .map_or(s.retained, |snap| snap.offset.max(s.retained));
         let available = s.tail() - start;
         let updates = if available == 0 {
             Vec::new()
@@ -182,7 +211,10 @@ impl GroupState {
                 Some(last_lf) => window[..=last_lf].to_vec(),
                 None => {
                     let rest = s.data.read(start, available);
-                    let end = rest.iter().position(|b| *b == b'\n').map_or(rest.len(), |p| p + 1);
+                    let end = rest
+                        .iter()
+                        .position(|b| *b == b'\n')
+                        .map_or(rest.len(), |p| p + 1);
                     rest[..end].to_vec()
                 }
             }

@@ -1,0 +1,470 @@
+//! The state machine driven directly with fake clocks: TTL renewal arithmetic (TTL-3, AP-16),
+//! expiry and recreation, incarnations, and producer rules that need days or hours to pass.
+
+use bytes::Bytes;
+use ursula_protocol::offset::ReadFrom;
+
+use super::command::*;
+use super::machine::GroupState;
+use super::producer::EVICTABLE_IDLE_MS;
+use super::producer::FORGET_AFTER_MS;
+use super::producer::MAX_PRODUCERS;
+
+const KEY: &str = "demo/s";
+const SEC: u64 = 1000;
+
+fn create(lifetime: Option<Lifetime>) -> Command {
+    create_key(KEY, lifetime)
+}
+
+fn create_key(key: &str, lifetime: Option<Lifetime>) -> Command {
+    Command::Create(Create {
+        key: key.into(),
+        content_type: "application/octet-stream".into(),
+        lifetime,
+        closed: false,
+        stream_seq: None,
+        producer: None,
+        incarnation: None,
+        body: None,
+    })
+}
+
+fn append(body: &'static [u8]) -> Append {
+    Append {
+        key: KEY.into(),
+        content_type: Some("application/octet-stream".into()),
+        close: false,
+        stream_seq: None,
+        producer: None,
+        incarnation: None,
+        body: Body::Raw(Bytes::from_static(body)),
+    }
+}
+
+fn with_producer(mut a: Append, id: &str, epoch: u64, seq: u64) -> Append {
+    a.producer = Some(ProducerTuple {
+        id: id.into(),
+        epoch,
+        seq,
+    });
+    a
+}
+
+fn close_only() -> Append {
+    Append {
+        close: true,
+        content_type: None,
+        ..append(b"")
+    }
+}
+
+/// A group holding `demo/s` with a sliding TTL of `ttl_secs`, created at `t = 0`.
+fn ttl_stream(ttl_secs: u64) -> GroupState {
+    let mut g = GroupState::default();
+    g.apply(create(Some(Lifetime::Ttl(ttl_secs))), 0)
+        .expect("create");
+    g
+}
+
+fn expires(g: &GroupState, now: u64) -> Option<u64> {
+    g.expires_ms(KEY, now)
+}
+
+fn incarnation_of(applied: Applied) -> u64 {
+    match applied {
+        Applied::Created { meta, .. } => meta.incarnation,
+        other => panic!("expected Created, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_accepted_append_and_close_renews_the_ttl() {
+    let mut g = ttl_stream(10);
+    assert_eq!(expires(&g, 0), Some(10 * SEC));
+    g.apply(Command::Append(append(b"a")), 4 * SEC)
+        .expect("append");
+    assert_eq!(expires(&g, 4 * SEC), Some(14 * SEC));
+    g.apply(Command::Append(close_only()), 9 * SEC)
+        .expect("close");
+    assert_eq!(expires(&g, 9 * SEC), Some(19 * SEC));
+    assert!(g.get(KEY, 19 * SEC - 1).is_some());
+    assert!(
+        g.get(KEY, 19 * SEC).is_none(),
+        "the stream expires exactly at its deadline"
+    );
+}
+
+#[test]
+fn a_deduplicated_retry_does_not_renew_the_ttl() {
+    let mut g = ttl_stream(10);
+    g.apply(Command::Append(with_producer(append(b"a"), "p", 0, 0)), SEC)
+        .expect("append");
+    assert_eq!(expires(&g, SEC), Some(11 * SEC));
+    let dup = g
+        .apply(
+            Command::Append(with_producer(append(b"a"), "p", 0, 0)),
+            8 * SEC,
+        )
+        .expect("duplicate");
+    assert!(matches!(
+        dup,
+        Applied::Appended {
+            duplicate: true,
+            ..
+        }
+    ));
+    assert_eq!(expires(&g, 8 * SEC), Some(11 * SEC));
+}
+
+#[test]
+fn a_repeated_close_does_not_renew_the_ttl() {
+    let mut g = ttl_stream(10);
+    g.apply(Command::Append(close_only()), SEC).expect("close");
+    assert_eq!(expires(&g, SEC), Some(11 * SEC));
+    g.apply(Command::Append(close_only()), 8 * SEC)
+        .expect("close again");
+    assert_eq!(expires(&g, 8 * SEC), Some(11 * SEC));
+    // The closing producer's retry is a duplicate too.
+    let mut g = ttl_stream(10);
+    let closing = || {
+        Command::Append(Append {
+            close: true,
+            ..with_producer(append(b"z"), "p", 0, 0)
+        })
+    };
+    g.apply(closing(), SEC).expect("append and close");
+    g.apply(closing(), 8 * SEC).expect("retry");
+    assert_eq!(expires(&g, 8 * SEC), Some(11 * SEC));
+}
+
+#[test]
+fn a_refused_append_does_not_renew_the_ttl() {
+    let mut g = ttl_stream(10);
+    let mut wrong_type = append(b"x");
+    wrong_type.content_type = Some("text/plain".into());
+    assert!(matches!(
+        g.apply(Command::Append(wrong_type), 5 * SEC),
+        Err(Refusal::ContentTypeMismatch { .. })
+    ));
+    let gap = with_producer(append(b"x"), "p", 0, 3);
+    assert!(matches!(
+        g.apply(Command::Append(gap), 6 * SEC),
+        Err(Refusal::SeqGap { .. })
+    ));
+    assert_eq!(expires(&g, 6 * SEC), Some(10 * SEC));
+}
+
+#[test]
+fn reads_ask_for_renewal_at_most_once_per_quarter_of_the_ttl() {
+    let mut g = ttl_stream(100);
+    let due = |g: &GroupState, now: u64| {
+        g.read(KEY, ReadFrom::Start, 1, None, now)
+            .expect("read")
+            .renew_due
+    };
+    assert!(!due(&g, 0));
+    assert!(!due(&g, 25 * SEC - 1));
+    assert!(due(&g, 25 * SEC));
+    g.apply(Command::Renew { key: KEY.into() }, 25 * SEC)
+        .expect("renew");
+    assert_eq!(expires(&g, 25 * SEC), Some(125 * SEC));
+    assert!(
+        !due(&g, 50 * SEC - 1),
+        "the quarter restarts at the renewal"
+    );
+    assert!(due(&g, 50 * SEC));
+    // An append renews too, and restarts the quarter.
+    g.apply(Command::Append(append(b"a")), 40 * SEC)
+        .expect("append");
+    assert!(!due(&g, 64 * SEC));
+    // Snapshot reads and bootstrap follow the same rule.
+    g.apply(
+        Command::PublishSnapshot(PublishSnapshot {
+            key: KEY.into(),
+            offset: 1,
+            content_type: "application/octet-stream".into(),
+            body: Bytes::from_static(b"s"),
+            incarnation: None,
+        }),
+        40 * SEC,
+    )
+    .expect("publish");
+    assert!(
+        !g.read_snapshot(KEY, 1, None, 64 * SEC)
+            .expect("snapshot")
+            .renew_due
+    );
+    assert!(
+        g.read_snapshot(KEY, 1, None, 65 * SEC)
+            .expect("snapshot")
+            .renew_due
+    );
+    assert!(
+        !g.bootstrap(KEY, 10, None, 64 * SEC)
+            .expect("bootstrap")
+            .renew_due
+    );
+    assert!(
+        g.bootstrap(KEY, 10, None, 65 * SEC)
+            .expect("bootstrap")
+            .renew_due
+    );
+}
+
+#[test]
+fn head_never_changes_the_expiry() {
+    let g = ttl_stream(10);
+    for now in [3 * SEC, 6 * SEC, 9 * SEC] {
+        g.head(KEY, None, now).expect("head");
+    }
+    assert_eq!(expires(&g, 9 * SEC), Some(10 * SEC));
+    assert!(
+        g.head(KEY, None, 10 * SEC).is_err(),
+        "HEAD of an expired stream is a 404"
+    );
+}
+
+#[test]
+fn renewal_never_moves_expiry_earlier() {
+    let mut g = ttl_stream(10);
+    g.apply(Command::Append(append(b"a")), 9 * SEC)
+        .expect("append");
+    assert_eq!(expires(&g, 0), Some(19 * SEC));
+    // Renewals stamped by a slower clock keep the later expiry.
+    g.apply(Command::Renew { key: KEY.into() }, 5 * SEC)
+        .expect("renew");
+    assert_eq!(expires(&g, 0), Some(19 * SEC));
+    g.apply(Command::Append(append(b"b")), 6 * SEC)
+        .expect("append");
+    assert_eq!(expires(&g, 0), Some(19 * SEC));
+}
+
+#[test]
+fn an_absolute_expiry_is_never_renewed() {
+    let mut g = GroupState::default();
+    g.apply(create(Some(Lifetime::ExpiresAt(10 * SEC))), 0)
+        .expect("create");
+    g.apply(Command::Append(append(b"a")), 9 * SEC)
+        .expect("append");
+    g.apply(Command::Renew { key: KEY.into() }, 9 * SEC)
+        .expect("renew");
+    assert!(
+        !g.read(KEY, ReadFrom::Start, 1, None, 9 * SEC)
+            .expect("read")
+            .renew_due
+    );
+    assert_eq!(expires(&g, 9 * SEC), Some(10 * SEC));
+    assert!(g.get(KEY, 10 * SEC).is_none());
+}
+
+#[test]
+fn an_expired_stream_refuses_everything_with_404_and_a_create_makes_a_new_incarnation() {
+    let mut g = GroupState::default();
+    let first = incarnation_of(g.apply(create(Some(Lifetime::Ttl(10))), 0).expect("create"));
+    let at = 10 * SEC;
+    assert_eq!(
+        g.apply(Command::Append(append(b"a")), at),
+        Err(Refusal::NotFound)
+    );
+    assert_eq!(
+        g.read(KEY, ReadFrom::Start, 1, None, at).map(|_| ()),
+        Err(Refusal::NotFound)
+    );
+    assert_eq!(
+        g.apply(
+            Command::Delete {
+                key: KEY.into(),
+                incarnation: None
+            },
+            at
+        ),
+        Err(Refusal::NotFound)
+    );
+    assert_eq!(
+        g.apply(
+            Command::Retain {
+                key: KEY.into(),
+                offset: 0,
+                incarnation: None
+            },
+            at
+        ),
+        Err(Refusal::NotFound)
+    );
+    match g
+        .apply(create(Some(Lifetime::Ttl(10))), at)
+        .expect("recreate")
+    {
+        Applied::Created { meta, fresh } => {
+            assert!(fresh, "an expired stream is replaced, not matched");
+            assert!(meta.incarnation > first);
+            assert_eq!(meta.tail, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_sweep_drops_only_expired_streams() {
+    let mut g = GroupState::default();
+    g.apply(create(Some(Lifetime::Ttl(10))), 0).expect("create");
+    g.apply(create_key("demo/t", None), 0).expect("create");
+    assert_eq!(
+        g.apply(Command::Sweep, 9 * SEC),
+        Ok(Applied::Swept { removed: 0 })
+    );
+    assert_eq!(
+        g.apply(Command::Sweep, 10 * SEC),
+        Ok(Applied::Swept { removed: 1 })
+    );
+    assert_eq!(g.len(), 1);
+    assert!(g.get("demo/t", 10 * SEC).is_some());
+}
+
+#[test]
+fn incarnations_strictly_increase_even_when_the_clock_stands_still_or_goes_back() {
+    let mut g = GroupState::default();
+    let mut last = 0;
+    for now in [5000, 5000, 5000, 4000, 1, 6000] {
+        let inc = incarnation_of(g.apply(create(None), now).expect("create"));
+        assert!(inc > last, "incarnation {inc} after {last} at t={now}");
+        last = inc;
+        g.apply(
+            Command::Delete {
+                key: KEY.into(),
+                incarnation: Some(inc),
+            },
+            now,
+        )
+        .expect("delete");
+    }
+}
+
+#[test]
+fn a_producer_idle_for_seven_days_is_forgotten_and_must_restart_at_seq_zero() {
+    let mut g = ttl_stream(30 * 24 * 3600);
+    g.apply(Command::Append(with_producer(append(b"a"), "p", 2, 0)), 0)
+        .expect("append");
+    g.apply(Command::Append(with_producer(append(b"b"), "p", 2, 1)), SEC)
+        .expect("append");
+    let later = SEC + FORGET_AFTER_MS;
+    assert_eq!(
+        g.apply(
+            Command::Append(with_producer(append(b"c"), "p", 2, 2)),
+            later
+        ),
+        Err(Refusal::SeqGap {
+            expected: 0,
+            received: 2
+        })
+    );
+    // Forgotten means no epoch fence either: an older epoch at seq 0 starts over.
+    assert!(
+        g.apply(
+            Command::Append(with_producer(append(b"c"), "p", 1, 0)),
+            later
+        )
+        .is_ok()
+    );
+    // Just under seven days it is still known.
+    let mut g = ttl_stream(30 * 24 * 3600);
+    g.apply(Command::Append(with_producer(append(b"a"), "p", 2, 0)), 0)
+        .expect("append");
+    let r = g
+        .apply(
+            Command::Append(with_producer(append(b"b"), "p", 2, 1)),
+            FORGET_AFTER_MS - 1,
+        )
+        .expect("append");
+    assert!(matches!(
+        r,
+        Applied::Appended {
+            duplicate: false,
+            producer_ack: Some((2, 1)),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn the_producer_cap_evicts_the_least_recently_seen_producer_idle_an_hour() {
+    let mut g = GroupState::default();
+    g.apply(create(None), 0).expect("create");
+    for i in 0..MAX_PRODUCERS as u64 {
+        g.apply(
+            Command::Append(with_producer(append(b"x"), &format!("p{i}"), 0, 0)),
+            i,
+        )
+        .expect("append");
+    }
+    let tail = g.get(KEY, 0).expect("stream").tail();
+    // p0 is seen again, so p1 becomes the least recently seen.
+    g.apply(
+        Command::Append(with_producer(append(b"x"), "p0", 0, 1)),
+        EVICTABLE_IDLE_MS / 2,
+    )
+    .expect("append");
+    let new = || Command::Append(with_producer(append(b"y"), "new", 0, 0));
+    assert_eq!(
+        g.apply(new(), EVICTABLE_IDLE_MS),
+        Err(Refusal::ProducerLimit)
+    );
+    assert_eq!(
+        g.get(KEY, 0).expect("stream").tail(),
+        tail + 1,
+        "the refused append stored nothing"
+    );
+    g.apply(new(), EVICTABLE_IDLE_MS + 1)
+        .expect("p1 has been idle an hour");
+    // p1 was evicted: it is unknown now and must start again at seq 0.
+    assert_eq!(
+        g.apply(
+            Command::Append(with_producer(append(b"z"), "p1", 0, 1)),
+            EVICTABLE_IDLE_MS + 2
+        ),
+        Err(Refusal::SeqGap {
+            expected: 0,
+            received: 1
+        })
+    );
+    assert!(matches!(
+        g.apply(
+            Command::Append(with_producer(append(b"z"), "p0", 0, 1)),
+            EVICTABLE_IDLE_MS + 2
+        ),
+        Ok(Applied::Appended {
+            duplicate: true,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn stream_seq_is_compared_bytewise_against_the_last_accepted_value() {
+    let mut g = GroupState::default();
+    g.apply(create(None), 0).expect("create");
+    let with_seq = |v: &[u8]| {
+        Command::Append(Append {
+            stream_seq: Some(v.to_vec()),
+            ..append(b"x")
+        })
+    };
+    g.apply(with_seq(b"9"), 0).expect("first");
+    assert_eq!(
+        g.apply(with_seq(b"10"), 0),
+        Err(Refusal::StreamSeqConflict { tail: 1 })
+    );
+    assert_eq!(
+        g.apply(with_seq(b"9"), 0),
+        Err(Refusal::StreamSeqConflict { tail: 1 })
+    );
+    g.apply(with_seq(b"9\x00"), 0)
+        .expect("a longer value with the same prefix is greater");
+    g.apply(Command::Append(append(b"y")), 0)
+        .expect("no Stream-Seq: unchecked");
+    assert!(
+        g.apply(with_seq(b"9\x00"), 0).is_err(),
+        "the stored value did not change"
+    );
+}
