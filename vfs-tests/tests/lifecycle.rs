@@ -254,3 +254,47 @@ fn a_deleted_and_recreated_stream_fences_the_owner_and_reattach_rebuilds_from_th
         .expect("read");
     assert_eq!(tables, 0, "rebuilt from the new, empty stream");
 }
+
+#[test]
+fn a_snapshot_replaced_during_catch_up_makes_attach_retry_from_a_fresh_head() {
+    unsafe { std::env::set_var("URSULA_VFS_SNAPSHOT_MIN_BYTES", "65536") };
+    let server = Server::start();
+    let proxy = ursula_vfs_tests::proxy::Proxy::start(server.port);
+    let url = format!("{}/demo/moving", proxy.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &url).expect("attach");
+    let db = Connection::open(&path).expect("open");
+    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+        .expect("create");
+    let mut rounds = 0;
+    while status(&ctl, &path)["snapshot"] == "-1" {
+        rounds += 1;
+        assert!(rounds < 200, "no snapshot");
+        for _ in 0..20 {
+            db.execute("INSERT INTO notes(body) VALUES (hex(randomblob(1500)))", [])
+                .expect("insert");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gets_before = proxy.count("GET");
+    let gone = ursula_vfs_tests::proxy::Canned::new(404, &[], "no such snapshot");
+    proxy.add(
+        "GET",
+        "/snapshot/",
+        ursula_vfs_tests::proxy::Action::Respond(gone),
+        Some(1),
+    );
+    let copy = dir.path().join("copy.db");
+    attach_read_only(&ctl, &copy, &url).expect("the second round succeeds");
+    assert_ne!(status(&ctl, &copy)["installed"], "-1");
+    assert!(
+        proxy.count("GET") >= gets_before + 2,
+        "the snapshot was fetched again"
+    );
+    assert_eq!(
+        bodies(&Connection::open(&copy).expect("open copy")),
+        bodies(&db)
+    );
+}

@@ -11,13 +11,26 @@ fn python() -> PathBuf {
     let venv = ursula_vfs_tests::target_dir().join("pyvenv");
     let py = venv.join("bin/python");
     if !py.exists() {
-        let ok = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().is_ok_and(|s| s.success());
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
         assert!(ok, "python3 -m venv failed");
     }
-    let has = Command::new(&py).args(["-c", "import pysqlite3"]).status().is_ok_and(|s| s.success());
+    let has = Command::new(&py)
+        .args(["-c", "import pysqlite3"])
+        .status()
+        .is_ok_and(|s| s.success());
     if !has {
         let ok = Command::new(&py)
-            .args(["-m", "pip", "install", "-q", "pysqlite3-binary==0.5.4.post2"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "pysqlite3-binary==0.5.4.post2",
+            ])
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "pip install pysqlite3-binary failed");
@@ -39,6 +52,10 @@ fn pysqlite3_loads_the_extension_and_replicates_commits() {
         .output()
         .expect("run python");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains(" ok"), "{stdout}");
 }

@@ -328,3 +328,23 @@ fn a_stopped_endpoint_fails_the_commit_alone_as_unreachable() {
     );
     assert_eq!(st["poisoned"], false);
 }
+
+#[test]
+fn persistent_307s_are_retried_for_the_budget_then_poison() {
+    let r = rig(500);
+    let same = format!("{}/demo/refusals", r.proxy.base());
+    r.proxy.add(
+        "POST",
+        "/",
+        Action::Respond(Canned::new(307, &[("location", &same)], "")),
+        None,
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(code(&insert(&r, "x").expect_err("redirects")), IOERR_WRITE);
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "retried within the budget"
+    );
+    assert!(r.proxy.count("POST") > 2, "sent again to the same URL");
+    assert_eq!(status(&r.ctl, &r.path)["error"]["kind"], "outcome_unknown");
+}

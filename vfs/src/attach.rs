@@ -79,7 +79,6 @@ struct Head {
     incarnation: String,
     tail: String,
     snapshot: Option<String>,
-    retained: String,
 }
 
 fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
@@ -107,10 +106,6 @@ fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
                         incarnation: inc.to_owned(),
                         tail: a.header("stream-next-offset").unwrap_or("-1").to_owned(),
                         snapshot: a.header("stream-snapshot-offset").map(str::to_owned),
-                        retained: a
-                            .header("stream-retained-offset")
-                            .unwrap_or("-1")
-                            .to_owned(),
                     }));
                 }
                 404 => return Ok(None),
@@ -449,6 +444,27 @@ pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError
 
 type RunError = (VfsError, bool);
 
+/// Logs `attach_retrying` and reads the stream's state again.
+fn retry_head(path: &Path, url: &str, why: &VfsError) -> Result<Head, RunError> {
+    log::event(
+        log::Level::Info,
+        "attach_retrying",
+        &[
+            ("file", &path.display().to_string()),
+            ("stream", url),
+            ("reason", &why.message),
+        ],
+    );
+    match head_answer(url) {
+        Ok(Some(h)) => Ok(h),
+        Ok(None) => Err((
+            VfsError::new(Kind::NotFound, "the stream disappeared during attach"),
+            true,
+        )),
+        Err(e) => Err((e, true)),
+    }
+}
+
 fn run(
     path: &Path,
     url: &str,
@@ -549,36 +565,51 @@ fn run(
         ))
     })?;
     let mut installed = "-1".to_owned();
-    let mut from = local_offset.clone();
-    let behind_snapshot = head
-        .snapshot
-        .as_ref()
-        .is_some_and(|snap| from == "-1" || from.as_str() < snap.as_str());
-    let behind_retention =
-        head.retained != "-1" && from != "-1" && from.as_str() < head.retained.as_str();
-    if let Some(snap) = head.snapshot.as_ref().filter(|_| {
-        behind_snapshot
-            || behind_retention
-            || (from == "-1" && head.retained.as_str() > "00000000000000000000")
-    }) {
-        log::event(
-            log::Level::Info,
-            "attach_rebuilding",
-            &[
-                ("file", &path.display().to_string()),
-                ("stream", url),
-                ("snapshot", snap),
-            ],
-        );
-        let h =
-            replay::install_snapshot(&file, url, &head.incarnation, snap).map_err(|e| (e, true))?;
-        epoch = epoch.max(h.epoch);
-        installed = snap.clone();
-        from = snap.clone();
-        sc.log_bytes = 0;
-    }
-    let mut seen =
-        replay::replay(&file, url, &head.incarnation, &from, None).map_err(|e| (e, true))?;
+    let mut head = head;
+    let mut rounds = 0;
+    // Retention or a newer snapshot can move while the file catches up: start over from a
+    // fresh HEAD, a bounded number of times.
+    let mut seen = loop {
+        rounds += 1;
+        let mut from = local_offset.clone();
+        let behind = head
+            .snapshot
+            .as_ref()
+            .is_some_and(|snap| from == "-1" || from.as_str() < snap.as_str());
+        if installed != "-1" && head.snapshot.as_deref() == Some(installed.as_str()) {
+            from = installed.clone();
+        } else if let Some(snap) = head.snapshot.clone().filter(|_| behind) {
+            log::event(
+                log::Level::Info,
+                "attach_rebuilding",
+                &[
+                    ("file", &path.display().to_string()),
+                    ("stream", url),
+                    ("snapshot", &snap),
+                ],
+            );
+            match replay::install_snapshot(&file, url, &head.incarnation, &snap) {
+                Ok(h) => {
+                    epoch = epoch.max(h.epoch);
+                    installed = snap.clone();
+                    from = snap;
+                    sc.log_bytes = 0;
+                }
+                Err(e) if e.message.starts_with(replay::MOVED) && rounds < MAX_ROUNDS => {
+                    head = retry_head(path, url, &e)?;
+                    continue;
+                }
+                Err(e) => return Err((e, true)),
+            }
+        }
+        match replay::replay(&file, url, &head.incarnation, &from, None) {
+            Ok(seen) => break seen,
+            Err(e) if e.message.starts_with(replay::MOVED) && rounds < MAX_ROUNDS => {
+                head = retry_head(path, url, &e)?;
+            }
+            Err(e) => return Err((e, true)),
+        }
+    };
     epoch = epoch.max(seen.max_epoch);
     sc.log_bytes += seen.frame_bytes;
     let mut offset = seen.offset.clone();

@@ -20,6 +20,9 @@ use crate::format::PAGE_SIZE;
 use crate::format::Record;
 use crate::settings;
 
+/// Prefix of errors that a fresh HEAD may cure: retention moved, or the snapshot was replaced.
+pub const MOVED: &str = "the stream moved on during catch-up";
+
 /// What a catch-up saw on the way.
 #[derive(Debug, Default, Clone)]
 pub struct Seen {
@@ -138,7 +141,7 @@ pub fn replay(
             410 => {
                 return Err(VfsError::new(
                     Kind::StreamState,
-                    "retention moved past the offset being replayed",
+                    format!("{MOVED}: retention passed the offset being replayed"),
                 ));
             }
             412 => {
@@ -223,6 +226,13 @@ pub fn install_snapshot(
     offset: &str,
 ) -> Result<format::SnapshotHeader, VfsError> {
     let a = get(&format!("{url}/snapshot/{offset}"), Some(incarnation), true)?;
+    if a.status == 404 {
+        // A newer publish replaced it.
+        return Err(VfsError::new(
+            Kind::StreamState,
+            format!("{MOVED}: snapshot {offset} was replaced"),
+        ));
+    }
     if a.status != 200 {
         return Err(VfsError::new(
             Kind::StreamState,

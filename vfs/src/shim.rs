@@ -55,6 +55,13 @@ fn real_vfs() -> *mut ffi::sqlite3_vfs {
     REAL.get().map_or(ptr::null_mut(), |v| v.0)
 }
 
+/// Whether this copy of the extension ran its entry point, so its calls into SQLite have the
+/// host's API table. Added for `node-binding`, whose napi functions call into the extension
+/// directly and must refuse to run before node:sqlite loaded it.
+pub fn registered() -> bool {
+    REAL.get().is_some()
+}
+
 /// Registers the `ursula` VFS once per process as SQLite's default.
 pub fn register() -> c_int {
     // SAFETY: calls into the host SQLite through its API table with valid C strings.
