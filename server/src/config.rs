@@ -241,6 +241,14 @@ pub struct SnapshotSection {
 pub enum EngineChoice {
     /// The `default`/`dev` preset: single node, in memory, no Raft.
     Memory,
+    /// Raft over the disk WAL. `wal_dir: None` runs it in a temporary directory.
+    Raft {
+        wal_dir: Option<PathBuf>,
+        fsync_always: bool,
+        segment_size: u64,
+        /// node id -> URL, this node included; empty for a single node.
+        peers: std::collections::BTreeMap<u64, String>,
+    },
 }
 
 /// The resolved configuration the server runs with.
@@ -326,13 +334,27 @@ pub fn resolve(o: &Overrides) -> Result<Config, ConfigError> {
         None => FileConfig::default(),
     };
     let preset_name = o.preset.clone().unwrap_or_else(|| "default".to_owned());
-    resolve_with(&file, &preset_name, o)
+    // A config file runs Raft unless `--preset default` (or `dev`) asks for the in-memory node.
+    let memory_preset = matches!(preset_name.as_str(), "default" | "dev");
+    let raft = (path.is_some() && o.preset.is_none()) || !memory_preset;
+    resolve_engine(&file, &preset_name, o, raft)
 }
 
+/// Resolves a config without looking for files: Raft only when the file asks for a WAL or peers.
 pub fn resolve_with(
     file: &FileConfig,
     preset_name: &str,
     o: &Overrides,
+) -> Result<Config, ConfigError> {
+    let raft = file.raft.wal.path.is_some() || !file.raft.peers.is_empty();
+    resolve_engine(file, preset_name, o, raft)
+}
+
+fn resolve_engine(
+    file: &FileConfig,
+    preset_name: &str,
+    o: &Overrides,
+    raft: bool,
 ) -> Result<Config, ConfigError> {
     let p = preset(preset_name)?;
     let listen_raw = o
@@ -451,24 +473,45 @@ pub fn resolve_with(
             "is required when raft.peers is set",
         ));
     }
-    // The Raft engine over a disk WAL is not in this build yet; refuse rather than silently
-    // keep data in memory that the operator asked to keep on disk.
-    if file.raft.wal.path.is_some() || !file.raft.peers.is_empty() {
+    let node_id = o.node_id.or(file.raft.node_id).unwrap_or(1);
+    let mut peers = std::collections::BTreeMap::new();
+    for p in &file.raft.peers {
+        if peers
+            .insert(p.node_id, p.url.trim_end_matches('/').to_owned())
+            .is_some()
+        {
+            return Err(invalid(
+                "raft.peers",
+                format!("node_id {} appears twice", p.node_id),
+            ));
+        }
+    }
+    if !peers.is_empty() && !peers.contains_key(&node_id) {
         return Err(invalid(
-            "raft.wal.path",
-            "this build has only the in-memory engine; durable and clustered nodes are not available yet",
+            "raft.node_id",
+            format!("node {node_id} is not one of raft.peers"),
         ));
     }
+    let engine = if raft {
+        EngineChoice::Raft {
+            wal_dir: file.raft.wal.path.clone(),
+            fsync_always: file.raft.wal.fsync.as_deref() == Some("always"),
+            segment_size: file.raft.wal.segment_size.map_or(64 << 20, |s| s.0),
+            peers,
+        }
+    } else {
+        EngineChoice::Memory
+    };
     Ok(Config {
         listen,
-        node_id: o.node_id.or(file.raft.node_id).unwrap_or(1),
+        node_id,
         core_count,
         group_count,
         live_read_max_waiters_per_core: file
             .runtime
             .live_read_max_waiters_per_core
             .unwrap_or(65_536),
-        engine: EngineChoice::Memory,
+        engine,
         preset: preset_name.to_owned(),
     })
 }

@@ -22,8 +22,14 @@ pub enum EngineError {
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
     /// This node does not lead the group; `leader` is the leader's base URL when known.
+    /// `single`: the node has no peers, so no other node can take the write.
     #[error("this node does not lead the stream's group")]
-    NotLeader { leader: Option<String> },
+    NotLeader {
+        leader: Option<String>,
+        single: bool,
+    },
+    #[error("the group cannot take writes now: {0}")]
+    Unavailable(String),
 }
 
 pub trait GroupEngine: Send + Sync + Debug {

@@ -4,7 +4,8 @@
 //! - [`config`]: TOML config, presets and CLI overrides, validated at start.
 //! - [`stream`]: the deterministic stream state machine every engine applies.
 //! - [`runtime`]: core threads, group ownership, live-reader wake-ups.
-//! - [`engine`]: the `GroupEngine` seam (in-memory today; Raft behind the same trait).
+//! - [`engine`]: the `GroupEngine` seam: in memory, or Raft ([`raft`]) behind the same trait.
+//! - [`raft`]: openraft groups over the per-core disk journal, and their peer transport.
 //! - [`http`]: the client plane and `/__ursula/*` over HTTP/1.1.
 //! - [`node`]: wiring it all together for `ursula server`.
 
@@ -12,5 +13,6 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod node;
+pub mod raft;
 pub mod runtime;
 pub mod stream;

@@ -1,5 +1,6 @@
 //! Starting and stopping a node.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,8 +11,9 @@ use crate::config::EngineChoice;
 use crate::engine::GroupEngine;
 use crate::engine::MemoryEngine;
 use crate::http::AppState;
+use crate::raft::RaftEngine;
+use crate::raft::RaftOptions;
 use crate::runtime::Runtime;
-use crate::runtime::now_ms;
 use crate::stream::Command;
 
 /// How often each group drops streams whose lifetime ended.
@@ -28,29 +30,91 @@ pub enum NodeError {
     Runtime(#[from] crate::runtime::RuntimeError),
     #[error("cannot start serving: {0}")]
     Serve(std::io::Error),
+    #[error("cannot start the Raft engine: {0}")]
+    Raft(#[from] crate::raft::StartError),
+    #[error("cannot create the temporary WAL directory: {0}")]
+    TempWal(std::io::Error),
+    #[error("this config needs the Raft engine; use start_state")]
+    NeedsRaft,
 }
 
-/// The application state for a config, with its cores started.
-pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
-    let rt = Runtime::start(
+fn runtime(config: &Config) -> Result<Runtime, NodeError> {
+    Ok(Runtime::start(
         config.core_count,
         config.group_count,
         config.live_read_max_waiters_per_core,
-    )?;
-    let engine: Arc<dyn GroupEngine> = match config.engine {
-        EngineChoice::Memory => Arc::new(MemoryEngine::new(rt.clone())),
-    };
+    )?)
+}
+
+/// The application state of an in-memory node, with its cores started.
+pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
+    if config.engine != EngineChoice::Memory {
+        return Err(NodeError::NeedsRaft);
+    }
+    let rt = runtime(config)?;
+    let engine: Arc<dyn GroupEngine> = Arc::new(MemoryEngine::new(rt.clone()));
     Ok(AppState {
         rt,
         engine,
+        raft: None,
         node_id: config.node_id,
         long_poll_default_ms: 1000,
     })
 }
 
+/// A WAL directory the node removes on a clean shutdown.
+#[derive(Debug)]
+pub struct TempWal(pub PathBuf);
+
+/// The application state for any engine; the Raft engine recovers its journals here.
+pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>), NodeError> {
+    let EngineChoice::Raft {
+        wal_dir,
+        fsync_always,
+        segment_size,
+        peers,
+    } = &config.engine
+    else {
+        return Ok((build_state(config)?, None));
+    };
+    let (dir, temp) = match wal_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let d = std::env::temp_dir().join(format!(
+                "ursula-wal-{}-{:08x}",
+                std::process::id(),
+                rand::random::<u32>()
+            ));
+            std::fs::create_dir_all(&d).map_err(NodeError::TempWal)?;
+            tracing::info!(path = %d.display(), "single node without raft.wal.path: the WAL lives in a temporary directory, removed on clean shutdown");
+            (d.clone(), Some(TempWal(d)))
+        }
+    };
+    let rt = runtime(config)?;
+    let opts = RaftOptions {
+        node_id: config.node_id,
+        dir,
+        fsync_always: *fsync_always,
+        segment_size: *segment_size,
+        peers: peers.clone(),
+    };
+    let raft = RaftEngine::start(&rt, opts).await?;
+    let engine: Arc<dyn GroupEngine> = raft.clone();
+    Ok((
+        AppState {
+            rt,
+            engine,
+            raft: Some(raft),
+            node_id: config.node_id,
+            long_poll_default_ms: 1000,
+        },
+        temp,
+    ))
+}
+
 /// Runs the node until `shutdown` flips to `true`.
 pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
-    let state = build_state(&config)?;
+    let (state, temp) = start_state(&config).await?;
     let listener =
         std::net::TcpListener::bind(config.listen).map_err(|source| NodeError::Listen {
             addr: config.listen,
@@ -71,20 +135,23 @@ pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<
             _ = shutdown.changed() => break,
         }
     }
+    if let Some(raft) = &state.raft {
+        raft.shutdown().await;
+    }
+    if let Some(TempWal(dir)) = temp {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     tracing::info!("ursula node stopped");
     Ok(())
 }
 
+/// Proposes a sweep to every group: expiry is decided inside the state machine, at the time
+/// the proposal carries, so every replica drops the same streams.
 async fn sweep_expired(state: &AppState) {
-    for core in 0..state.rt.core_count() {
-        let _ = state
-            .rt
-            .with_core(core, |c| {
-                let now = now_ms();
-                for g in c.groups.values_mut() {
-                    let _ = g.apply(Command::Sweep, now);
-                }
-            })
-            .await;
+    for group in 0..state.rt.group_count() {
+        if state.raft.as_ref().is_some_and(|r| !r.is_leader(group)) {
+            continue;
+        }
+        let _ = state.engine.propose(group, Command::Sweep).await;
     }
 }

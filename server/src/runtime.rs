@@ -91,6 +91,12 @@ impl Group {
         }
     }
 
+    /// Replaces the whole state (a Raft snapshot install); live readers re-check their streams.
+    pub fn replace_state(&mut self, state: GroupState) {
+        self.state = state;
+        self.watchers.clear();
+    }
+
     /// Subscribes to changes of a live stream; the receiver sees every change after this call.
     pub fn subscribe(&mut self, key: &str, now_ms: u64) -> Option<watch::Receiver<Tick>> {
         let s = self.state.get(key, now_ms)?;
@@ -133,6 +139,12 @@ fn run_local<R>(f: impl FnOnce(&mut Core) -> R) -> Option<R> {
             .ok()
             .and_then(|mut c| c.as_mut().map(f))
     })
+}
+
+/// Runs `f` on `group` when the calling thread is a core thread (the group's core, by
+/// construction of the Raft engine); `None` elsewhere.
+pub fn run_on_local_group<R>(group: GroupId, f: impl FnOnce(&mut Group) -> R) -> Option<R> {
+    run_local(|c| f(c.group(group)))
 }
 
 /// Per-core counters readable from any thread.

@@ -48,9 +48,21 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
             "hot_bytes": hot, "live_waiters": live, "cross_core_jobs": jobs,
         }));
         for (id, streams, appends, applied, hot) in snapshot {
+            // In memory the node leads every group; under Raft, each group's own view.
+            let (leader, term, applied) = match st.raft.as_ref().and_then(|r| r.raft(id)) {
+                Some(raft) => {
+                    let m = raft.metrics().borrow().clone();
+                    (
+                        m.current_leader,
+                        m.current_term,
+                        m.last_applied.map_or(0, |l| l.index),
+                    )
+                }
+                None => (Some(st.node_id), 0, applied),
+            };
             groups.push(json!({
                 "group": id, "core": core, "streams": streams, "appends_accepted": appends,
-                "leader": st.node_id, "term": 0, "applied_index": applied, "hot_bytes": hot,
+                "leader": leader, "term": term, "applied_index": applied, "hot_bytes": hot,
             }));
         }
     }

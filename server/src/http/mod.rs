@@ -44,6 +44,8 @@ use crate::runtime::Runtime;
 pub struct AppState {
     pub rt: Runtime,
     pub engine: Arc<dyn GroupEngine>,
+    /// The Raft engine's groups, for peer RPCs and leader lookups; `None` in memory.
+    pub raft: Option<Arc<crate::raft::RaftEngine>>,
     pub node_id: u64,
     /// Long-poll wait when the request names no `timeout_ms`.
     pub long_poll_default_ms: u64,
@@ -54,10 +56,25 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn dispatch(State(st): State<AppState>, req: Request) -> Response {
+    let target = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
     let mut resp = match handle(&st, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
+    if resp.status() == StatusCode::TEMPORARY_REDIRECT {
+        // The engine names the leader's base URL; the redirect is the same request aimed there.
+        if let Some(base) = resp
+            .headers()
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            && let Ok(v) = HeaderValue::from_str(&format!("{}{target}", base.trim_end_matches('/')))
+        {
+            resp.headers_mut().insert(header::LOCATION, v);
+        }
+    }
     let headers = resp.headers_mut();
     headers.insert(
         "x-content-type-options",
@@ -169,6 +186,23 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
         (Route::Ready, &Method::GET) => admin::ready(),
         (Route::Metrics | Route::Ready, _) => return Err(ApiError::method_not_allowed("GET")),
+        (Route::RaftRpc(group, kind), &Method::POST) => {
+            let Some(raft) = &st.raft else {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "this node runs no Raft",
+                ));
+            };
+            let body = read_body(&headers, body, 1 << 30, Marking::Unmarked).await?;
+            let out = crate::raft::network::serve(raft, group, &kind, &body)
+                .await
+                .map_err(ApiError::bad_request)?;
+            return Ok(reply::Reply::new(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "application/msgpack")
+                .body(out)
+                .into_response());
+        }
+        (Route::RaftRpc(..), _) => return Err(ApiError::method_not_allowed("POST")),
         (Route::NotFound, _) => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such route")),
         (Route::Bucket(_), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
         (Route::Bucket(b), &Method::PUT) => write::create_bucket(&b)?,

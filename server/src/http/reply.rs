@@ -94,17 +94,35 @@ impl IntoResponse for ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         match e {
-            EngineError::NotLeader { leader: Some(url) } => ApiError::not_applied(
+            // The dispatcher completes `Location` with the request's path and query.
+            EngineError::NotLeader {
+                leader: Some(url), ..
+            } => ApiError::not_applied(
                 StatusCode::TEMPORARY_REDIRECT,
                 NotApplied::NotLeader,
                 "not the leader",
             )
             .header(header::LOCATION, url),
-            EngineError::NotLeader { leader: None } => ApiError::not_applied(
+            EngineError::NotLeader {
+                leader: None,
+                single: true,
+            } => ApiError::not_applied(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                NotApplied::NotLeader,
+                "the stream's group has no leader yet",
+            )
+            .header(header::RETRY_AFTER, "1"),
+            EngineError::NotLeader {
+                leader: None,
+                single: false,
+            } => ApiError::not_applied(
                 StatusCode::SERVICE_UNAVAILABLE,
                 NotApplied::NotLeader,
                 "no leader is known for the stream's group",
             ),
+            EngineError::Unavailable(m) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m).header(header::RETRY_AFTER, "1")
+            }
             EngineError::Runtime(e) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
                     .header(header::RETRY_AFTER, "1")

@@ -21,6 +21,8 @@ pub const COMPAT_BUCKET: &str = "__v1";
 pub enum Route {
     Metrics,
     Ready,
+    /// A peer's Raft RPC for one group: `/__ursula/raft-rpc/{group}/{kind}`.
+    RaftRpc(u32, String),
     Bucket(String),
     Stream(StreamPath),
     Bootstrap(StreamPath),
@@ -46,6 +48,11 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
     match raw.as_slice() {
         ["__ursula", "metrics"] => return Ok(Route::Metrics),
         ["__ursula", "ready"] => return Ok(Route::Ready),
+        ["__ursula", "raft-rpc", group, kind] => {
+            return Ok(group
+                .parse()
+                .map_or(Route::NotFound, |g| Route::RaftRpc(g, (*kind).to_owned())));
+        }
         ["__ursula", ..] => return Ok(Route::NotFound),
         _ => {}
     }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use super::json::JsonError;
 
 /// A stream's lifetime setting as configured at create.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Lifetime {
     /// Sliding window in seconds.
     Ttl(u64),
@@ -13,7 +13,7 @@ pub enum Lifetime {
     ExpiresAt(u64),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProducerTuple {
     pub id: String,
     pub epoch: u64,
@@ -21,7 +21,7 @@ pub struct ProducerTuple {
 }
 
 /// A request body as the state machine sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Body {
     /// Stored byte for byte.
     Raw(Bytes),
@@ -40,7 +40,7 @@ impl Body {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Create {
     pub key: String,
     /// Normalized.
@@ -55,7 +55,7 @@ pub struct Create {
     pub body: Option<Body>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Append {
     pub key: String,
     /// Normalized request content type; `None` when absent.
@@ -67,7 +67,7 @@ pub struct Append {
     pub body: Body,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PublishSnapshot {
     pub key: String,
     pub offset: u64,
@@ -76,7 +76,7 @@ pub struct PublishSnapshot {
     pub incarnation: Option<u64>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Command {
     Create(Create),
     Append(Append),
@@ -113,7 +113,7 @@ impl Command {
 }
 
 /// What every successful stream response reports about the stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Meta {
     pub incarnation: u64,
     pub content_type: String,
@@ -122,7 +122,7 @@ pub struct Meta {
     pub lifetime: Option<Lifetime>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Applied {
     Created {
         meta: Meta,
@@ -155,14 +155,14 @@ pub enum Applied {
 }
 
 /// A refusal decided by the state machine; nothing was applied.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Refusal {
     #[error("stream not found")]
     NotFound,
     #[error("Stream-Incarnation does not match the stream")]
     IncarnationMismatch { current: Option<u64> },
     #[error("stream exists with a different configuration: {0}")]
-    ConfigConflict(&'static str),
+    ConfigConflict(std::borrow::Cow<'static, str>),
     #[error("stream is closed")]
     Closed { tail: u64 },
     #[error("Content-Type {got} does not match the stream's {want}")]

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 /// Appends are packed into one segment until it would pass this size.
 const SEGMENT_BYTES: usize = 1 << 20;
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StreamData {
     /// Offset of the first byte of `segments[0]`.
     base: u64,

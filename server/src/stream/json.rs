@@ -8,10 +8,13 @@
 /// Deepest message the server stores. A scalar has depth 0.
 pub const MAX_DEPTH: usize = 127;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum JsonError {
     #[error("invalid JSON at byte {at}: {what}")]
-    Syntax { at: usize, what: &'static str },
+    Syntax {
+        at: usize,
+        what: std::borrow::Cow<'static, str>,
+    },
     #[error("JSON message nests deeper than {MAX_DEPTH} levels")]
     TooDeep,
     #[error("an append of an empty JSON array stores nothing")]
@@ -91,7 +94,10 @@ impl Parser<'_> {
     }
 
     fn err(&self, what: &'static str) -> JsonError {
-        JsonError::Syntax { at: self.pos, what }
+        JsonError::Syntax {
+            at: self.pos,
+            what: what.into(),
+        }
     }
 
     fn skip_ws(&mut self) {

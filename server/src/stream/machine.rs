@@ -13,7 +13,7 @@ use super::producer::Producers;
 use super::producer::Receipt;
 use super::producer::Verdict;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     pub offset: u64,
     pub content_type: String,
@@ -21,7 +21,7 @@ pub struct Snapshot {
     pub digest: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Stream {
     pub incarnation: u64,
     pub content_type: Box<str>,
@@ -83,7 +83,7 @@ impl Stream {
 }
 
 /// The state of every stream in one group.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct GroupState {
     streams: HashMap<Box<str>, Stream>,
     last_incarnation: u64,
@@ -170,10 +170,10 @@ impl GroupState {
         if let Some(s) = self.get(&c.key, now_ms) {
             check_incarnation(s, c.incarnation)?;
             if *s.content_type != *c.content_type {
-                return Err(Refusal::ConfigConflict("content type differs"));
+                return Err(Refusal::ConfigConflict("content type differs".into()));
             }
             if s.closed != c.closed {
-                return Err(Refusal::ConfigConflict("closed state differs"));
+                return Err(Refusal::ConfigConflict("closed state differs".into()));
             }
             let same_lifetime = match (s.lifetime, c.lifetime) {
                 (None, None) => true,
@@ -182,7 +182,7 @@ impl GroupState {
                 _ => false,
             };
             if !same_lifetime {
-                return Err(Refusal::ConfigConflict("TTL or expiry differs"));
+                return Err(Refusal::ConfigConflict("TTL or expiry differs".into()));
             }
             return Ok(Applied::Created {
                 meta: s.meta(),

@@ -12,12 +12,12 @@ pub const EVICTABLE_IDLE_MS: u64 = 60 * 60 * 1000;
 /// A producer idle this long is forgotten.
 pub const FORGET_AFTER_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Receipt {
     pub next_offset: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Producer {
     pub epoch: u64,
     pub last_seq: u64,
@@ -25,7 +25,7 @@ pub struct Producer {
     pub newest: Receipt,
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Producers {
     pub by_id: HashMap<Box<str>, Producer>,
     window: VecDeque<(Box<str>, u64, u64, Receipt)>,

@@ -1,0 +1,250 @@
+//! The Raft engine: one openraft group per `raft.group_count`, each run on its core's runtime,
+//! its log in the core's journal ([`wal`]), its state machine the same stream state machine the
+//! in-memory engine drives ([`store`]), its peer traffic multiplexed over HTTP ([`network`]).
+
+pub mod network;
+pub mod store;
+pub mod wal;
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openraft::BasicNode;
+use openraft::Config;
+use openraft::Raft;
+use openraft::error::ClientWriteError;
+use openraft::error::RaftError;
+
+use crate::engine::EngineError;
+use crate::engine::GroupEngine;
+use crate::engine::Proposal as ProposalFuture;
+use crate::runtime::GroupId;
+use crate::runtime::Runtime;
+use crate::runtime::now_ms;
+use crate::stream::Applied;
+use crate::stream::Command;
+use crate::stream::Refusal;
+
+/// A replicated write: the command and the leader's clock when it was proposed, so every
+/// replica applies it identically.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Proposal {
+    pub now_ms: u64,
+    pub cmd: Command,
+}
+
+/// What applying an entry answered; `None` for Raft's own entries.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Outcome(pub Option<Result<Applied, Refusal>>);
+
+openraft::declare_raft_types!(
+    pub TypeConfig:
+        D = Proposal,
+        R = Outcome,
+);
+
+pub type GroupRaft = Raft<TypeConfig>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Wal(#[from] wal::WalError),
+    #[error("journal of core {core}: {message}")]
+    Recover { core: usize, message: String },
+    #[error("group {group}: {message}")]
+    Group { group: u32, message: String },
+}
+
+/// How the engine is configured.
+#[derive(Debug, Clone)]
+pub struct RaftOptions {
+    pub node_id: u64,
+    pub dir: PathBuf,
+    pub fsync_always: bool,
+    pub segment_size: u64,
+    /// node id -> URL, this node included; empty for a single node.
+    pub peers: BTreeMap<u64, String>,
+}
+
+pub struct RaftEngine {
+    pub rafts: Vec<GroupRaft>,
+    pub node_id: u64,
+    pub peers: network::Peers,
+}
+
+impl std::fmt::Debug for RaftEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftEngine")
+            .field("groups", &self.rafts.len())
+            .field("node_id", &self.node_id)
+            .finish()
+    }
+}
+
+fn raft_config() -> Result<Arc<Config>, String> {
+    let c = Config {
+        heartbeat_interval: 250,
+        election_timeout_min: 1500,
+        election_timeout_max: 3000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5000),
+        max_in_snapshot_log_to_keep: 1000,
+        ..Config::default()
+    };
+    c.validate().map(Arc::new).map_err(|e| e.to_string())
+}
+
+impl RaftEngine {
+    /// Recovers every core's journal and starts every group on its core.
+    pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Arc<RaftEngine>, StartError> {
+        let log_dir = opts.dir.join("raft-log");
+        let snap_dir = opts.dir.join("snapshots");
+        std::fs::create_dir_all(&snap_dir).map_err(|e| {
+            StartError::Wal(wal::WalError::Io {
+                path: snap_dir.clone(),
+                source: e,
+            })
+        })?;
+        let config = raft_config().map_err(|message| StartError::Group { group: 0, message })?;
+        let peers = network::Peers::new(opts.peers.clone());
+        let mut journals = Vec::new();
+        let mut recovered = Vec::new();
+        for core in 0..rt.core_count() {
+            let dir = log_dir.join(format!("core-{core}"));
+            let r = wal::recover(&dir)?;
+            if r.damaged_tail {
+                tracing::warn!(
+                    core,
+                    cut_bytes = r.torn_bytes,
+                    "journal tail failed verification and was cut"
+                );
+            }
+            recovered.push(wal::by_group(r.records));
+            journals.push(wal::Journal::start(
+                dir,
+                wal::Options {
+                    fsync_always: opts.fsync_always,
+                    segment_size: opts.segment_size,
+                },
+            )?);
+        }
+        let mut rafts = Vec::with_capacity(rt.group_count() as usize);
+        for group in 0..rt.group_count() {
+            let core = rt.core_of(group);
+            let records = recovered[core].remove(&group).unwrap_or_default();
+            let data = store::LogData::recover(&records).map_err(|e| StartError::Recover {
+                core,
+                message: e.to_string(),
+            })?;
+            let fresh = data.vote.is_none() && data.entries.is_empty() && data.purged.is_none();
+            let log = store::LogStore::new(group, journals[core].clone(), data);
+            let net = network::Factory {
+                peers: peers.clone(),
+                group,
+            };
+            let (config, snap_dir, node_id) = (config.clone(), snap_dir.clone(), opts.node_id);
+            let handle = rt
+                .core_handle(core)
+                .ok_or(StartError::Group {
+                    group,
+                    message: "no core".into(),
+                })?
+                .clone();
+            // The group's Raft is created on its core, so its tasks (and its state machine's
+            // calls) run there, next to the group's streams.
+            let raft = handle
+                .spawn(async move {
+                    let sm =
+                        store::StateMachine::open(group, snap_dir).map_err(|e| e.to_string())?;
+                    Raft::new(node_id, config, net, log, sm)
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| StartError::Group {
+                    group,
+                    message: e.to_string(),
+                })?
+                .map_err(|message| StartError::Group { group, message })?;
+            let lowest = opts.peers.keys().next().copied().unwrap_or(opts.node_id);
+            if fresh && lowest == opts.node_id {
+                let members: BTreeMap<u64, BasicNode> = if opts.peers.is_empty() {
+                    BTreeMap::from([(opts.node_id, BasicNode::default())])
+                } else {
+                    opts.peers
+                        .iter()
+                        .map(|(id, url)| (*id, BasicNode::new(url)))
+                        .collect()
+                };
+                if let Err(e) = raft.initialize(members).await {
+                    tracing::debug!(group, error = %e, "group already initialized");
+                }
+            }
+            rafts.push(raft);
+        }
+        Ok(Arc::new(RaftEngine {
+            rafts,
+            node_id: opts.node_id,
+            peers,
+        }))
+    }
+
+    pub fn raft(&self, group: GroupId) -> Option<&GroupRaft> {
+        self.rafts.get(group as usize)
+    }
+
+    /// The base URL of the group's leader, if known and not this node.
+    pub fn leader_url(&self, group: GroupId) -> Option<String> {
+        let leader = self.raft(group)?.metrics().borrow().current_leader?;
+        (leader != self.node_id)
+            .then(|| self.peers.urls.get(&leader).cloned())
+            .flatten()
+    }
+
+    pub fn is_leader(&self, group: GroupId) -> bool {
+        self.raft(group)
+            .is_some_and(|r| r.metrics().borrow().current_leader == Some(self.node_id))
+    }
+
+    pub async fn shutdown(&self) {
+        for r in &self.rafts {
+            let _ = r.shutdown().await;
+        }
+    }
+}
+
+impl GroupEngine for RaftEngine {
+    fn propose(&self, group: GroupId, cmd: Command) -> ProposalFuture {
+        let raft = self.raft(group).cloned();
+        let urls = self.peers.urls.clone();
+        let single = urls.is_empty();
+        Box::pin(async move {
+            let raft = raft.ok_or(EngineError::NotLeader {
+                leader: None,
+                single,
+            })?;
+            match raft
+                .client_write(Proposal {
+                    now_ms: now_ms(),
+                    cmd,
+                })
+                .await
+            {
+                Ok(resp) => resp.data.0.ok_or(EngineError::NotLeader {
+                    leader: None,
+                    single,
+                }),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    let leader = f.leader_id.and_then(|id| urls.get(&id).cloned());
+                    Err(EngineError::NotLeader { leader, single })
+                }
+                Err(e) => Err(EngineError::Unavailable(e.to_string())),
+            }
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "raft"
+    }
+}

@@ -1,0 +1,417 @@
+//! A group's Raft log over its core's journal, and its state machine over the group's streams.
+
+// openraft's traits fix the error type, StorageError, which is large.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::RangeBounds;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+
+use openraft::Entry;
+use openraft::EntryPayload;
+use openraft::LogId;
+use openraft::LogState;
+use openraft::RaftLogReader;
+use openraft::RaftSnapshotBuilder;
+use openraft::Snapshot;
+use openraft::SnapshotMeta;
+use openraft::StorageError;
+use openraft::StorageIOError;
+use openraft::StoredMembership;
+use openraft::Vote;
+use openraft::storage::LogFlushed;
+use openraft::storage::RaftLogStorage;
+use openraft::storage::RaftStateMachine;
+
+use super::Outcome;
+use super::TypeConfig;
+use super::wal;
+use crate::runtime;
+use crate::stream::GroupState;
+
+type Se = StorageError<u64>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn enc<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, Se> {
+    rmp_serde::to_vec(v).map_err(|e| StorageIOError::write(&e).into())
+}
+
+/// The log of one group as far as this replica has it.
+#[derive(Debug, Default)]
+pub struct LogData {
+    pub entries: BTreeMap<u64, Entry<TypeConfig>>,
+    pub vote: Option<Vote<u64>>,
+    pub committed: Option<LogId<u64>>,
+    pub purged: Option<LogId<u64>>,
+}
+
+impl LogData {
+    /// Rebuilds a group's log from its journal records, in journal order.
+    pub fn recover(records: &[wal::Record]) -> Result<LogData, rmp_serde::decode::Error> {
+        let mut d = LogData::default();
+        for r in records {
+            match r.kind {
+                wal::KIND_ENTRIES => {
+                    let entries: Vec<Entry<TypeConfig>> = rmp_serde::from_slice(&r.payload)?;
+                    for e in entries {
+                        d.entries.insert(e.log_id.index, e);
+                    }
+                }
+                wal::KIND_VOTE => d.vote = Some(rmp_serde::from_slice(&r.payload)?),
+                wal::KIND_TRUNCATE => {
+                    let from: u64 = rmp_serde::from_slice(&r.payload)?;
+                    d.entries.split_off(&from);
+                }
+                wal::KIND_PURGE => {
+                    let upto: LogId<u64> = rmp_serde::from_slice(&r.payload)?;
+                    d.entries = d.entries.split_off(&(upto.index + 1));
+                    d.purged = Some(upto);
+                }
+                wal::KIND_COMMITTED => d.committed = rmp_serde::from_slice(&r.payload)?,
+                _ => {}
+            }
+        }
+        Ok(d)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    group: u32,
+    journal: wal::Journal,
+    data: Arc<Mutex<LogData>>,
+}
+
+impl LogStore {
+    pub fn new(group: u32, journal: wal::Journal, data: LogData) -> LogStore {
+        LogStore {
+            group,
+            journal,
+            data: Arc::new(Mutex::new(data)),
+        }
+    }
+
+    fn write(
+        &self,
+        kind: u8,
+        payload: Vec<u8>,
+        force_sync: bool,
+        done: Option<wal::Done>,
+    ) -> Result<(), Se> {
+        let w = wal::Write_ {
+            kind,
+            group: self.group,
+            payload,
+            force_sync,
+            done,
+        };
+        self.journal
+            .write(w)
+            .map_err(|_| StorageIOError::write(&std::io::Error::other("journal stopped")).into())
+    }
+
+    /// Writes and waits until the record is durable.
+    async fn write_durable(&self, kind: u8, payload: Vec<u8>) -> Result<(), Se> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.write(
+            kind,
+            payload,
+            true,
+            Some(Box::new(move |r| drop(tx.send(r)))),
+        )?;
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StorageIOError::write(&e).into()),
+            Err(e) => Err(StorageIOError::write(&e).into()),
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, Se> {
+        Ok(lock(&self.data)
+            .entries
+            .range(range)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, Se> {
+        let d = lock(&self.data);
+        let last = d
+            .entries
+            .values()
+            .next_back()
+            .map(|e| e.log_id)
+            .or(d.purged);
+        Ok(LogState {
+            last_purged_log_id: d.purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), Se> {
+        self.write_durable(wal::KIND_VOTE, enc(vote)?).await?;
+        lock(&self.data).vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, Se> {
+        Ok(lock(&self.data).vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), Se> {
+        self.write(wal::KIND_COMMITTED, enc(&committed)?, false, None)?;
+        lock(&self.data).committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, Se> {
+        Ok(lock(&self.data).committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), Se>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        // Membership changes are always made durable before they count.
+        let membership = entries
+            .iter()
+            .any(|e| matches!(e.payload, EntryPayload::Membership(_)));
+        let payload = enc(&entries)?;
+        {
+            let mut d = lock(&self.data);
+            for e in entries {
+                d.entries.insert(e.log_id.index, e);
+            }
+        }
+        self.write(
+            wal::KIND_ENTRIES,
+            payload,
+            membership,
+            Some(Box::new(move |r| callback.log_io_completed(r))),
+        )
+    }
+
+    async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), Se> {
+        self.write(wal::KIND_TRUNCATE, enc(&log_id.index)?, false, None)?;
+        lock(&self.data).entries.split_off(&log_id.index);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), Se> {
+        self.write(wal::KIND_PURGE, enc(&log_id)?, false, None)?;
+        let mut d = lock(&self.data);
+        d.entries = d.entries.split_off(&(log_id.index + 1));
+        d.purged = Some(log_id);
+        Ok(())
+    }
+}
+
+/// A stored snapshot: its meta and the serialized group state.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StoredSnapshot {
+    pub meta: SnapshotMeta<u64, openraft::BasicNode>,
+    pub data: Vec<u8>,
+}
+
+/// The state machine of one group. Its stream state lives on the group's core; every call
+/// here runs on that core (the group's Raft runs on the core's runtime).
+#[derive(Debug)]
+pub struct StateMachine {
+    group: u32,
+    applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, openraft::BasicNode>,
+    current: Option<StoredSnapshot>,
+    path: PathBuf,
+}
+
+fn on_core<R>(group: u32, f: impl FnOnce(&mut runtime::Group) -> R) -> Result<R, Se> {
+    runtime::run_on_local_group(group, f).ok_or_else(|| {
+        StorageIOError::write_state_machine(&std::io::Error::other("not on the group's core"))
+            .into()
+    })
+}
+
+impl StateMachine {
+    /// Loads the group's last snapshot from disk, if any, into the core's state.
+    pub fn open(group: u32, dir: PathBuf) -> Result<StateMachine, Se> {
+        let path = dir.join(format!("group-{group}.snap"));
+        let mut sm = StateMachine {
+            group,
+            applied: None,
+            membership: StoredMembership::default(),
+            current: None,
+            path,
+        };
+        match std::fs::read(&sm.path) {
+            Ok(bytes) => {
+                let snap: StoredSnapshot = rmp_serde::from_slice(&bytes)
+                    .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+                let state: GroupState = rmp_serde::from_slice(&snap.data)
+                    .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+                on_core(group, move |g| g.state = state)?;
+                sm.applied = snap.meta.last_log_id;
+                sm.membership = snap.meta.last_membership.clone();
+                sm.current = Some(snap);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageIOError::read_snapshot(None, &e).into()),
+        }
+        Ok(sm)
+    }
+
+    fn persist(&self, snap: &StoredSnapshot) -> Result<(), Se> {
+        let bytes = enc(snap)?;
+        let tmp = self.path.with_extension("tmp");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| StorageIOError::write_snapshot(None, &e).into())
+    }
+
+    fn build(&mut self) -> Result<StoredSnapshot, Se> {
+        let data = on_core(self.group, |g| rmp_serde::to_vec(&g.state))?
+            .map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let id = format!(
+            "{}-{}",
+            self.applied.map_or(0, |l| l.index),
+            crate::runtime::now_ms()
+        );
+        let meta = SnapshotMeta {
+            last_log_id: self.applied,
+            last_membership: self.membership.clone(),
+            snapshot_id: id,
+        };
+        let snap = StoredSnapshot { meta, data };
+        self.persist(&snap)?;
+        self.current = Some(snap.clone());
+        Ok(snap)
+    }
+}
+
+/// Builds snapshots; shares the machine through its core.
+#[derive(Debug)]
+pub struct Builder {
+    snap: Result<StoredSnapshot, String>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, Se> {
+        match &self.snap {
+            Ok(s) => Ok(Snapshot {
+                meta: s.meta.clone(),
+                snapshot: Box::new(Cursor::new(s.data.clone())),
+            }),
+            Err(e) => {
+                Err(StorageIOError::read_state_machine(&std::io::Error::other(e.clone())).into())
+            }
+        }
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Builder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<
+        (
+            Option<LogId<u64>>,
+            StoredMembership<u64, openraft::BasicNode>,
+        ),
+        Se,
+    > {
+        Ok((self.applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Outcome>, Se>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut out = Vec::new();
+        for e in entries {
+            self.applied = Some(e.log_id);
+            match e.payload {
+                EntryPayload::Blank => out.push(Outcome(None)),
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(e.log_id), m);
+                    out.push(Outcome(None));
+                }
+                EntryPayload::Normal(p) => {
+                    let r = on_core(self.group, move |g| g.apply(p.cmd, p.now_ms))?;
+                    out.push(Outcome(Some(r)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // Built here, on the core, at the applied point; the builder only hands it over.
+        Builder {
+            snap: self.build().map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, Se> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), Se> {
+        let data = snapshot.into_inner();
+        let state: GroupState =
+            rmp_serde::from_slice(&data).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        on_core(self.group, move |g| g.replace_state(state))?;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        let snap = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        self.persist(&snap)?;
+        self.current = Some(snap);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, Se> {
+        Ok(self.current.as_ref().map(|s| Snapshot {
+            meta: s.meta.clone(),
+            snapshot: Box::new(Cursor::new(s.data.clone())),
+        }))
+    }
+}
