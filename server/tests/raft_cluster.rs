@@ -316,6 +316,46 @@ fn a_three_voter_cluster_keeps_acknowledged_appends_exactly_once_through_leader_
         expected(300),
         "every acknowledged append exactly once"
     );
+    // Followers serve history themselves, and send HEAD and tails to the leader.
+    let follower = survivors
+        .iter()
+        .find(|b| agent_raw(b, "/demo/load").0 == 307)
+        .expect("one survivor follows")
+        .clone();
+    let head = agent()
+        .run(
+            ureq::http::Request::builder()
+                .method("HEAD")
+                .uri(format!("{follower}/demo/load"))
+                .body(Vec::new())
+                .expect("req"),
+        )
+        .expect("head");
+    assert_eq!(
+        head.status().as_u16(),
+        307,
+        "HEAD is linearizable: the leader answers it"
+    );
+    let loc = head
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        loc.ends_with("/demo/load") && !loc.starts_with(&follower),
+        "{loc}"
+    );
+    let mut part = agent()
+        .get(&format!("{follower}/demo/load?offset=-1&max_bytes=8"))
+        .call()
+        .expect("partial read");
+    assert_eq!(
+        part.status().as_u16(),
+        200,
+        "a follower serves replicated history"
+    );
+    assert_eq!(part.body_mut().read_to_string().expect("body"), "p000000|");
     // The killed node restarts, catches up, and serves the same bytes.
     nodes[leader_idx].spawn();
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -129,6 +129,7 @@ pub async fn long_poll(
         return Err(ApiError::bad_request("a long-poll read needs offset"));
     }
     let incarnation = request::incarnation(headers)?;
+    super::read::leader_only(st, sp)?;
     let _slot = reserve(st, sp)?;
     let (view, rx) = read_and_subscribe(st, sp, q.from, q.max_bytes, incarnation).await?;
     renew_if_due(st, sp, view.renew_due);
@@ -226,6 +227,7 @@ pub async fn sse(
         return Err(ApiError::bad_request("an SSE read needs offset"));
     }
     let incarnation = request::incarnation(headers)?;
+    super::read::leader_only(st, sp)?;
     let slot = reserve(st, sp)?;
     // Registration: the stream must exist and match; where to start is settled now.
     let key = sp.key.clone();

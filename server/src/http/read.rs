@@ -42,6 +42,8 @@ pub struct ReadQuery {
     pub max_bytes: u64,
     pub timeout_ms: u64,
     pub cursor: Option<String>,
+    /// `consistency=leader`.
+    pub leader: bool,
 }
 
 pub fn parse_read_query(
@@ -55,6 +57,7 @@ pub fn parse_read_query(
         max_bytes: MAX_READ_BYTES,
         timeout_ms: default_timeout_ms,
         cursor: None,
+        leader: false,
     };
     let mut leader = false;
     for (k, v) in request::query_pairs(query) {
@@ -105,6 +108,7 @@ pub fn parse_read_query(
             "consistency=leader cannot be combined with live",
         ));
     }
+    q.leader = leader;
     Ok(q)
 }
 
@@ -193,6 +197,47 @@ pub fn data_reply(view: &ReadView, status: StatusCode) -> Reply {
         .header_if(view.closed && view.up_to_date(), h::STREAM_CLOSED, "true")
 }
 
+/// Under Raft, what only the group's leader may answer (HEAD, live reads, tails of open
+/// streams, `consistency=leader`) is sent there: `307` to the leader, `503` while none is known.
+pub fn leader_only(st: &AppState, sp: &StreamPath) -> Result<(), ApiError> {
+    let Some(raft) = &st.raft else { return Ok(()) };
+    let group = st.rt.group_of(&sp.key);
+    if raft.is_leader(group) {
+        return Ok(());
+    }
+    Err(match raft.leader_url(group) {
+        Some(url) => ApiError::new(
+            StatusCode::TEMPORARY_REDIRECT,
+            "this node does not lead the stream's group",
+        )
+        .header(header::LOCATION, url),
+        None => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no leader is known for the stream's group",
+        )
+        .header(header::RETRY_AFTER, "1"),
+    })
+}
+
+/// A leader confirms it still leads (a ReadIndex round) before a linearizable read.
+async fn confirm_leadership(st: &AppState, sp: &StreamPath) -> Result<(), ApiError> {
+    leader_only(st, sp)?;
+    if let Some(raft) = st
+        .raft
+        .as_ref()
+        .and_then(|r| r.raft(st.rt.group_of(&sp.key)))
+    {
+        raft.ensure_linearizable().await.map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot confirm leadership: {e}"),
+            )
+            .header(header::RETRY_AFTER, "1")
+        })?;
+    }
+    Ok(())
+}
+
 pub async fn catch_up(
     st: &AppState,
     sp: &StreamPath,
@@ -200,7 +245,14 @@ pub async fn catch_up(
     headers: &HeaderMap,
 ) -> Result<Reply, ApiError> {
     let incarnation = request::incarnation(headers)?;
+    if q.leader || q.from == ReadFrom::Now {
+        confirm_leadership(st, sp).await?;
+    }
     let view = read_view(st, sp, q.from, q.max_bytes, incarnation).await?;
+    if view.up_to_date() && !view.closed {
+        // A follower cannot tell that it holds the tail: only the leader says "up to date".
+        leader_only(st, sp)?;
+    }
     let mut reply = data_reply(&view, StatusCode::OK);
     if q.from == ReadFrom::Now {
         return Ok(reply.header(header::CACHE_CONTROL, "no-store"));
@@ -221,6 +273,7 @@ pub async fn catch_up(
 
 pub async fn head(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result<Reply, ApiError> {
     let incarnation = request::incarnation(headers)?;
+    confirm_leadership(st, sp).await?;
     let key = sp.key.clone();
     let group = st.rt.group_of(&key);
     let v = st
@@ -257,6 +310,7 @@ pub async fn read_snapshot(
     let offset = request::path_offset(raw)
         .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "no such snapshot"))?;
     let incarnation = request::incarnation(headers)?;
+    confirm_leadership(st, sp).await?;
     let key = sp.key.clone();
     let group = st.rt.group_of(&key);
     let v = st
@@ -287,6 +341,7 @@ pub async fn bootstrap(
         return Err(ApiError::bad_request("bootstrap takes no live parameter"));
     }
     let incarnation = request::incarnation(headers)?;
+    confirm_leadership(st, sp).await?;
     let key = sp.key.clone();
     let group = st.rt.group_of(&key);
     let v = st
