@@ -14,6 +14,7 @@ use super::reply::ApiError;
 use super::reply::Reply;
 use super::request;
 use super::request::StreamPath;
+use crate::engine::EngineError;
 use crate::stream::Append;
 use crate::stream::Applied;
 use crate::stream::Body;
@@ -185,17 +186,14 @@ pub async fn delete(
 ) -> Result<Reply, ApiError> {
     let incarnation = request::incarnation(headers)?;
     let group = st.rt.group_of(&sp.key);
-    match st
-        .engine
-        .propose(
-            group,
-            Command::Delete {
-                key: sp.key.clone(),
-                incarnation,
-            },
-        )
-        .await??
-    {
+    let proposal = st.engine.propose(
+        group,
+        Command::Delete {
+            key: sp.key.clone(),
+            incarnation,
+        },
+    );
+    match unmarked(proposal.await)?? {
         Applied::Deleted => Ok(Reply::new(StatusCode::NO_CONTENT)),
         other => Err(unexpected(other)),
     }
@@ -225,7 +223,7 @@ pub async fn publish_snapshot(
         incarnation,
     });
     let group = st.rt.group_of(&sp.key);
-    match st.engine.propose(group, cmd).await?? {
+    match unmarked(st.engine.propose(group, cmd).await)?? {
         Applied::SnapshotPublished {
             incarnation,
             offset,
@@ -249,18 +247,15 @@ pub async fn retain(
     let offset = request::path_offset(raw_offset)?;
     let incarnation = request::incarnation(headers)?;
     let group = st.rt.group_of(&sp.key);
-    match st
-        .engine
-        .propose(
-            group,
-            Command::Retain {
-                key: sp.key.clone(),
-                offset,
-                incarnation,
-            },
-        )
-        .await??
-    {
+    let proposal = st.engine.propose(
+        group,
+        Command::Retain {
+            key: sp.key.clone(),
+            offset,
+            incarnation,
+        },
+    );
+    match unmarked(proposal.await)?? {
         Applied::Retained {
             incarnation,
             offset,
@@ -269,6 +264,19 @@ pub async fn retain(
             .incarnation(incarnation)),
         other => Err(unexpected(other)),
     }
+}
+
+/// Deletes, snapshot publishes and retention moves go to Raft without a leadership check of
+/// their own, so a redirect or 503 they get cannot prove nothing was proposed: no marker.
+fn unmarked<T>(r: Result<T, EngineError>) -> Result<T, ApiError> {
+    r.map_err(|e| {
+        let mut e = ApiError::from(e);
+        e.headers.remove(h::NOT_APPLIED);
+        if e.status == StatusCode::INTERNAL_SERVER_ERROR {
+            e.status = StatusCode::SERVICE_UNAVAILABLE;
+        }
+        e
+    })
 }
 
 fn unexpected(applied: Applied) -> ApiError {
