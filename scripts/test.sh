@@ -25,3 +25,6 @@ cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
 
 step "conformance suite"
 scripts/conformance.sh target/ci/ursula
+
+step "conformance suite against a 3-voter Raft cluster"
+scripts/conformance-cluster.sh target/ci/ursula
