@@ -26,12 +26,18 @@ pub type GroupId = u32;
 type Job = Box<dyn FnOnce(&mut Core) + Send>;
 
 /// What live readers of a stream are told after each change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tick {
     pub incarnation: u64,
     pub tail: u64,
     pub closed: bool,
+    /// The bytes the latest change appended and where they start, so a live reader that was
+    /// at the previous tail sends them without reading the group again.
+    pub appended: Option<(u64, bytes::Bytes)>,
 }
+
+/// Appends larger than this are not copied into the tick; readers fetch them.
+const TICK_COPY_MAX: u64 = 1 << 20;
 
 /// One group: its state machine and the live readers waiting on its streams.
 #[derive(Debug, Default)]
@@ -83,10 +89,15 @@ impl Group {
             return;
         }
         if let Some(s) = self.state.get(key, now_ms) {
+            let prev = tx.borrow().tail;
+            let appended =
+                (prev < s.tail() && s.tail() - prev <= TICK_COPY_MAX && prev >= s.retained)
+                    .then(|| (prev, bytes::Bytes::from(s.data.read(prev, s.tail() - prev))));
             tx.send_replace(Tick {
                 incarnation: s.incarnation,
                 tail: s.tail(),
                 closed: s.closed,
+                appended,
             });
         }
     }
@@ -104,6 +115,7 @@ impl Group {
             incarnation: s.incarnation,
             tail: s.tail(),
             closed: s.closed,
+            appended: None,
         };
         if let Some(tx) = self.watchers.get(key)
             && tx.borrow().incarnation == tick.incarnation

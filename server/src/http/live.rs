@@ -151,7 +151,7 @@ pub async fn long_poll(
             Err(_) => return Ok(timeout_reply(at, registered, false, &cursor)),
             Ok(Err(_)) => return Err(ended(st, sp, at, registered, incarnation.is_some()).await),
             Ok(Ok(())) => {
-                let tick = *rx.borrow_and_update();
+                let tick = rx.borrow_and_update().clone();
                 if tick.tail == at && !tick.closed {
                     continue;
                 }
@@ -212,6 +212,10 @@ struct Session {
     json: bool,
     cursor: Option<String>,
     rx: Option<watch::Receiver<Tick>>,
+    /// The stream's content type, for views built from a tick.
+    content_type: String,
+    /// A wake-up that carried exactly the bytes after `at`.
+    fresh: Option<Tick>,
     first: bool,
     done: bool,
     _slot: WaiterSlot,
@@ -280,6 +284,8 @@ pub async fn sse(
         json,
         cursor: q.cursor.clone(),
         rx,
+        content_type: head.content_type.clone(),
+        fresh: None,
         first: true,
         done: false,
         _slot: slot,
@@ -309,15 +315,21 @@ impl Session {
             return None;
         }
         loop {
-            let view = match super::read::read_view(
-                &self.st,
-                &self.sp,
-                ReadFrom::At(Offset(self.at)),
-                self.max,
-                Some(self.incarnation),
-            )
-            .await
-            {
+            let fast = self.fresh.take().and_then(|t| self.view_from_tick(t));
+            let read = match fast {
+                Some(v) => Ok(v),
+                None => {
+                    super::read::read_view(
+                        &self.st,
+                        &self.sp,
+                        ReadFrom::At(Offset(self.at)),
+                        self.max,
+                        Some(self.incarnation),
+                    )
+                    .await
+                }
+            };
+            let view = match read {
                 Ok(v) => v,
                 Err(e) => {
                     self.done = true;
@@ -393,7 +405,33 @@ impl Session {
                 };
                 return Some(Bytes::from(error_event(status, token, self.at)));
             }
+            self.fresh = Some(rx.borrow_and_update().clone());
         }
+    }
+
+    /// The fast path of a fan-out: a tick that carries the bytes right after `at`.
+    fn view_from_tick(&self, t: Tick) -> Option<ReadView> {
+        let (start, bytes) = t.appended?;
+        if t.incarnation != self.incarnation || start != self.at {
+            return None;
+        }
+        let data = if bytes.len() as u64 > self.max {
+            bytes.slice(..self.max as usize)
+        } else {
+            bytes
+        };
+        let next = start + data.len() as u64;
+        Some(ReadView {
+            incarnation: t.incarnation,
+            content_type: self.content_type.clone(),
+            json: self.json,
+            start,
+            data,
+            next,
+            tail: t.tail,
+            closed: t.closed,
+            renew_due: false,
+        })
     }
 
     fn push_control(&mut self, out: &mut String, next: u64, up_to_date: bool, closed: bool) {
