@@ -261,6 +261,13 @@ pub struct Config {
     pub live_read_max_waiters_per_core: usize,
     pub engine: EngineChoice,
     pub preset: String,
+    /// `server.http_inflight_body_size`.
+    pub http_inflight_body_size: u64,
+    /// `raft.wal.min_available_size` / `resume_available_size`.
+    pub wal_min_available: u64,
+    pub wal_resume_available: u64,
+    /// `raft.max_uncommitted_size_per_group`.
+    pub max_uncommitted_per_group: u64,
 }
 
 /// What the command line supplies.
@@ -275,22 +282,27 @@ pub struct Overrides {
 struct PresetDefaults {
     groups_per_core: Option<u32>,
     group_count: Option<u32>,
+    /// `server.http_inflight_body_size`.
+    inflight_body: u64,
 }
 
 fn preset(name: &str) -> Result<PresetDefaults, ConfigError> {
-    let fixed = |n| PresetDefaults {
+    // Groups and the HTTP in-flight body budget of the Configuration page's preset table.
+    let fixed = |groups, inflight_mib: u64| PresetDefaults {
         groups_per_core: None,
-        group_count: Some(n),
+        group_count: Some(groups),
+        inflight_body: inflight_mib << 20,
     };
     Ok(match name {
         "default" | "dev" => PresetDefaults {
             groups_per_core: Some(16),
             group_count: None,
+            inflight_body: 256 << 20,
         },
-        "tiny" => fixed(64),
-        "small" => fixed(128),
-        "standard" => fixed(256),
-        "large" => fixed(512),
+        "tiny" => fixed(64, 64),
+        "small" => fixed(128, 64),
+        "standard" => fixed(256, 256),
+        "large" => fixed(512, 512),
         other => return Err(ConfigError::Preset(other.to_owned())),
     })
 }
@@ -513,6 +525,16 @@ fn resolve_engine(
             .unwrap_or(65_536),
         engine,
         preset: preset_name.to_owned(),
+        http_inflight_body_size: file
+            .server
+            .http_inflight_body_size
+            .map_or(p.inflight_body, |s| s.0),
+        wal_min_available: file.raft.wal.min_available_size.map_or(512 << 20, |s| s.0),
+        wal_resume_available: file.raft.wal.resume_available_size.map_or(1 << 30, |s| s.0),
+        max_uncommitted_per_group: file
+            .raft
+            .max_uncommitted_size_per_group
+            .map_or(64 << 20, |s| s.0),
     })
 }
 

@@ -30,6 +30,9 @@ pub enum EngineError {
     },
     #[error("the group cannot take writes now: {0}")]
     Unavailable(String),
+    /// Refused before proposal because the group is over a write budget.
+    #[error("the stream's group is over its write budget")]
+    Backpressure(ursula_protocol::refusal::NotApplied),
 }
 
 pub trait GroupEngine: Send + Sync + Debug {

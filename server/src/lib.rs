@@ -1,6 +1,7 @@
 //! `ursula`: the stream server.
 //!
 //! Module map:
+//! - [`admission`]: write-admission refusals made before anything is proposed.
 //! - [`config`]: TOML config, presets and CLI overrides, validated at start.
 //! - [`stream`]: the deterministic stream state machine every engine applies.
 //! - [`runtime`]: core threads, group ownership, live-reader wake-ups.
@@ -9,6 +10,7 @@
 //! - [`http`]: the client plane and `/__ursula/*` over HTTP/1.1.
 //! - [`node`]: wiring it all together for `ursula server`.
 
+pub mod admission;
 pub mod config;
 pub mod engine;
 pub mod http;

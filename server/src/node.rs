@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::admission::Admission;
 use crate::config::Config;
 use crate::config::EngineChoice;
 use crate::engine::GroupEngine;
@@ -32,8 +33,8 @@ pub enum NodeError {
     Serve(std::io::Error),
     #[error("cannot start the Raft engine: {0}")]
     Raft(#[from] crate::raft::StartError),
-    #[error("cannot create the temporary WAL directory: {0}")]
-    TempWal(std::io::Error),
+    #[error("cannot create the WAL directory: {0}")]
+    WalDir(std::io::Error),
     #[error("this config needs the Raft engine; use start_state")]
     NeedsRaft,
 }
@@ -46,6 +47,15 @@ fn runtime(config: &Config) -> Result<Runtime, NodeError> {
     )?)
 }
 
+fn limits(config: &Config, wal_dir: Option<PathBuf>) -> crate::admission::Limits {
+    crate::admission::Limits {
+        inflight_body_bytes: config.http_inflight_body_size,
+        wal_dir,
+        min_available: config.wal_min_available,
+        resume_available: config.wal_resume_available,
+    }
+}
+
 /// The application state of an in-memory node, with its cores started.
 pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
     if config.engine != EngineChoice::Memory {
@@ -53,10 +63,12 @@ pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
     }
     let rt = runtime(config)?;
     let engine: Arc<dyn GroupEngine> = Arc::new(MemoryEngine::new(rt.clone()));
+    let admission = Admission::new(limits(config, None));
     Ok(AppState {
         rt,
         engine,
         raft: None,
+        admission,
         node_id: config.node_id,
         long_poll_default_ms: 1000,
     })
@@ -85,7 +97,7 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
                 std::process::id(),
                 rand::random::<u32>()
             ));
-            std::fs::create_dir_all(&d).map_err(NodeError::TempWal)?;
+            std::fs::create_dir_all(&d).map_err(NodeError::WalDir)?;
             tracing::info!(path = %d.display(), "single node without raft.wal.path: the WAL lives in a temporary directory, removed on clean shutdown");
             (d.clone(), Some(TempWal(d)))
         }
@@ -97,7 +109,11 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
         fsync_always: *fsync_always,
         segment_size: *segment_size,
         peers: peers.clone(),
+        max_uncommitted: config.max_uncommitted_per_group,
     };
+    std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
+    let admission = Admission::new(limits(config, Some(opts.dir.clone())));
+    admission.spawn_disk_sampler();
     let raft = RaftEngine::start(&rt, opts).await?;
     let engine: Arc<dyn GroupEngine> = raft.clone();
     Ok((
@@ -105,6 +121,7 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
             rt,
             engine,
             raft: Some(raft),
+            admission,
             node_id: config.node_id,
             long_poll_default_ms: 1000,
         },

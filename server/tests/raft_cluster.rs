@@ -63,11 +63,8 @@ impl Proc {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if agent()
-                .get(&self.url("/__ursula/ready"))
-                .call()
-                .is_ok_and(|r| r.status() == 200)
-            {
+            // Answering is enough: a fresh cluster node stays unready until its peers are up.
+            if agent().get(&self.url("/__ursula/ready")).call().is_ok() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -402,4 +399,49 @@ fn agent_raw(base: &str, path: &str) -> (u16, String, ()) {
         }
         Err(_) => (0, String::new(), ()),
     }
+}
+
+#[test]
+fn a_wal_filesystem_below_its_minimum_refuses_writes_marked_and_the_node_is_unready() {
+    let dir = tempfile_dir("pressure");
+    let port = free_port();
+    let config = dir.join("node.toml");
+    let toml = format!(
+        "[raft]\ngroup_count = 2\n[raft.wal]\npath = \"{}\"\nmin_available_size = \"1000000GiB\"\nresume_available_size = \"2000000GiB\"\n",
+        dir.join("wal").display()
+    );
+    std::fs::write(&config, toml).expect("toml");
+    let args = vec![
+        "server".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let node = Proc::start(port, args, dir.join("node.log"));
+    let resp = agent()
+        .put(&node.url("/demo/full"))
+        .send_empty()
+        .expect("put");
+    assert_eq!(resp.status().as_u16(), 503);
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        header("x-ursula-not-applied").as_deref(),
+        Some("WalDiskPressure")
+    );
+    assert_eq!(header("retry-after").as_deref(), Some("1"));
+    let mut ready = agent()
+        .get(&node.url("/__ursula/ready"))
+        .call()
+        .expect("ready");
+    assert_eq!(ready.status().as_u16(), 503);
+    let body = ready.body_mut().read_to_string().expect("body");
+    assert!(body.contains("wal_disk_pressure"), "{body}");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -81,9 +81,34 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
         .body(body.to_string()))
 }
 
-pub fn ready() -> Reply {
-    Reply::new(StatusCode::OK)
+/// `200` when the node may serve, else `503` with the first reason that applies.
+pub fn ready(st: &AppState) -> Reply {
+    let mut body = json!({ "ready": true });
+    if st.admission.disk_pressure() {
+        body = json!({ "ready": false, "reason": "wal_disk_pressure" });
+    } else if let Some(raft) = &st.raft {
+        let leaderless: Vec<u32> = (0..st.rt.group_count())
+            .filter(|g| raft.leader_of(*g).is_none())
+            .collect();
+        if !leaderless.is_empty() {
+            let issues: Vec<_> = leaderless
+                .iter()
+                .map(|g| json!({ "group": g, "issue": "leader_unknown" }))
+                .collect();
+            body = json!({
+                "ready": false,
+                "reason": "raft_replica_unready",
+                "raft_maintenance": { "group_issues": issues },
+            });
+        }
+    }
+    let status = if body["ready"] == true {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    Reply::new(status)
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::CACHE_CONTROL, "no-store")
-        .body(json!({ "ready": true, "reasons": [] }).to_string())
+        .body(body.to_string())
 }

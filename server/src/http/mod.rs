@@ -46,6 +46,7 @@ pub struct AppState {
     pub engine: Arc<dyn GroupEngine>,
     /// The Raft engine's groups, for peer RPCs and leader lookups; `None` in memory.
     pub raft: Option<Arc<crate::raft::RaftEngine>>,
+    pub admission: Arc<crate::admission::Admission>,
     pub node_id: u64,
     /// Long-poll wait when the request names no `timeout_ms`.
     pub long_poll_default_ms: u64,
@@ -168,6 +169,32 @@ async fn read_body(
     })
 }
 
+/// Write admission for a create or append, before its body is read.
+fn admit(
+    st: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<crate::admission::BodyPermit>, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    st.admission.admit(declared).map_err(|r| {
+        use crate::admission::Refused;
+        let (token, why) = match r {
+            Refused::WalDiskPressure => (
+                NotApplied::WalDiskPressure,
+                "the WAL filesystem is low on space",
+            ),
+            Refused::IngressBodyBytesLimitReached => (
+                NotApplied::IngressBodyBytesLimitReached,
+                "write bodies in flight leave no room for this one",
+            ),
+        };
+        ApiError::not_applied(StatusCode::SERVICE_UNAVAILABLE, token, why)
+    })
+}
+
 fn location(headers: &HeaderMap, path: &str) -> String {
     match headers.get(header::HOST).and_then(|v| v.to_str().ok()) {
         Some(host) => format!("http://{host}{path}"),
@@ -184,7 +211,7 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
     let route = request::route(&path)?;
     let reply = match (route, &method) {
         (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
-        (Route::Ready, &Method::GET) => admin::ready(),
+        (Route::Ready, &Method::GET) => admin::ready(st),
         (Route::Metrics | Route::Ready, _) => return Err(ApiError::method_not_allowed("GET")),
         (Route::RaftRpc(group, kind), &Method::POST) => {
             let Some(raft) = &st.raft else {
@@ -214,10 +241,12 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         }
         (Route::Stream(_), &Method::OPTIONS) => return Ok(preflight(&headers, STREAM_METHODS)),
         (Route::Stream(sp), &Method::PUT) => {
+            let _permit = admit(st, &headers)?;
             let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
             write::create_stream(st, &sp, &headers, location(&headers, &path), body).await?
         }
         (Route::Stream(sp), &Method::POST) => {
+            let _permit = admit(st, &headers)?;
             let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
             write::append(st, &sp, &headers, body).await?
         }

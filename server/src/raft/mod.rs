@@ -26,6 +26,7 @@ use crate::runtime::now_ms;
 use crate::stream::Applied;
 use crate::stream::Command;
 use crate::stream::Refusal;
+use ursula_protocol::refusal::NotApplied;
 
 /// A replicated write: the command and the leader's clock when it was proposed, so every
 /// replica applies it identically.
@@ -66,10 +67,15 @@ pub struct RaftOptions {
     pub segment_size: u64,
     /// node id -> URL, this node included; empty for a single node.
     pub peers: BTreeMap<u64, String>,
+    pub max_uncommitted: u64,
 }
 
 pub struct RaftEngine {
     pub rafts: Vec<GroupRaft>,
+    /// Proposed but not yet applied write bytes, per group.
+    uncommitted: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    /// `raft.max_uncommitted_size_per_group`.
+    max_uncommitted: u64,
     pub node_id: u64,
     pub peers: network::Peers,
 }
@@ -183,8 +189,15 @@ impl RaftEngine {
             }
             rafts.push(raft);
         }
+        let uncommitted = Arc::new(
+            (0..rafts.len())
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+        );
         Ok(Arc::new(RaftEngine {
             rafts,
+            uncommitted,
+            max_uncommitted: opts.max_uncommitted,
             node_id: opts.node_id,
             peers,
         }))
@@ -202,6 +215,10 @@ impl RaftEngine {
             .flatten()
     }
 
+    pub fn leader_of(&self, group: GroupId) -> Option<u64> {
+        self.raft(group)?.metrics().borrow().current_leader
+    }
+
     pub fn is_leader(&self, group: GroupId) -> bool {
         self.raft(group)
             .is_some_and(|r| r.metrics().borrow().current_leader == Some(self.node_id))
@@ -214,23 +231,55 @@ impl RaftEngine {
     }
 }
 
+/// Bytes of a write's body, charged against the group's uncommitted budget.
+fn body_bytes(cmd: &Command) -> u64 {
+    use crate::stream::Body;
+    let len = |b: &Body| match b {
+        Body::Raw(b) | Body::Json(Ok(b)) => b.len() as u64,
+        Body::Json(Err(_)) => 0,
+    };
+    match cmd {
+        Command::Create(c) => c.body.as_ref().map_or(0, len),
+        Command::Append(a) => len(&a.body),
+        Command::PublishSnapshot(p) => p.body.len() as u64,
+        _ => 0,
+    }
+}
+
 impl GroupEngine for RaftEngine {
     fn propose(&self, group: GroupId, cmd: Command) -> ProposalFuture {
+        use std::sync::atomic::Ordering;
         let raft = self.raft(group).cloned();
         let urls = self.peers.urls.clone();
         let single = urls.is_empty();
+        let bytes = body_bytes(&cmd);
+        let uncommitted = self.uncommitted.clone();
+        let max = self.max_uncommitted;
         Box::pin(async move {
             let raft = raft.ok_or(EngineError::NotLeader {
                 leader: None,
                 single,
             })?;
-            match raft
+            let budget = uncommitted.get(group as usize);
+            if let Some(b) = budget.filter(|_| bytes > 0) {
+                let before = b.fetch_add(bytes, Ordering::AcqRel);
+                if before > 0 && before + bytes > max {
+                    b.fetch_sub(bytes, Ordering::AcqRel);
+                    return Err(EngineError::Backpressure(
+                        NotApplied::RaftUncommittedBackpressure,
+                    ));
+                }
+            }
+            let result = raft
                 .client_write(Proposal {
                     now_ms: now_ms(),
                     cmd,
                 })
-                .await
-            {
+                .await;
+            if let Some(b) = budget.filter(|_| bytes > 0) {
+                b.fetch_sub(bytes, Ordering::AcqRel);
+            }
+            match result {
                 Ok(resp) => resp.data.0.ok_or(EngineError::NotLeader {
                     leader: None,
                     single,
