@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# The main job: builds `ursula`, starts a single in-memory node on 127.0.0.1:4437, and runs the
-# quick start against it (create, append, read, SSE), then stops the node.
+# The main job: builds `ursula` and the npm package's addon, starts a single in-memory node on
+# 127.0.0.1:4437, runs the HTTP quick start against it (create, append, read, SSE), then the
+# SQLite example (examples/notes: open() a replicated node:sqlite database, insert, select),
+# installed from the packed npm package on Node 22, and stops the node.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
+root=$PWD
 cargo build --release -p ursula
+scripts/test-js.sh --build-only
+node=$(scripts/install-node.sh)
+export PATH="$(dirname "$node"):$PATH"
 ./target/release/ursula server &
 pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+work=$(mktemp -d)
+trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 100); do curl -sf http://127.0.0.1:4437/__ursula/ready >/dev/null && break; sleep 0.1; done
 set -x
 curl -X PUT http://127.0.0.1:4437/demo
@@ -15,3 +22,11 @@ curl -X POST http://127.0.0.1:4437/demo/hello -H 'Content-Type: application/octe
 curl -X POST http://127.0.0.1:4437/demo/hello -H 'Content-Type: application/octet-stream' --data-binary 'second message'
 curl -i 'http://127.0.0.1:4437/demo/hello?offset=-1'
 timeout 2 curl -sN 'http://127.0.0.1:4437/demo/hello?offset=-1&live=sse' || true
+set +x
+# The SQLite example, from the packed package, with its cache in a scratch directory.
+(cd js && npm pack --silent --pack-destination "$work" >/dev/null)
+cp examples/notes/index.mjs examples/notes/package.json "$work/"
+(cd "$work" && npm install --silent --no-audit --no-fund ./tonbo-sqlite-ursula-*.tgz >/dev/null)
+(cd "$work" && XDG_CACHE_HOME="$work/cache" node index.mjs)
+(cd "$work" && XDG_CACHE_HOME="$work/cache" node index.mjs)
+echo "demo: the notes database replicates to http://127.0.0.1:4437/demo/notes"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: formatting and lints, the Rust tests (unit, in-process HTTP, real binary),
-# then the Durable Streams conformance suite against the built `ursula` binary.
+# Runs every test: formatting and lints, the Rust tests (unit, in-process HTTP, real binary,
+# Raft clusters, the SQLite extension), the npm package's node:test suite, then the Durable
+# Streams conformance suite against a single node and against a 3-voter Raft cluster.
 # Everything builds once, with the `ci` profile (optimized, debug assertions on).
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
@@ -22,6 +23,9 @@ cargo build --workspace --exclude ursula-vfs-tests --profile ci
 step "cargo nextest"
 cargo nextest run --workspace --exclude ursula-vfs-tests --cargo-profile ci --no-fail-fast
 cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
+
+step "npm package @tonbo/sqlite-ursula (node:test on Node 22)"
+URSULA_BIN="$PWD/target/ci/ursula" scripts/test-js.sh --ci
 
 step "conformance suite"
 scripts/conformance.sh target/ci/ursula

@@ -1,0 +1,204 @@
+// Types of @tonbo/sqlite-ursula (hand-written; the package ships plain ESM).
+import type { DatabaseSync, DatabaseSyncOptions } from "node:sqlite";
+
+/**
+ * A stream offset as the server wrote it: opaque. Compare two offsets of one stream only as
+ * strings, never as numbers. `"-1"` means none.
+ */
+export type StreamOffset = string;
+
+/** What to do about a failure. */
+export type UrsulaAction = "retry" | "reattach" | "stop" | "fix";
+
+/** What refused a commit before it reached the stream (`status(file).refused_kind`). */
+export type WriteRefusedKind =
+  | "payment_required"
+  | "unauthorized"
+  | "forbidden"
+  | "rate_limited"
+  | "too_large"
+  | "not_applied"
+  | "unreachable"
+  | "unsupported";
+
+/** The extension's failure kinds. */
+export type UrsulaErrorKind =
+  | WriteRefusedKind
+  | "refused"
+  | "unavailable"
+  | "outcome_unknown"
+  | "local_damage"
+  | "local_state"
+  | "internal"
+  | "fenced"
+  | "invalid_argument"
+  | "invalid_url"
+  | "invalid_name"
+  | "not_found"
+  | "in_use"
+  | "unreplicated_file"
+  | "other_stream"
+  | "stream_state"
+  | "not_attached"
+  | "local_setup";
+
+export interface UrsulaErrorDetails {
+  action: UrsulaAction;
+  kind: UrsulaErrorKind | string;
+  reason?: string | null;
+  fenced?: boolean;
+  cause?: unknown;
+}
+
+/** A failure of the extension. Branch on `action`. */
+export class UrsulaError extends Error {
+  constructor(message: string, details: UrsulaErrorDetails);
+  /** What to do: retry, reattach (close and open again), stop, or fix the setup. */
+  readonly action: UrsulaAction;
+  /** What failed: the extension's kind; for a refused commit, what refused it. */
+  readonly kind: UrsulaErrorKind | string;
+  /** Why: the refusing layer's explanation, the poison's reason, or the extension's message. */
+  readonly reason: string | null;
+  /** True when another owner took the stream over. */
+  readonly fenced: boolean;
+  /** Copied from `cause` when it is node:sqlite's error. */
+  readonly code?: string;
+  readonly errcode?: number;
+  readonly errstr?: string;
+}
+/** Nothing reached the stream (action retry; fix for too_large). */
+export class UrsulaWriteRefusedError extends UrsulaError {}
+/** Refused with 402 Payment Required in front of the stream (action retry). */
+export class UrsulaPaymentRequiredError extends UrsulaWriteRefusedError {}
+/** A commit the stream did not take: the file needs a new attach (action fix). */
+export class UrsulaReplicationError extends UrsulaError {}
+/** The local file may not match the stream: close and open again (action reattach). */
+export class UrsulaReattachError extends UrsulaReplicationError {}
+/** Another owner holds the stream: stop using the database (action stop). */
+export class UrsulaFencedError extends UrsulaReplicationError {}
+/** The request cannot succeed as made (action fix). */
+export class UrsulaSetupError extends UrsulaError {}
+
+export interface OpenOptions extends DatabaseSyncOptions {
+  /** The local file, a plain path (made absolute now). Default: a file named after the URL in `dir`. */
+  path?: string;
+  /** Directory of the file named after the URL. Default: `sqlite-ursula` in the cache directory. */
+  dir?: string;
+  /** Attach read-only and open read-only, on a `-ro<n>` file of its own without `path`. */
+  readOnly?: boolean;
+}
+
+/** Opens the database `streamUrl` replicates: attach, then `new DatabaseSync(file)`. */
+export function open(streamUrl: string, options?: OpenOptions): DatabaseSync;
+
+export interface AttachOptions {
+  /** Catch up without claiming the stream; every write fails with SQLITE_READONLY. */
+  readOnly?: boolean;
+}
+
+/** Catches `file` up, claims the stream (unless read-only) and attaches it. */
+export function attach(file: string, streamUrl: string, options?: AttachOptions): StreamOffset;
+
+/** Loads the extension once per process; returns the control connection. */
+export function loadUrsulaVfs(path?: string): DatabaseSync;
+
+/** Sets the process-wide bearer token; `null` returns to URSULA_VFS_TOKEN_FILE. */
+export function setToken(token: string | null): void;
+
+export interface AttachError {
+  readonly kind: string;
+  readonly action: UrsulaAction;
+  readonly message: string;
+  /** For a refused commit (`kind` is `refused`): what refused it. */
+  readonly refused_kind?: WriteRefusedKind;
+}
+
+export interface AttachStatus {
+  readonly offset: StreamOffset;
+  readonly epoch: number;
+  readonly poisoned: boolean;
+  readonly fenced: boolean;
+  readonly reason: string | null;
+  readonly read_only: boolean;
+  readonly writes_refused: boolean;
+  readonly refused_kind: WriteRefusedKind | null;
+  readonly refused_reason: string | null;
+  readonly payment_required: boolean;
+  readonly payment_reason: string | null;
+  readonly snapshot: StreamOffset;
+  readonly retained: StreamOffset;
+  readonly local: StreamOffset;
+  readonly installed: StreamOffset;
+  readonly attach_ms: number;
+  readonly commits: number;
+  readonly append_retries: number;
+  readonly log_bytes: number;
+  readonly snapshot_due_bytes: number;
+  readonly snapshot_age_ms: number | null;
+  readonly snapshot_failures: number;
+  readonly snapshot_error: string | null;
+  readonly snapshot_bytes: number | null;
+  /** Why writes fail now, null while they go through. */
+  readonly error: AttachError | null;
+}
+
+export function status(file: string): AttachStatus;
+
+export interface VfsCommitStat {
+  readonly bytes: number;
+  readonly raw: number;
+  readonly pages: number;
+  readonly attempts: number;
+  readonly append_us: number;
+  readonly vfs_us: number;
+}
+
+export interface VfsSnapshotStat {
+  readonly offset: StreamOffset;
+  readonly bytes: number;
+  readonly raw: number;
+  readonly copy_us: number;
+  readonly total_us: number;
+}
+
+export interface VfsStats {
+  readonly commits: VfsCommitStat[];
+  readonly checkpoints_us: number[];
+  readonly snapshots: VfsSnapshotStat[];
+  /** Measurements dropped since the last drain (the newest 8,192 of each kind are kept). */
+  readonly dropped: {
+    readonly commits: number;
+    readonly commit_bytes: number;
+    readonly commit_retries: number;
+    readonly checkpoints: number;
+    readonly snapshots: number;
+  };
+}
+
+export function drainStats(file: string): VfsStats;
+
+export type MetricAttributes = Readonly<Record<string, string | number | boolean>>;
+
+/** The part of an OpenTelemetry Meter that instrument uses. */
+export interface MeterLike {
+  createHistogram(name: string, options?: { description?: string; unit?: string }): {
+    record(value: number, attributes?: MetricAttributes): void;
+  };
+  createCounter(name: string, options?: { description?: string; unit?: string }): {
+    add(value: number, attributes?: MetricAttributes): void;
+  };
+  createObservableGauge(name: string, options?: { description?: string; unit?: string }): {
+    addCallback(callback: (result: { observe(value: number, attributes?: MetricAttributes): void }) => void): void;
+    removeCallback?(callback: (result: { observe(value: number, attributes?: MetricAttributes): void }) => void): void;
+  };
+}
+
+export interface InstrumentOptions {
+  /** How often to drain drainStats, in milliseconds (1000). */
+  intervalMs?: number;
+  /** Added to every measurement, next to `sqlite.file`. */
+  attributes?: MetricAttributes;
+}
+
+/** Reports `file` as metrics on `meter`; call the returned function to stop. */
+export function instrument(file: string, meter: MeterLike, options?: InstrumentOptions): () => void;

@@ -1,0 +1,14 @@
+// @tonbo/sqlite-ursula: a node:sqlite database that an Ursula stream replicates.
+export { attach, drainStats, setToken, status } from "./src/api.js";
+export {
+  UrsulaError,
+  UrsulaFencedError,
+  UrsulaPaymentRequiredError,
+  UrsulaReattachError,
+  UrsulaReplicationError,
+  UrsulaSetupError,
+  UrsulaWriteRefusedError,
+} from "./src/errors.js";
+export { instrument } from "./src/instrument.js";
+export { loadUrsulaVfs } from "./src/native.js";
+export { open } from "./src/open.js";

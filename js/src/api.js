@@ -1,0 +1,42 @@
+// attach, status, drainStats, setToken: the extension's functions, with Ursula errors.
+import { setupError } from "./errors.js";
+import { native } from "./native.js";
+
+function checkFile(fn, file) {
+  if (typeof file !== "string") throw setupError(fn, "invalid_argument", "the file must be a path string");
+}
+
+/**
+ * Catches `file` up from the stream, claims the stream (unless `readOnly`) and attaches the
+ * file. No connection to it may be open yet. Returns the stream offset the file reflects.
+ */
+export function attach(file, streamUrl, options = {}) {
+  checkFile("attach", file);
+  if (typeof streamUrl !== "string") throw setupError("attach", "invalid_url", "the stream URL must be a string");
+  if (options === null || typeof options !== "object") {
+    throw setupError("attach", "invalid_argument", "options must be an object");
+  }
+  const { readOnly = false } = options;
+  if (typeof readOnly !== "boolean") throw setupError("attach", "invalid_argument", "readOnly must be a boolean");
+  return native().attach(file, streamUrl, readOnly);
+}
+
+/** The health and offsets of an attached file (`ursula_status`). */
+export function status(file) {
+  checkFile("status", file);
+  return native().status(file);
+}
+
+/** Drains the measurements the extension kept for `file` since the last drain (`ursula_stats`). */
+export function drainStats(file) {
+  checkFile("drainStats", file);
+  return native().drainStats(file);
+}
+
+/** Sets the process-wide bearer token; `null` returns to URSULA_VFS_TOKEN_FILE. */
+export function setToken(token) {
+  if (token !== null && token !== undefined && typeof token !== "string") {
+    throw setupError("setToken", "invalid_argument", "the token must be a string or null");
+  }
+  native().setToken(token ?? null);
+}

@@ -1,0 +1,219 @@
+// The Ursula errors and the mapping from the extension's failures to them.
+//
+// Three sources feed the mapping:
+// - a failed attach: the extension's kind and SQLite result code (`ursula_attach: <kind>: ...`);
+// - a failed status or drainStats (`ursula_status: <kind>: ...`, or `attach_failed: <kind>`);
+// - a failed statement: node:sqlite's error (errcode 7178, 778 or 266) read together with
+//   `status(file).error` of the file the database attached.
+
+/** Kinds whose failure left nothing on the stream and the file usable (action retry). */
+const RETRY_KINDS = new Set([
+  "unauthorized",
+  "forbidden",
+  "rate_limited",
+  "not_applied",
+  "unreachable",
+  "refused",
+  "unavailable",
+]);
+
+/** Kinds of a local file or a commit whose outcome is unknown (action reattach). */
+const REATTACH_KINDS = new Set(["outcome_unknown", "local_damage", "local_state", "internal"]);
+
+/** SQLite's extended result codes the extension fails statements with. */
+export const SQLITE_IOERR_AUTH = 7178;
+export const SQLITE_IOERR_WRITE = 778;
+export const SQLITE_IOERR_READ = 266;
+export const SQLITE_AUTH = 23;
+
+export class UrsulaError extends Error {
+  /**
+   * @param {string} message
+   * @param {{action: string, kind: string, reason?: string|null, fenced?: boolean, cause?: unknown}} details
+   */
+  constructor(message, details) {
+    const { action, kind, reason = null, fenced = false, cause } = details;
+    super(message, cause === undefined ? undefined : { cause });
+    this.action = action;
+    this.kind = kind;
+    this.reason = reason;
+    this.fenced = fenced;
+    if (isSqliteError(cause)) {
+      this.code = cause.code;
+      this.errcode = cause.errcode;
+      this.errstr = cause.errstr;
+    }
+  }
+}
+
+/** A commit or attach refused before it reached the stream: nothing of it was applied. */
+export class UrsulaWriteRefusedError extends UrsulaError {}
+/** A write refused with 402 Payment Required by a layer in front of the stream. */
+export class UrsulaPaymentRequiredError extends UrsulaWriteRefusedError {}
+/** A commit the stream did not take: the file is poisoned until it is attached again. */
+export class UrsulaReplicationError extends UrsulaError {}
+/** Poisoned with an unknown outcome or a damaged local file: close and open again. */
+export class UrsulaReattachError extends UrsulaReplicationError {}
+/** Another owner took the stream over: stop using the database. */
+export class UrsulaFencedError extends UrsulaReplicationError {}
+/** The request cannot succeed as made: change the URL, the options or the files. */
+export class UrsulaSetupError extends UrsulaError {}
+
+for (const cls of [
+  UrsulaError,
+  UrsulaWriteRefusedError,
+  UrsulaPaymentRequiredError,
+  UrsulaReplicationError,
+  UrsulaReattachError,
+  UrsulaFencedError,
+  UrsulaSetupError,
+]) {
+  Object.defineProperty(cls.prototype, "name", {
+    value: cls.name,
+    writable: true,
+    configurable: true,
+    enumerable: false,
+  });
+}
+
+/** An error node:sqlite threw for a SQLite failure. */
+export function isSqliteError(e) {
+  return e instanceof Error && e.code === "ERR_SQLITE_ERROR" && typeof e.errcode === "number";
+}
+
+/** A stand-in for node:sqlite's error when the failure came through the addon, not SQL. */
+export function sqliteCause(message, errcode, errstr) {
+  const e = new Error(message);
+  e.code = "ERR_SQLITE_ERROR";
+  e.errcode = errcode;
+  e.errstr = errstr ?? "";
+  return e;
+}
+
+/**
+ * The error of a failed attach (or of `open` before it attached), by the extension's kind.
+ * Only attach sees a 402's own code (SQLITE_AUTH): that makes it a payment error.
+ */
+export function attachError(message, kind, cause, { paymentCode = true } = {}) {
+  const d = { kind, cause, reason: message };
+  if (kind === "payment_required") {
+    if (paymentCode && cause?.errcode === SQLITE_AUTH) {
+      return new UrsulaPaymentRequiredError(message, { ...d, action: "retry" });
+    }
+    return new UrsulaWriteRefusedError(message, { ...d, kind: "refused", action: "retry" });
+  }
+  if (RETRY_KINDS.has(kind)) return new UrsulaWriteRefusedError(message, { ...d, action: "retry" });
+  if (kind === "too_large") return new UrsulaWriteRefusedError(message, { ...d, action: "fix" });
+  if (REATTACH_KINDS.has(kind)) return new UrsulaReattachError(message, { ...d, action: "reattach" });
+  if (kind === "fenced") return new UrsulaFencedError(message, { ...d, action: "stop", fenced: true });
+  return new UrsulaSetupError(message, { ...d, action: "fix" });
+}
+
+/** An error `open` finds itself, before anything is attached. */
+export function setupError(fn, kind, message, cause) {
+  return new UrsulaSetupError(`${fn}: ${kind}: ${message}`, { action: "fix", kind, cause, reason: message });
+}
+
+const KIND_IN_MESSAGE = /^ursula_\w+: (\w+): (?:(\w+): )?/;
+
+/**
+ * The error of a failed `ursula_status` / `ursula_stats` (or `ursula_attach` through SQL):
+ * the kind is in the message. `status` of a path whose attach failed names that attach's kind,
+ * except that a 402 shows as `refused` there: only attach itself has the 402's code.
+ */
+export function functionError(message, cause) {
+  const m = KIND_IN_MESSAGE.exec(message);
+  let kind = m ? m[1] : "internal";
+  if (kind === "attach_failed") kind = m[2] ?? "internal";
+  if (kind === "not_loaded") kind = "not_attached";
+  const isAttach = message.startsWith("ursula_attach:");
+  const e = attachError(message, kind, cause, { paymentCode: isAttach });
+  // The reason is what the extension says after `<function>: <kind>: `.
+  if (m) e.reason = message.slice(m[0].length);
+  return e;
+}
+
+const RETRY_TAIL =
+  "Nothing of it reached the stream, and the database stays usable: run it again later, the whole transaction if it was one.";
+const STOP_TAIL = "Another owner took the stream over: stop using this database, and never reopen it in a loop.";
+const REATTACH_TAIL =
+  "The local file may no longer match the stream: close the database and open it again, which replays the stream.";
+const FIX_TAIL = "Fix the cause, then close the database and open it again.";
+
+/** What refused a commit, by `refused_kind`. */
+const REFUSED_BY = {
+  payment_required: "commit refused with 402 Payment Required in front of the stream",
+  unauthorized: "commit refused with 401 Unauthorized: the stream refused the token",
+  forbidden: "commit refused with 403 Forbidden in front of the stream",
+  rate_limited: "commit refused with 429 Too Many Requests in front of the stream",
+  not_applied: "commit refused before it reached the stream, marked as not applied",
+  unreachable: "commit not sent: the stream could not be reached",
+  unavailable: "commit refused before it reached the stream",
+  refused: "commit refused before it reached the stream",
+};
+
+/**
+ * Classifies an error node:sqlite threw on the database attached as `file`, or returns it
+ * unchanged. `readStatus(file)` returns the file's status, or throws.
+ */
+export function classifyStatementError(error, readStatus, file) {
+  if (!isSqliteError(error)) return error;
+  const code = error.errcode;
+  if (code !== SQLITE_IOERR_AUTH && code !== SQLITE_IOERR_WRITE && code !== SQLITE_IOERR_READ) return error;
+  let s;
+  try {
+    s = readStatus(file);
+  } catch {
+    return error;
+  }
+  const failure = s?.error;
+  if (failure == null) return error;
+  if (failure.kind === "refused") {
+    if (code === SQLITE_IOERR_READ) return error;
+    const kind = failure.refused_kind ?? s.refused_kind ?? "refused";
+    const reason = s.refused_reason ?? failure.message ?? null;
+    const d = { kind, reason, cause: error };
+    if (kind === "payment_required") {
+      return new UrsulaPaymentRequiredError(`${REFUSED_BY[kind]}: ${reason}. ${RETRY_TAIL}`, { ...d, action: "retry" });
+    }
+    if (kind === "too_large") {
+      const m = `commit refused: the transaction is too large for one append: ${reason}. Nothing of it reached the stream, and the database stays usable: split the transaction into smaller ones.`;
+      return new UrsulaWriteRefusedError(m, { ...d, action: "fix" });
+    }
+    if (RETRY_KINDS.has(kind)) {
+      return new UrsulaWriteRefusedError(`${REFUSED_BY[kind]}: ${reason}. ${RETRY_TAIL}`, { ...d, action: "retry" });
+    }
+    const m = `commit refused: ${reason}. Nothing of it reached the stream: change the setup (see Rules), then run it again.`;
+    return new UrsulaReplicationError(m, { ...d, action: "fix" });
+  }
+  // Poisoned: every later commit fails until the file is attached again.
+  const reason = s.reason ?? failure.message ?? null;
+  const d = { kind: failure.kind, reason, cause: error, fenced: s.fenced === true };
+  if (failure.action === "stop") {
+    const head = code === SQLITE_IOERR_READ ? "read refused, the file is fenced" : "commit not replicated";
+    return new UrsulaFencedError(`${head}: ${reason}. ${STOP_TAIL}`, { ...d, action: "stop", fenced: true });
+  }
+  if (code === SQLITE_IOERR_READ) return error;
+  if (failure.action === "reattach") {
+    return new UrsulaReattachError(`commit not replicated: ${reason}. ${REATTACH_TAIL}`, { ...d, action: "reattach" });
+  }
+  return new UrsulaReplicationError(`commit not replicated: ${reason}. ${FIX_TAIL}`, { ...d, action: "fix" });
+}
+
+/** The first Ursula error, or extension failure, in an error's cause chain (Pi wraps them). */
+export function findInChain(error, pick) {
+  const seen = new Set();
+  const walk = (e) => {
+    if (e == null || typeof e !== "object" || seen.has(e)) return undefined;
+    seen.add(e);
+    if (pick(e)) return e;
+    if (e instanceof AggregateError) {
+      for (const inner of e.errors) {
+        const f = walk(inner);
+        if (f) return f;
+      }
+    }
+    return walk(e.cause);
+  };
+  return walk(error);
+}

@@ -1,0 +1,128 @@
+// Loading the extension, and the backend that talks to it.
+//
+// The prebuilt library is the napi addon (`sqlite-ursula.<platform>.node`): one shared object
+// that is both a Node.js module and the SQLite extension. It is required first, then loaded
+// into an in-memory node:sqlite connection (the control connection), which registers the
+// `ursula` VFS as SQLite's default for the process. The addon's functions then read the same
+// process state as the SQL functions do. A library named by SQLITE_URSULA_VFS that is not such
+// an addon (a plain `libsqlite_ursula_vfs.so`) is driven through its SQL functions on the
+// control connection instead.
+import { existsSync, realpathSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import { fileURLToPath } from "node:url";
+import { functionError, isSqliteError, setupError, sqliteCause } from "./errors.js";
+
+const ENTRY_POINT = "sqlite3_sqliteursulavfs_init";
+const packageDir = dirname(dirname(fileURLToPath(import.meta.url)));
+
+let control = null;
+let backend = null;
+
+/** The platform part of a prebuilt's name, as napi-rs names them. */
+function platformTriple() {
+  const { platform, arch } = process;
+  if (platform === "linux") {
+    const glibc = process.report?.getReport?.().header?.glibcVersionRuntime;
+    return `linux-${arch}-${glibc ? "gnu" : "musl"}`;
+  }
+  return `${platform}-${arch}`;
+}
+
+/** The prebuilt addon for this platform, or `null`. */
+export function prebuiltPath() {
+  const name = `sqlite-ursula.${platformTriple()}.node`;
+  const candidates = [join(packageDir, name), join(packageDir, "prebuilt", name)];
+  return candidates.find((p) => existsSync(p)) ?? null;
+}
+
+function addonBackend(addon) {
+  const call = (result) => {
+    const r = JSON.parse(result);
+    if (r.error) {
+      const e = r.error;
+      throw functionError(e.message, sqliteCause(e.message, e.code, e.errstr));
+    }
+    return r.ok;
+  };
+  return {
+    kind: "addon",
+    attach: (file, url, readOnly) => call(addon.attach(file, url, readOnly)),
+    status: (file) => call(addon.status(file)),
+    drainStats: (file) => call(addon.drainStats(file)),
+    setToken: (token) => {
+      call(addon.setToken(token));
+    },
+  };
+}
+
+function sqlBackend(db) {
+  const one = (sql, ...args) => {
+    try {
+      return db.prepare(sql).get(...args).r;
+    } catch (error) {
+      if (isSqliteError(error) && /^ursula_\w+: /.test(error.message)) throw functionError(error.message, error);
+      throw error;
+    }
+  };
+  return {
+    kind: "sql",
+    attach: (file, url, readOnly) =>
+      readOnly
+        ? one("SELECT ursula_attach(?, ?, 'read_only') AS r", file, url)
+        : one("SELECT ursula_attach(?, ?) AS r", file, url),
+    status: (file) => JSON.parse(one("SELECT ursula_status(?) AS r", file)),
+    drainStats: (file) => JSON.parse(one("SELECT ursula_stats(?) AS r", file)),
+    setToken: (token) => {
+      one("SELECT ursula_set_token(?) AS r", token ?? null);
+    },
+  };
+}
+
+/**
+ * Loads the extension once per process and returns the control connection: the prebuilt one,
+ * or the library `path` (default: SQLITE_URSULA_VFS) names. Later calls return the same
+ * connection, whatever they pass.
+ */
+export function loadUrsulaVfs(path = process.env.SQLITE_URSULA_VFS) {
+  if (control !== null) return control;
+  let library = path === undefined || path === "" ? null : path;
+  if (library === null) {
+    library = prebuiltPath();
+    if (library === null) {
+      throw setupError(
+        "loadUrsulaVfs",
+        "unsupported",
+        `no prebuilt sqlite-ursula-vfs for ${platformTriple()}: build the extension (cargo build --release -p sqlite-ursula-vfs) and point SQLITE_URSULA_VFS at it`,
+      );
+    }
+  }
+  let addon = null;
+  if (library.endsWith(".node")) {
+    try {
+      // Required before SQLite loads it, so Node.js registers the module in its own dlopen.
+      addon = createRequire(import.meta.url)(realpathSync(library));
+    } catch (cause) {
+      throw setupError("loadUrsulaVfs", "local_setup", `cannot load the addon ${library}: ${cause.message}`, cause);
+    }
+  }
+  const db = new DatabaseSync(":memory:", { allowExtension: true });
+  try {
+    if (addon !== null) db.loadExtension(library, ENTRY_POINT);
+    else db.loadExtension(library);
+  } catch (cause) {
+    db.close();
+    throw setupError("loadUrsulaVfs", "local_setup", `cannot load the extension ${library}: ${cause.message}`, cause);
+  }
+  // The addon's functions read the extension's state only if SQLite loaded this very object.
+  backend = addon !== null && addon.loaded() ? addonBackend(addon) : sqlBackend(db);
+  control = db;
+  return db;
+}
+
+/** The backend, loading the extension first when nothing loaded it yet. */
+export function native() {
+  if (backend === null) loadUrsulaVfs();
+  return backend;
+}

@@ -1,0 +1,173 @@
+// open(): attach a file named after the stream URL (or at `path`) and return a node:sqlite
+// DatabaseSync whose statements throw Ursula errors.
+import { mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import { attach } from "./api.js";
+import { classifyStatementError, isSqliteError, setupError, UrsulaError } from "./errors.js";
+import { defaultDir, fileNameFor, normalizeStreamUrl } from "./naming.js";
+import { native } from "./native.js";
+
+/** Read-only opens without `path` use the first free of `-ro1` to `-ro8`. */
+const READERS = 8;
+
+/**
+ * Opens the database a stream replicates. Options: node:sqlite's own (checked before anything
+ * is attached), plus `path`, `dir` and `readOnly`.
+ */
+export function open(streamUrl, options = {}) {
+  if (options === null || typeof options !== "object") {
+    throw setupError("open", "invalid_argument", "options must be an object");
+  }
+  const { path, dir, readOnly = false, ...sqliteOptions } = options;
+  if (typeof readOnly !== "boolean") throw setupError("open", "invalid_argument", "readOnly must be a boolean");
+  if (path !== undefined && typeof path !== "string") {
+    throw setupError("open", "invalid_argument", "path must be a string");
+  }
+  if (dir !== undefined && typeof dir !== "string") throw setupError("open", "invalid_argument", "dir must be a string");
+  let normal;
+  try {
+    normal = normalizeStreamUrl(streamUrl);
+  } catch (e) {
+    throw setupError("open", "invalid_url", e.message);
+  }
+  if (path !== undefined && (path === "" || path === ":memory:" || path.startsWith("file:"))) {
+    throw setupError(
+      "open",
+      "invalid_argument",
+      `${JSON.stringify(path)} is not a plain file path: SQLite would not open the attached file (give a file path)`,
+    );
+  }
+  // node:sqlite checks its options when it constructs: do that before anything is attached.
+  new DatabaseSync(":memory:", { ...sqliteOptions, readOnly, open: false });
+  const openNow = sqliteOptions.open !== false;
+
+  let file;
+  if (path !== undefined) {
+    file = resolve(path);
+    attach(file, streamUrl, { readOnly });
+  } else {
+    const where = dir !== undefined ? resolve(dir) : defaultDir();
+    if (where === null) {
+      throw setupError(
+        "open",
+        "invalid_argument",
+        "no cache directory: neither XDG_CACHE_HOME nor HOME is an absolute path and the user database names no home; give dir or path",
+      );
+    }
+    try {
+      mkdirSync(where, { recursive: true, mode: 0o700 });
+    } catch (cause) {
+      throw setupError("open", "local_setup", `cannot create the directory ${where}: ${cause.message}`, cause);
+    }
+    if (!readOnly) {
+      file = join(where, fileNameFor(streamUrl));
+      attach(file, normal.url);
+    } else {
+      file = attachReader(where, streamUrl, normal.url);
+    }
+  }
+  const db = new DatabaseSync(file, { ...sqliteOptions, readOnly, open: openNow });
+  classify(db, file);
+  return db;
+}
+
+function attachReader(where, streamUrl, url) {
+  for (let n = 1; n <= READERS; n++) {
+    const file = join(where, fileNameFor(streamUrl, n));
+    try {
+      attach(file, url, { readOnly: true });
+      return file;
+    } catch (e) {
+      if (!(e instanceof UrsulaError) || e.kind !== "in_use") throw e;
+    }
+  }
+  throw setupError(
+    "open",
+    "in_use",
+    `every read-only file of ${url} in ${where} (-ro1 to -ro${READERS}) is held by another connection or process; a process holds every file it attached until it exits: give this reader its own dir or path`,
+  );
+}
+
+function define(target, name, value) {
+  Object.defineProperty(target, name, { value, writable: true, configurable: true, enumerable: false });
+}
+
+/** Which statements the ROLLBACK rule covers. */
+export function rollbackKind(sql) {
+  if (typeof sql !== "string") return null;
+  const s = sql.replace(/^(?:\s+|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)+/, "");
+  if (/^ROLLBACK(?:\s+TRANSACTION)?\s*(?:;\s*)?$/i.test(s)) return "rollback";
+  if (/^ROLLBACK\b/i.test(s)) return "rollback_to";
+  if (/^RELEASE\b/i.test(s)) return "release";
+  return null;
+}
+
+function noTransaction(e) {
+  return isSqliteError(e) && e.errcode === 1 && /no transaction is active|no such savepoint/.test(e.message);
+}
+
+/**
+ * Makes `db`'s exec, prepare and applyChangeset, and its statements' run, get, all and
+ * iterate, throw Ursula errors for failures of the extension on `file`, and keeps the last
+ * one for the ROLLBACK rule: after it, a prepared plain ROLLBACK succeeds (SQLite already
+ * rolled back), and ROLLBACK through exec, ROLLBACK TO and RELEASE throw it again.
+ */
+function classify(db, file) {
+  const state = { file, kept: null };
+  const status = (f) => native().status(f);
+  const guarded = (rb, fn, noop) => {
+    try {
+      const r = fn();
+      if (rb === null) state.kept = null;
+      return r;
+    } catch (error) {
+      if (state.kept !== null && rb !== null && noTransaction(error)) {
+        if (rb === "rollback" && noop) return noop();
+        throw state.kept;
+      }
+      const c = classifyStatementError(error, status, state.file);
+      if (c instanceof UrsulaError) state.kept = c;
+      else if (rb === null) state.kept = null;
+      throw c;
+    }
+  };
+  const { exec, prepare, applyChangeset } = db;
+  define(db, "exec", function execClassified(sql) {
+    return guarded(rollbackKind(sql), () => exec.call(db, sql));
+  });
+  define(db, "applyChangeset", function applyChangesetClassified(...args) {
+    return guarded(null, () => applyChangeset.apply(db, args));
+  });
+  define(db, "prepare", function prepareClassified(...args) {
+    const rb = rollbackKind(args[0]);
+    // Preparing runs nothing: it neither keeps nor clears an error.
+    let stmt;
+    try {
+      stmt = prepare.apply(db, args);
+    } catch (error) {
+      const c = classifyStatementError(error, status, state.file);
+      if (c instanceof UrsulaError) state.kept = c;
+      throw c;
+    }
+    const { run, get, all, iterate } = stmt;
+    define(stmt, "run", function runClassified(...a) {
+      return guarded(rb, () => run.apply(stmt, a), () => ({ changes: 0, lastInsertRowid: 0 }));
+    });
+    define(stmt, "get", function getClassified(...a) {
+      return guarded(rb, () => get.apply(stmt, a), () => undefined);
+    });
+    define(stmt, "all", function allClassified(...a) {
+      return guarded(rb, () => all.apply(stmt, a), () => []);
+    });
+    define(stmt, "iterate", function iterateClassified(...a) {
+      const it = guarded(rb, () => iterate.apply(stmt, a));
+      const next = it.next;
+      define(it, "next", function nextClassified(...n) {
+        return guarded(rb, () => next.apply(it, n), () => ({ done: true, value: undefined }));
+      });
+      return it;
+    });
+    return stmt;
+  });
+}

@@ -1,0 +1,59 @@
+// SQLITE_URSULA_VFS: another copy of the addon, or the plain extension library, whose SQL
+// functions then serve attach and status. Each case runs in a process of its own, since the
+// extension loads once per process.
+import assert from "node:assert/strict";
+import { copyFileSync, existsSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { runNode, streamUrl, tempDir } from "./helpers/kit.mjs";
+import { repoRoot, startServer } from "./helpers/server.mjs";
+
+let server;
+before(async () => {
+  server = await startServer();
+});
+after(() => server?.stop());
+
+const addon = join(repoRoot, "js", "sqlite-ursula.linux-x64-gnu.node");
+const plain = join(repoRoot, "target", "ci", "libsqlite_ursula_vfs.so");
+
+const probe = (url) => `
+  const db = U.open(${JSON.stringify(url)}, { dir: ${JSON.stringify(tempDir())} });
+  db.exec("CREATE TABLE t(x); INSERT INTO t VALUES (1)");
+  const s = U.status(db.location());
+  let notAttached;
+  try { U.status("/nowhere/x.db"); } catch (e) { notAttached = [e.name, e.kind]; }
+  let inUse;
+  try { U.open(${JSON.stringify(url)}, { path: db.location() }); } catch (e) { inUse = [e.name, e.kind, e.message.split(":")[0]]; }
+  U.setToken("t"); U.setToken(null);
+  console.log(JSON.stringify({ commits: s.commits, notAttached, inUse, same: U.loadUrsulaVfs() === U.loadUrsulaVfs() }));
+`;
+const expected = {
+  commits: 2,
+  notAttached: ["UrsulaSetupError", "not_attached"],
+  inUse: ["UrsulaSetupError", "in_use", "ursula_attach"],
+  same: true,
+};
+
+test("SQLITE_URSULA_VFS naming a copy of the addon", async () => {
+  const copy = join(tempDir(), "copy.node");
+  copyFileSync(addon, copy);
+  const r = await runNode(probe(streamUrl(server.base)), { env: { SQLITE_URSULA_VFS: copy } });
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), expected);
+});
+
+test("SQLITE_URSULA_VFS naming the plain extension: attach and status go through SQL", { skip: !existsSync(plain) && `${plain} is not built` }, async () => {
+  const r = await runNode(probe(streamUrl(server.base)), { env: { SQLITE_URSULA_VFS: plain } });
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), expected);
+});
+
+test("a library that does not load is an UrsulaSetupError", async () => {
+  const r = await runNode(
+    `try { U.loadUrsulaVfs(); } catch (e) { console.log(JSON.stringify([e.name, e.kind, e.cause?.code])); }`,
+    { env: { SQLITE_URSULA_VFS: join(tempDir(), "missing.so") } },
+  );
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), ["UrsulaSetupError", "local_setup", "ERR_LOAD_SQLITE_EXTENSION"]);
+});

@@ -1,0 +1,113 @@
+// npm pack produces a tarball that installs into an empty directory (no registry needed: the
+// package has no dependencies) and runs the notes example against a real server.
+import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { copyFileSync, cpSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { after, before, test } from "node:test";
+import { startProxy, streamUrl, tempDir } from "./helpers/kit.mjs";
+import { repoRoot, startServer } from "./helpers/server.mjs";
+
+let server;
+before(async () => {
+  server = await startServer();
+});
+after(() => server?.stop());
+
+// npm runs on the Node.js that runs the tests.
+const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, npm_config_update_notifier: "false" };
+const npm = (args, cwd) => execFileSync("npm", args, { cwd, env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+
+let app;
+let tarball;
+
+test("the packed package installs offline and runs the notes example", () => {
+  const dest = tempDir();
+  const [packed] = JSON.parse(npm(["pack", "--json", "--pack-destination", dest], join(repoRoot, "js")));
+  const files = packed.files.map((f) => f.path);
+  for (const f of ["package.json", "index.js", "index.d.ts", "pi.js", "pi.d.ts", "src/open.js"]) {
+    assert.ok(files.includes(f), `${f} in ${files.join(", ")}`);
+  }
+  assert.ok(files.some((f) => /^sqlite-ursula\.linux-x64-gnu\.node$/.test(f)), "the prebuilt addon is packed");
+  assert.ok(!files.some((f) => f.startsWith("test/")), "tests are not packed");
+
+  app = tempDir();
+  tarball = join(dest, packed.filename);
+  writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
+  npm(["install", "--offline", "--no-audit", "--no-fund", join(dest, packed.filename)], app);
+  copyFileSync(join(repoRoot, "examples", "notes", "index.mjs"), join(app, "index.mjs"));
+  const run = () =>
+    spawnSync(process.execPath, ["index.mjs"], {
+      cwd: app,
+      env: { ...env, URSULA_STREAM_URL: `${server.base}/demo/notes`, XDG_CACHE_HOME: join(app, "cache"), SQLITE_URSULA_VFS: "" },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+  const first = run();
+  assert.equal(first.status, 0, first.stderr);
+  assert.equal(first.stdout, "[ [Object: null prototype] { id: 1, body: 'hello' } ]\n");
+  const second = run();
+  assert.equal(second.status, 0, second.stderr);
+  assert.match(second.stdout, /id: 2, body: 'hello'/);
+});
+
+// Pi Durable itself is not on the registry reachable here: a stand-in with the shape of its
+// node driver (js/test/fixtures/pi-standin) checks how the installed /pi entry maps failures.
+const PI_SCRIPT = `
+import { open, UrsulaFencedError, UrsulaPaymentRequiredError } from "@tonbo/sqlite-ursula";
+import { openUrsulaPiStorage } from "@tonbo/sqlite-ursula/pi";
+const [url, proxy, other] = process.argv.slice(2);
+const rules = (r) => fetch(proxy + "/__proxy/rules", { method: "POST", body: JSON.stringify(r) });
+const out = {};
+const what = (e) => [e.constructor.name, e.kind, e.action, e.message.split(":")[0]];
+const storage = await openUrsulaPiStorage("pi.db", url);
+out.first = await storage.commit(["a"], {});
+await rules([{ method: "POST", status: 402, body: "quota exhausted" }]);
+out.refused = await storage.commit(["b"], {}).then(() => "committed", what);
+await rules([]);
+out.after = await storage.commit(["c"], {});
+open(url, { path: other }).close();
+out.fenced = await storage.commit(["d"], {}).then(() => "committed", (e) => [...what(e), e instanceof UrsulaFencedError]);
+out.read = await storage.entries({}).then(() => "read", what);
+console.log(JSON.stringify(out));
+`;
+
+test("the installed /pi entry with a Pi Durable stand-in: refused and fenced commits, fenced reads", async () => {
+  assert.ok(app, "the install test ran first");
+  const standin = join(tempDir(), "pi-standin");
+  cpSync(join(repoRoot, "js", "test", "fixtures", "pi-standin"), standin, { recursive: true });
+  npm(["install", "--offline", "--no-audit", "--no-fund", "--install-links", standin], app);
+  writeFileSync(join(app, "pi.mjs"), PI_SCRIPT);
+  const proxy = await startProxy(server.port);
+  try {
+    const r = spawnSync(
+      process.execPath,
+      ["pi.mjs", streamUrl(proxy.base, "pi"), proxy.base, join(tempDir(), "other.db")],
+      { cwd: app, env: { ...env, SQLITE_URSULA_VFS: "" }, encoding: "utf8", timeout: 30_000 },
+    );
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout), {
+      first: 1,
+      refused: ["UrsulaPaymentRequiredError", "payment_required", "retry", "commit refused with 402 Payment Required in front of the stream"],
+      after: 2,
+      fenced: ["UrsulaFencedError", "fenced", "stop", "commit not replicated", true],
+      read: ["UrsulaFencedError", "fenced", "stop", "read refused, the file is fenced"],
+    });
+  } finally {
+    proxy.stop();
+  }
+});
+
+test("the manifest: ESM, Node >= 22.19, two entries with types, no dependencies, Pi as optional peer", () => {
+  const m = JSON.parse(readFileSync(join(repoRoot, "js", "package.json"), "utf8"));
+  assert.equal(m.name, "@tonbo/sqlite-ursula");
+  assert.equal(m.type, "module");
+  assert.equal(m.engines.node, ">=22.19");
+  assert.deepEqual(Object.keys(m.exports).filter((k) => k !== "./package.json"), [".", "./pi"]);
+  assert.equal(m.exports["."].types, "./index.d.ts");
+  assert.equal(m.exports["./pi"].types, "./pi.d.ts");
+  assert.equal(m.dependencies, undefined);
+  assert.equal(m.optionalDependencies, undefined);
+  assert.deepEqual(m.peerDependencies, { "@earendil-works/pi-durable": ">=1.0.0 <1.2.0" });
+  assert.deepEqual(m.peerDependenciesMeta, { "@earendil-works/pi-durable": { optional: true } });
+});

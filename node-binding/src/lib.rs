@@ -1,0 +1,189 @@
+//! The Node.js addon of `@tonbo/sqlite-ursula`.
+//!
+//! This crate links `sqlite-ursula-vfs`, so the one shared object it builds is both a napi
+//! module and the SQLite extension: `loadUrsulaVfs()` loads the `.node` into node:sqlite with
+//! `db.loadExtension(path, 'sqlite3_sqliteursulavfs_init')`, and the functions below read and
+//! change the very state the extension's SQL functions do (`ursula_attach`, `ursula_status`,
+//! `ursula_stats`, `ursula_set_token`), with no SQL round trip.
+//!
+//! Every function returns JSON text, `{"ok": ...}` or `{"error": {...}}`, so failures carry the
+//! extension's kind and SQLite result code to JavaScript, which builds the Ursula errors. They
+//! must run after the extension was loaded into node:sqlite: the extension calls SQLite only
+//! through the API table the host hands to its entry point. Before that they fail with kind
+//! `not_loaded`.
+
+use std::ffi::CStr;
+use std::panic::AssertUnwindSafe;
+use std::panic::catch_unwind;
+use std::sync::Arc;
+
+use napi_derive::napi;
+use rusqlite::ffi;
+use serde_json::Value;
+use serde_json::json;
+use sqlite_ursula_vfs::attach;
+use sqlite_ursula_vfs::db::Db;
+use sqlite_ursula_vfs::error::Kind;
+use sqlite_ursula_vfs::error::SQLITE_ERROR;
+use sqlite_ursula_vfs::error::VfsError;
+use sqlite_ursula_vfs::registry;
+use sqlite_ursula_vfs::settings;
+use sqlite_ursula_vfs::token;
+
+/// The failure of one call, as JavaScript reads it.
+struct Failure {
+    /// The extension's kind, or `attach_failed` (with `attach_kind`) for a locked-out file.
+    kind: String,
+    attach_kind: Option<&'static str>,
+    /// `<function>: <kind>: <message>`, as the SQL function's error says it.
+    message: String,
+    code: i32,
+}
+
+impl Failure {
+    fn of(function: &str, e: &VfsError) -> Failure {
+        Failure {
+            kind: e.kind.as_str().to_owned(),
+            attach_kind: None,
+            message: format!("{function}: {}: {}", e.kind.as_str(), e.message),
+            code: e.code,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "error": {
+                "kind": self.kind,
+                "attach_kind": self.attach_kind,
+                "message": self.message,
+                "code": self.code,
+                "errstr": errstr(self.code),
+            }
+        })
+    }
+}
+
+/// SQLite's text for a result code, as node:sqlite's `errstr` has it.
+fn errstr(code: i32) -> Option<String> {
+    if !sqlite_ursula_vfs::shim::registered() {
+        return None;
+    }
+    // SAFETY: the extension was initialised, so the API table is set; sqlite3_errstr returns a
+    // static string for any code.
+    unsafe {
+        let p = ffi::sqlite3_errstr(code);
+        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+    }
+}
+
+/// Runs `f` once the extension is loaded, with panics turned into `internal` failures.
+fn call(function: &str, f: impl FnOnce() -> Result<Value, Failure>) -> String {
+    if !sqlite_ursula_vfs::shim::registered() {
+        return Failure {
+            kind: "not_loaded".into(),
+            attach_kind: None,
+            message: format!(
+                "{function}: not_loaded: the extension is not loaded into node:sqlite in this process: call loadUrsulaVfs() first"
+            ),
+            code: SQLITE_ERROR,
+        }
+        .to_json()
+        .to_string();
+    }
+    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        sqlite_ursula_vfs::log::event(
+            sqlite_ursula_vfs::log::Level::Error,
+            "panic",
+            &[("entry", function)],
+        );
+        Err(Failure::of(
+            function,
+            &VfsError::new(
+                Kind::Internal,
+                "the extension panicked; see the panic event on stderr",
+            ),
+        ))
+    });
+    match result {
+        Ok(v) => json!({ "ok": v }).to_string(),
+        Err(f) => f.to_json().to_string(),
+    }
+}
+
+/// The attached database at `path`, or why there is none: the same lookup and messages as the
+/// SQL functions `ursula_status` and `ursula_stats`.
+fn attached(function: &str, path: &str) -> Result<Arc<Db>, Failure> {
+    let canon = registry::canonical(path);
+    let reg = registry::global();
+    if let Some(db) = reg.attached(&canon) {
+        return Ok(db);
+    }
+    Err(match reg.failed(&canon) {
+        Some((kind, reason)) => Failure {
+            kind: "attach_failed".into(),
+            attach_kind: Some(kind.as_str()),
+            message: format!(
+                "{function}: attach_failed: {}: {} is not attached: its last attach failed ({reason})",
+                kind.as_str(),
+                canon.display()
+            ),
+            code: SQLITE_ERROR,
+        },
+        None => Failure::of(
+            function,
+            &VfsError::new(
+                Kind::NotAttached,
+                format!("{} is not attached in this process", canon.display()),
+            ),
+        ),
+    })
+}
+
+/// `ursula_attach(path, url[, 'read_only'])`: `{"ok": "<offset>"}`.
+#[napi]
+pub fn attach(path: String, url: String, read_only: bool) -> String {
+    call("ursula_attach", || {
+        attach::attach(&path, &url, read_only)
+            .map(Value::String)
+            .map_err(|e| Failure::of("ursula_attach", &e))
+    })
+}
+
+/// `ursula_status(path)`: `{"ok": {...status}}`.
+#[napi]
+pub fn status(path: String) -> String {
+    call("ursula_status", || {
+        let db = attached("ursula_status", &path)?;
+        Ok(db.status_json(settings::get().snapshot_min_bytes))
+    })
+}
+
+/// `ursula_stats(path)`: drains the file's measurements, `{"ok": {...stats}}`.
+#[napi(js_name = "drainStats")]
+pub fn drain_stats(path: String) -> String {
+    call("ursula_stats", || {
+        let db = attached("ursula_stats", &path)?;
+        Ok(db.drain_stats_json())
+    })
+}
+
+/// `ursula_set_token(token)`: `null` or `""` returns to the token file.
+#[napi(js_name = "setToken")]
+pub fn set_token(token: Option<String>) -> String {
+    call("ursula_set_token", || {
+        token::set_token(token.filter(|t| !t.is_empty()));
+        Ok(Value::Bool(true))
+    })
+}
+
+/// Whether this object's extension entry point ran in this process.
+#[napi]
+pub fn loaded() -> bool {
+    sqlite_ursula_vfs::shim::registered()
+}
+
+/// The version of the addon and of the extension it links.
+#[napi]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_owned()
+}
