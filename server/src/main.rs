@@ -1,4 +1,5 @@
-//! The `ursula` binary: `ursula server` (the default) runs a node.
+//! The `ursula` binary: `ursula server` (the default) runs a node; `ursula gateway` runs the
+//! stateless front (`ursula-gateway`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Run a node (the default).
     Server(ServerArgs),
+    /// Run the stateless gateway in front of the nodes.
+    Gateway(ursula_gateway::GatewayArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -55,6 +58,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Server(a)) => a,
+        Some(Command::Gateway(a)) => {
+            return match ursula_gateway::run(a) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("ursula gateway: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         None => cli.server,
     };
     let overrides = config::Overrides {

@@ -1,0 +1,199 @@
+//! The gateway's own answers and header hygiene: refusal tokens, JSON refusal bodies, the
+//! vouch, and the hop-by-hop headers that never cross the gateway.
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http::HeaderValue;
+use http::Response;
+use http::StatusCode;
+use http::header;
+use http_body_util::BodyExt;
+use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
+use ursula_protocol::headers as h;
+
+/// Errors a response body can end with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Every response body the gateway returns: its own, or an upstream's streamed through.
+pub type GatewayBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// `x-ursula-not-applied` tokens the gateway itself sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatewayRefusal {
+    /// `413`: the body is over `--max-request-body-bytes`; nothing was forwarded.
+    RequestBodyTooLarge,
+    /// `400`: the body could not be read; nothing was forwarded.
+    RequestBodyUnreadable,
+    /// `408`: the body stopped arriving; nothing was forwarded.
+    RequestBodyTooSlow,
+    /// `503`: the connection to the upstream failed, so the request was not sent there.
+    UpstreamUnreachable,
+    /// `503`: no upstream answered without redirecting within the redirect limits.
+    LeaderNotFound,
+}
+
+impl GatewayRefusal {
+    pub fn token(self) -> &'static str {
+        match self {
+            GatewayRefusal::RequestBodyTooLarge => "RequestBodyTooLarge",
+            GatewayRefusal::RequestBodyUnreadable => "RequestBodyUnreadable",
+            GatewayRefusal::RequestBodyTooSlow => "RequestBodyTooSlow",
+            GatewayRefusal::UpstreamUnreachable => "UpstreamUnreachable",
+            GatewayRefusal::LeaderNotFound => "LeaderNotFound",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            GatewayRefusal::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayRefusal::RequestBodyUnreadable => StatusCode::BAD_REQUEST,
+            GatewayRefusal::RequestBodyTooSlow => StatusCode::REQUEST_TIMEOUT,
+            GatewayRefusal::UpstreamUnreachable | GatewayRefusal::LeaderNotFound => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        }
+    }
+}
+
+/// Whether a refusal carries the marker: the gateway's pre-forward refusals always do; its
+/// `503`s after redirects only when every redirect on the way was marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    Marked,
+    Unmarked,
+}
+
+pub fn body(bytes: impl Into<Bytes>) -> GatewayBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// A gateway refusal: its status, a JSON body naming the cause, `Retry-After: 1` on `503`s,
+/// and the marker when `mark` says so. The vouch is added on the way out like everywhere.
+pub fn refusal(kind: GatewayRefusal, mark: Mark, message: &str) -> Response<GatewayBody> {
+    let status = kind.status();
+    let text = serde_json::json!({ "error": kind.token(), "message": message }).to_string();
+    let mut resp = Response::new(body(text));
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if mark == Mark::Marked {
+        headers.insert(h::NOT_APPLIED, HeaderValue::from_static(kind.token()));
+    }
+    resp
+}
+
+/// An unmarked `502`: the request was sent and the exchange then failed, so it may have applied.
+pub fn bad_gateway(message: &str) -> Response<GatewayBody> {
+    let text = serde_json::json!({ "error": "UpstreamFailed", "message": message }).to_string();
+    let mut resp = Response::new(body(text));
+    *resp.status_mut() = StatusCode::BAD_GATEWAY;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// Sets the vouch, after dropping any copy an upstream sent.
+pub fn vouch(headers: &mut HeaderMap) {
+    headers.remove(h::NOT_APPLIED_CHECKED);
+    headers.insert(h::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded in either direction.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for name in named {
+        headers.remove(name.as_str());
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_carry_status_token_and_retry_after() {
+        let r = refusal(GatewayRefusal::LeaderNotFound, Mark::Marked, "none");
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            r.headers()
+                .get(h::NOT_APPLIED)
+                .and_then(|v| v.to_str().ok()),
+            Some("LeaderNotFound")
+        );
+        assert_eq!(
+            r.headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
+        let r = refusal(GatewayRefusal::LeaderNotFound, Mark::Unmarked, "none");
+        assert!(r.headers().get(h::NOT_APPLIED).is_none());
+        let r = refusal(GatewayRefusal::RequestBodyTooLarge, Mark::Marked, "big");
+        assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_the_ones_connection_names_are_dropped() {
+        let mut hs = HeaderMap::new();
+        hs.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, x-private"),
+        );
+        hs.insert("x-private", HeaderValue::from_static("1"));
+        hs.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        hs.insert("stream-next-offset", HeaderValue::from_static("0"));
+        strip_hop_by_hop(&mut hs);
+        assert_eq!(hs.len(), 1);
+        assert!(hs.contains_key("stream-next-offset"));
+    }
+
+    #[test]
+    fn the_vouch_replaces_an_upstream_copy() {
+        let mut hs = HeaderMap::new();
+        hs.append(h::NOT_APPLIED_CHECKED, HeaderValue::from_static("0"));
+        hs.append(h::NOT_APPLIED_CHECKED, HeaderValue::from_static("yes"));
+        vouch(&mut hs);
+        let all: Vec<_> = hs.get_all(h::NOT_APPLIED_CHECKED).iter().collect();
+        assert_eq!(all, vec![HeaderValue::from_static("1")]);
+    }
+}

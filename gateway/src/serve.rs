@@ -1,0 +1,101 @@
+//! The listener: [`run`] for `ursula gateway` (its own Tokio runtime, stops on SIGINT or
+//! SIGTERM), and [`serve`] for programs that embed the gateway on a listener of their own.
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::GatewayError;
+use crate::config::GatewayArgs;
+use crate::config::GatewayConfig;
+use crate::forward::Gateway;
+
+/// Runs `ursula gateway` until SIGINT or SIGTERM.
+pub fn run(args: GatewayArgs) -> Result<(), GatewayError> {
+    let config = GatewayConfig::from_args(&args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(GatewayError::Runtime)?;
+    rt.block_on(async move {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| GatewayError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let upstreams: Vec<&str> = config.upstreams.iter().map(|u| u.base.as_str()).collect();
+        tracing::info!(
+            listen = %config.listen,
+            upstreams = ?upstreams,
+            max_request_body_bytes = config.max_request_body_bytes,
+            "ursula gateway listening"
+        );
+        serve(listener, Gateway::new(config), wait_for_signal()).await
+    })
+}
+
+/// Accepts connections on `listener` and answers them with `gateway` until `shutdown`
+/// completes. Connections already open are left to finish on the runtime.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Gateway,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), GatewayError> {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = &mut shutdown => return Ok(()),
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of descriptors and similar: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let gw = gateway.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let gw = gw.clone();
+                async move { Ok::<_, Infallible>(gw.handle(req).await) }
+            });
+            let conn = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "client connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::SignalKind;
+        use tokio::signal::unix::signal;
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = ctrl_c.await;
+            return;
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

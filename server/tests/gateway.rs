@@ -1,0 +1,467 @@
+//! `ursula gateway` in front of real `ursula server` processes on loopback ports: creates,
+//! appends, reads, long-polls and SSE pass through; a 3-voter Raft cluster takes writes sent to
+//! the gateway whichever node leads; a node that is down gives a marked `503`, an oversized
+//! body a marked `413`; every answer carries the vouch.
+
+use std::io::Read;
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Child;
+use std::process::Command;
+use std::process::Stdio;
+use std::time::Duration;
+use std::time::Instant;
+
+const MARKER: &str = "x-ursula-not-applied";
+const VOUCH: &str = "x-ursula-not-applied-checked";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port")
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(Duration::from_secs(15)))
+        .build()
+        .into()
+}
+
+/// A scratch directory for one test, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!(
+            "ursula-gateway-{name}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `ursula` process (node or gateway), killed on drop.
+struct Proc {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `ursula ARGS` and waits until `probe` answers 200.
+    fn start(scratch: &Scratch, name: &str, port: u16, args: &[String], probe: &str) -> Proc {
+        let mut p = Proc::spawn(scratch, name, port, args);
+        p.wait_for(name, probe);
+        p
+    }
+
+    fn spawn(scratch: &Scratch, name: &str, port: u16, args: &[String]) -> Proc {
+        let log = scratch.0.join(format!("{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
+            .args(args)
+            .current_dir(&scratch.0)
+            .env("HOME", &scratch.0)
+            .env("XDG_CONFIG_HOME", &scratch.0)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn ursula");
+        Proc { child, port, log }
+    }
+
+    fn wait_for(&mut self, name: &str, probe: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let quick: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_millis(500)))
+            .build()
+            .into();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{name} exited early with {status}: {}", self.log());
+            }
+            if quick
+                .get(&self.url(probe))
+                .call()
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} not ready: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn base(&self) -> String {
+        self.url("")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A single in-memory node.
+fn memory_node(scratch: &Scratch) -> Proc {
+    let config = scratch.0.join("node.toml");
+    std::fs::write(&config, "[runtime]\ncore_count = 2\n").expect("config");
+    let port = free_port();
+    let args = [
+        "server".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--preset".into(),
+        "default".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    Proc::start(scratch, "node", port, &args, "/__ursula/ready")
+}
+
+fn gateway(scratch: &Scratch, name: &str, upstreams: &[String], extra: &[&str]) -> Proc {
+    let port = free_port();
+    let mut args = vec!["gateway".to_owned()];
+    for u in upstreams {
+        args.push("--upstream".into());
+        args.push(u.clone());
+    }
+    args.push("--listen".into());
+    args.push(format!("127.0.0.1:{port}"));
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    Proc::start(scratch, name, port, &args, "/__ursula/gateway/metrics")
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn vouched(&self) -> bool {
+        self.header(VOUCH) == Some("1")
+    }
+}
+
+fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    let mut req = ureq::http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = agent()
+        .run(req.body(body.to_vec()).expect("request"))
+        .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let headers = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                v.to_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let body = resp.body_mut().read_to_string().unwrap_or_default();
+    Answer {
+        status: resp.status().as_u16(),
+        headers,
+        body,
+    }
+}
+
+const TEXT: (&str, &str) = ("content-type", "text/plain");
+
+/// Reads from a raw connection until `want` shows up, failing after 10 s.
+fn read_until(s: &mut TcpStream, seen: &mut String, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while !seen.contains(want) {
+        assert!(
+            Instant::now() < deadline,
+            "never saw {want:?}; got {seen:?}"
+        );
+        match s.read(&mut buf) {
+            Ok(0) => panic!("the connection closed before {want:?}; got {seen:?}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("reading the SSE stream: {e}"),
+        }
+    }
+}
+
+#[test]
+fn the_gateway_forwards_create_append_read_long_poll_and_sse() {
+    let scratch = Scratch::new("forward");
+    let node = memory_node(&scratch);
+    let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
+
+    let a = send("PUT", &gw.url("/demo"), &[], b"");
+    assert!(matches!(a.status, 200 | 201 | 204), "bucket: {}", a.status);
+    assert!(a.vouched());
+    let a = send("PUT", &gw.url("/demo/s"), &[TEXT], b"");
+    assert_eq!(a.status, 201, "{}", a.body);
+    assert!(a.vouched());
+    let a = send("POST", &gw.url("/demo/s"), &[TEXT], b"first|");
+    assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
+    assert!(a.vouched());
+    assert!(a.header("stream-next-offset").is_some());
+    let a = send("GET", &gw.url("/demo/s?offset=-1"), &[], b"");
+    assert_eq!((a.status, a.body.as_str()), (200, "first|"));
+    assert!(a.vouched());
+    let tail = a.header("stream-next-offset").expect("offset").to_owned();
+    // The same bytes straight from the node: the gateway changed nothing.
+    let direct = send("GET", &node.url("/demo/s?offset=-1"), &[], b"");
+    assert_eq!(direct.body, "first|");
+    assert!(!direct.vouched(), "nodes never vouch");
+
+    // A long-poll waits at the tail through the gateway and gets the next append.
+    let poll_url = gw.url(&format!(
+        "/demo/s?offset={tail}&live=long-poll&timeout_ms=10000"
+    ));
+    let poll = std::thread::spawn(move || send("GET", &poll_url, &[], b""));
+    std::thread::sleep(Duration::from_millis(300));
+    let a = send("POST", &gw.url("/demo/s"), &[TEXT], b"second|");
+    assert!(matches!(a.status, 200 | 204));
+    let polled = poll.join().expect("long-poll thread");
+    assert_eq!((polled.status, polled.body.as_str()), (200, "second|"));
+    assert!(polled.vouched());
+
+    // SSE streams through as it happens: the first events arrive, then an append made while
+    // the subscription is open arrives on it.
+    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let req = format!(
+        "GET /demo/s?offset=-1&live=sse HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n",
+        gw.port
+    );
+    s.write_all(req.as_bytes()).expect("write");
+    let mut seen = String::new();
+    read_until(&mut s, &mut seen, "second|");
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(seen.to_ascii_lowercase().contains("text/event-stream"));
+    assert!(seen.to_ascii_lowercase().contains(VOUCH));
+    assert!(seen.contains("first|"));
+    let a = send("POST", &gw.url("/demo/s"), &[TEXT], b"third|");
+    assert!(matches!(a.status, 200 | 204));
+    read_until(&mut s, &mut seen, "third|");
+    drop(s);
+
+    let a = send("DELETE", &gw.url("/demo/s"), &[], b"");
+    assert!(matches!(a.status, 200 | 204), "{}", a.status);
+    assert!(a.vouched());
+    let a = send("GET", &gw.url("/demo/s?offset=-1"), &[], b"");
+    assert_eq!(a.status, 404);
+    assert!(a.vouched());
+}
+
+#[test]
+fn an_upstream_that_is_down_gets_a_marked_503_with_the_vouch() {
+    let scratch = Scratch::new("down");
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let gw = gateway(&scratch, "gateway", &[dead], &[]);
+    let a = send("POST", &gw.url("/demo/s"), &[TEXT], b"x");
+    assert_eq!(a.status, 503, "{}", a.body);
+    assert_eq!(a.header(MARKER), Some("UpstreamUnreachable"));
+    assert_eq!(a.header("retry-after"), Some("1"));
+    assert!(a.vouched());
+}
+
+#[test]
+fn an_oversized_body_gets_a_marked_413_and_is_not_forwarded() {
+    let scratch = Scratch::new("oversized");
+    let node = memory_node(&scratch);
+    let gw = gateway(
+        &scratch,
+        "gateway",
+        &[node.base()],
+        &["--max-request-body-bytes", "1024"],
+    );
+    assert_eq!(send("PUT", &gw.url("/demo/s"), &[TEXT], b"").status, 201);
+    // A declared length over the limit is refused from the head, the body left unsent.
+    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let head = format!(
+        "POST /demo/s HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: text/plain\r\n\
+         Content-Length: 4096\r\n\r\n",
+        gw.port
+    );
+    s.write_all(head.as_bytes()).expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 413"), "{text}");
+    assert!(
+        text.contains(&format!("{MARKER}: requestbodytoolarge")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("{VOUCH}: 1")), "{text}");
+    // A body at the limit goes through; the stream holds only it.
+    let body = vec![b'a'; 1024];
+    let a = send("POST", &gw.url("/demo/s"), &[TEXT], &body);
+    assert!(matches!(a.status, 200 | 204), "{}", a.status);
+    let a = send("GET", &node.url("/demo/s?offset=-1"), &[], b"");
+    assert_eq!(a.body.len(), 1024);
+}
+
+/// Three voters from one TOML, each with its own WAL directory.
+fn cluster(scratch: &Scratch) -> Vec<Proc> {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut shared = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
+    for (i, p) in ports.iter().enumerate() {
+        shared.push_str(&format!(
+            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
+            i + 1
+        ));
+    }
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let wal = scratch.0.join(format!("n{}-wal", i + 1));
+            let own = scratch.0.join(format!("n{}.toml", i + 1));
+            std::fs::write(
+                &own,
+                format!(
+                    "{shared}[runtime]\ncore_count = 1\n[raft.wal]\npath = \"{}\"\n",
+                    wal.display()
+                ),
+            )
+            .expect("toml");
+            let args = [
+                "server".into(),
+                "--config".into(),
+                own.display().to_string(),
+                "--node-id".into(),
+                (i + 1).to_string(),
+                "--listen".into(),
+                format!("127.0.0.1:{p}"),
+            ];
+            Proc::spawn(scratch, &format!("n{}", i + 1), *p, &args)
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut p)| {
+            // Ready once every group has a leader: only after all three are up.
+            p.wait_for(&format!("n{}", i + 1), "/__ursula/ready");
+            p
+        })
+        .collect()
+}
+
+/// Retries `op` through elections: until a 2xx, failing after 30 s. No answer may be a `307`
+/// (the gateway follows those itself) or lack the vouch.
+fn until_2xx(what: &str, mut op: impl FnMut() -> Answer) -> Answer {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = op();
+        assert_ne!(a.status, 307, "{what}: a redirect reached the client");
+        assert!(a.vouched(), "{what}: {} without the vouch", a.status);
+        if (200..300).contains(&a.status) {
+            return a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still {} after 30 s: {}",
+            a.status,
+            a.body
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_raft_cluster_behind_the_gateway_takes_writes_whichever_node_leads() {
+    let scratch = Scratch::new("cluster");
+    let nodes = cluster(&scratch);
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    // One gateway per node put first: a new gateway sends its first request to its first
+    // upstream, so two of them start at a follower and must follow its redirect.
+    let gateways: Vec<Proc> = (0..3)
+        .map(|first| {
+            let order: Vec<String> = (0..3).map(|k| bases[(first + k) % 3].clone()).collect();
+            gateway(&scratch, &format!("gw{first}"), &order, &[])
+        })
+        .collect();
+    until_2xx("create", || {
+        send("PUT", &gateways[0].url("/demo/ha"), &[TEXT], b"")
+    });
+    let mut expected = String::new();
+    for (i, gw) in gateways.iter().enumerate() {
+        for seq in 0..3u64 {
+            let n = i as u64 * 3 + seq;
+            let body = format!("r{n}|");
+            let producer_seq = n.to_string();
+            let headers = [
+                TEXT,
+                ("producer-id", "gw-test"),
+                ("producer-epoch", "0"),
+                ("producer-seq", producer_seq.as_str()),
+            ];
+            until_2xx(&format!("append {n} via gateway {i}"), || {
+                send("POST", &gw.url("/demo/ha"), &headers, body.as_bytes())
+            });
+            expected.push_str(&body);
+        }
+    }
+    let read = until_2xx("read", || {
+        send("GET", &gateways[2].url("/demo/ha?offset=-1"), &[], b"")
+    });
+    assert_eq!(read.body, expected, "every write once, in order");
+    // Whichever node leads the stream's group, at least one gateway started at a follower
+    // and followed its redirect to the leader.
+    let redirects: u64 = gateways
+        .iter()
+        .map(|g| {
+            let m = send("GET", &g.url("/__ursula/gateway/metrics"), &[], b"");
+            let v: serde_json::Value = serde_json::from_str(&m.body).expect("metrics json");
+            v["leader_redirects"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    assert!(redirects >= 1, "no gateway followed a redirect");
+    drop(gateways);
+    drop(nodes);
+}
