@@ -114,8 +114,10 @@ impl RaftEngine {
         })?;
         let config = raft_config().map_err(|message| StartError::Group { group: 0, message })?;
         let peers = network::Peers::new(opts.peers.clone());
+        // Recover every core's journal, rebuild each group's log from it, then start the
+        // journal threads with what a new segment must restate.
+        let mut logs: Vec<Option<store::LogData>> = (0..rt.group_count()).map(|_| None).collect();
         let mut journals = Vec::new();
-        let mut recovered = Vec::new();
         for core in 0..rt.core_count() {
             let dir = log_dir.join(format!("core-{core}"));
             let r = wal::recover(&dir)?;
@@ -126,23 +128,36 @@ impl RaftEngine {
                     "journal tail failed verification and was cut"
                 );
             }
-            recovered.push(wal::by_group(r.records));
-            journals.push(wal::Journal::start(
-                dir,
-                wal::Options {
-                    fsync_always: opts.fsync_always,
-                    segment_size: opts.segment_size,
-                },
-            )?);
+            let mut by_group = wal::by_group(r.records);
+            let mut restate = Vec::new();
+            let mut recovered_max = std::collections::HashMap::new();
+            for group in (0..rt.group_count()).filter(|g| rt.core_of(*g) == core) {
+                let records = by_group.remove(&group).unwrap_or_default();
+                let data = store::LogData::recover(&records).map_err(|e| StartError::Recover {
+                    core,
+                    message: e.to_string(),
+                })?;
+                for (kind, payload) in data.restate().map_err(|e| StartError::Recover {
+                    core,
+                    message: e.to_string(),
+                })? {
+                    restate.push((kind, group, payload));
+                }
+                if let Some(last) = data.last_index() {
+                    recovered_max.insert(group, last);
+                }
+                logs[group as usize] = Some(data);
+            }
+            let opts = wal::Options {
+                fsync_always: opts.fsync_always,
+                segment_size: opts.segment_size,
+            };
+            journals.push(wal::Journal::start(dir, opts, restate, recovered_max)?);
         }
         let mut rafts = Vec::with_capacity(rt.group_count() as usize);
         for group in 0..rt.group_count() {
             let core = rt.core_of(group);
-            let records = recovered[core].remove(&group).unwrap_or_default();
-            let data = store::LogData::recover(&records).map_err(|e| StartError::Recover {
-                core,
-                message: e.to_string(),
-            })?;
+            let data = logs[group as usize].take().unwrap_or_default();
             let fresh = data.vote.is_none() && data.entries.is_empty() && data.purged.is_none();
             let log = store::LogStore::new(group, journals[core].clone(), data);
             let net = network::Factory {

@@ -54,6 +54,25 @@ pub struct LogData {
 }
 
 impl LogData {
+    /// The records a new journal segment restates for this group: vote, purge point, commit.
+    pub fn restate(&self) -> Result<Vec<(u8, Vec<u8>)>, rmp_serde::encode::Error> {
+        let mut out = Vec::new();
+        if let Some(v) = &self.vote {
+            out.push((wal::KIND_VOTE, rmp_serde::to_vec(v)?));
+        }
+        if let Some(p) = &self.purged {
+            out.push((wal::KIND_PURGE, rmp_serde::to_vec(p)?));
+        }
+        if self.committed.is_some() {
+            out.push((wal::KIND_COMMITTED, rmp_serde::to_vec(&self.committed)?));
+        }
+        Ok(out)
+    }
+
+    pub fn last_index(&self) -> Option<u64> {
+        self.entries.keys().next_back().copied()
+    }
+
     /// Rebuilds a group's log from its journal records, in journal order.
     pub fn recover(records: &[wal::Record]) -> Result<LogData, rmp_serde::decode::Error> {
         let mut d = LogData::default();
@@ -106,10 +125,22 @@ impl LogStore {
         force_sync: bool,
         done: Option<wal::Done>,
     ) -> Result<(), Se> {
+        self.write_indexed(kind, payload, None, force_sync, done)
+    }
+
+    fn write_indexed(
+        &self,
+        kind: u8,
+        payload: Vec<u8>,
+        index: Option<u64>,
+        force_sync: bool,
+        done: Option<wal::Done>,
+    ) -> Result<(), Se> {
         let w = wal::Write_ {
             kind,
             group: self.group,
             payload,
+            index,
             force_sync,
             done,
         };
@@ -200,15 +231,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .iter()
             .any(|e| matches!(e.payload, EntryPayload::Membership(_)));
         let payload = enc(&entries)?;
+        let last = entries.last().map(|e| e.log_id.index);
         {
             let mut d = lock(&self.data);
             for e in entries {
                 d.entries.insert(e.log_id.index, e);
             }
         }
-        self.write(
+        self.write_indexed(
             wal::KIND_ENTRIES,
             payload,
+            last,
             membership,
             Some(Box::new(move |r| callback.log_io_completed(r))),
         )
@@ -221,7 +254,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), Se> {
-        self.write(wal::KIND_PURGE, enc(&log_id)?, false, None)?;
+        self.write_indexed(
+            wal::KIND_PURGE,
+            enc(&log_id)?,
+            Some(log_id.index),
+            false,
+            None,
+        )?;
         let mut d = lock(&self.data);
         d.entries = d.entries.split_off(&(log_id.index + 1));
         d.purged = Some(log_id);

@@ -7,6 +7,7 @@
 //! reads as corruption. Segments are `NNNNNNNNNNNNNNNN.seg` under `core-<i>/`.
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::File;
 use std::fs::OpenOptions;
 use std::io::Read;
@@ -168,6 +169,8 @@ pub struct Write_ {
     pub kind: u8,
     pub group: u32,
     pub payload: Vec<u8>,
+    /// Entries: the highest log index written. Purge: the index purged up to.
+    pub index: Option<u64>,
     /// fsync before completing, whatever the policy (votes, membership).
     pub force_sync: bool,
     pub done: Option<Done>,
@@ -184,75 +187,211 @@ pub struct Options {
     pub segment_size: u64,
 }
 
+/// What the journal restates at the start of a segment so that older segments are needed
+/// only for their entries: each group's latest vote, purge point and commit point.
+pub type Restate = Vec<(u8, u32, Vec<u8>)>;
+
+/// A segment and the highest entry index of each group it holds.
+#[derive(Debug)]
+struct Segment {
+    path: PathBuf,
+    max_index: HashMap<u32, u64>,
+}
+
+/// The journal thread's state.
+struct Writer {
+    dir: PathBuf,
+    opts: Options,
+    file: File,
+    size: u64,
+    seq: u64,
+    seg_no: u64,
+    current: Segment,
+    sealed: Vec<Segment>,
+    purged: HashMap<u32, u64>,
+    /// Latest vote, purge and committed records per group, restated at each rotation.
+    state: BTreeMap<(u32, u8), Vec<u8>>,
+}
+
+impl Writer {
+    fn frame(&mut self, kind: u8, group: u32, payload: &[u8], buf: &mut Vec<u8>) {
+        self.seq += 1;
+        buf.extend_from_slice(&encode(self.seq, kind, group, payload));
+    }
+
+    fn note(&mut self, w: &Write_) {
+        match w.kind {
+            KIND_ENTRIES => {
+                if let Some(i) = w.index {
+                    let m = self.current.max_index.entry(w.group).or_insert(0);
+                    *m = (*m).max(i);
+                }
+            }
+            KIND_VOTE | KIND_COMMITTED => {
+                self.state.insert((w.group, w.kind), w.payload.clone());
+            }
+            KIND_PURGE => {
+                self.state.insert((w.group, w.kind), w.payload.clone());
+                if let Some(i) = w.index {
+                    self.purged.insert(w.group, i);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Starts a new segment that opens with the restated state, then deletes sealed segments
+    /// whose every entry has been purged by its group.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        self.file.sync_all()?;
+        self.seg_no += 1;
+        let path = self.dir.join(segment_name(self.seg_no));
+        self.file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let old = std::mem::replace(
+            &mut self.current,
+            Segment {
+                path,
+                max_index: HashMap::new(),
+            },
+        );
+        self.sealed.push(old);
+        let mut buf = Vec::new();
+        let state: Vec<_> = self
+            .state
+            .iter()
+            .map(|((g, k), p)| (*k, *g, p.clone()))
+            .collect();
+        for (kind, group, payload) in state {
+            self.frame(kind, group, &payload, &mut buf);
+        }
+        self.file.write_all(&buf)?;
+        self.file.sync_all()?;
+        self.size = buf.len() as u64;
+        self.reclaim();
+        Ok(())
+    }
+
+    fn reclaim(&mut self) {
+        let purged = &self.purged;
+        let (gone, keep): (Vec<_>, Vec<_>) = self.sealed.drain(..).partition(|seg| {
+            seg.max_index
+                .iter()
+                .all(|(g, max)| purged.get(g).is_some_and(|p| p >= max))
+        });
+        self.sealed = keep;
+        for seg in gone {
+            match std::fs::remove_file(&seg.path) {
+                Ok(()) => tracing::debug!(path = %seg.path.display(), "journal segment reclaimed"),
+                Err(e) => {
+                    tracing::warn!(path = %seg.path.display(), error = %e, "cannot remove a journal segment")
+                }
+            }
+        }
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Write_>) {
+        let mut buf = Vec::with_capacity(1 << 16);
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while let Ok(more) = rx.try_recv() {
+                batch.push(more);
+                if batch.len() >= 1024 {
+                    break;
+                }
+            }
+            buf.clear();
+            let mut sync = self.opts.fsync_always;
+            for w in &batch {
+                self.frame(w.kind, w.group, &w.payload, &mut buf);
+                self.note(w);
+                sync |= w.force_sync;
+            }
+            let mut result = self.file.write_all(&buf);
+            if result.is_ok() && sync {
+                result = self.file.sync_data();
+            }
+            self.size += buf.len() as u64;
+            if let Err(e) = &result {
+                // Nothing is retried: a journal that cannot write must not acknowledge.
+                tracing::error!(error = %e, "journal write failed; the process stops");
+                std::process::abort();
+            }
+            for w in batch {
+                if let Some(done) = w.done {
+                    done(Ok(()));
+                }
+            }
+            if self.size >= self.opts.segment_size
+                && let Err(e) = self.rotate()
+            {
+                tracing::error!(error = %e, "cannot start a journal segment; the process stops");
+                std::process::abort();
+            }
+        }
+        let _ = self.file.sync_all();
+    }
+}
+
 impl Journal {
-    /// Starts the journal thread for `dir`, appending after what `recover` left.
-    pub fn start(dir: PathBuf, opts: Options) -> Result<Journal, WalError> {
+    /// Starts the journal thread for `dir`. Every segment already there is sealed: a new one
+    /// opens with `restate`, and the old ones go once every group purged past `recovered_max`
+    /// (each group's highest recovered entry).
+    pub fn start(
+        dir: PathBuf,
+        opts: Options,
+        restate: Restate,
+        recovered_max: HashMap<u32, u64>,
+    ) -> Result<Journal, WalError> {
         let segs = segments(&dir)?;
-        let (mut seg_no, path) = match segs.last() {
-            Some((n, p)) => (*n, p.clone()),
-            None => (1, dir.join(segment_name(1))),
-        };
-        let mut file = OpenOptions::new()
+        let seg_no = segs.last().map_or(0, |(n, _)| *n) + 1;
+        let path = dir.join(segment_name(seg_no));
+        let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(io(&path))?;
-        let mut size = file.metadata().map_err(io(&path))?.len();
+        let sealed = segs
+            .into_iter()
+            .map(|(_, path)| Segment {
+                path,
+                max_index: recovered_max.clone(),
+            })
+            .collect();
+        let mut w = Writer {
+            dir: dir.clone(),
+            opts,
+            file,
+            size: 0,
+            seq: 0,
+            seg_no,
+            current: Segment {
+                path: path.clone(),
+                max_index: HashMap::new(),
+            },
+            sealed,
+            purged: HashMap::new(),
+            state: BTreeMap::new(),
+        };
+        let mut buf = Vec::new();
+        for (kind, group, payload) in restate {
+            if kind == KIND_PURGE
+                && let Ok(upto) = rmp_serde::from_slice::<openraft::LogId<u64>>(&payload)
+            {
+                w.purged.insert(group, upto.index);
+            }
+            w.state.insert((group, kind), payload.clone());
+            w.frame(kind, group, &payload, &mut buf);
+        }
+        w.file
+            .write_all(&buf)
+            .and_then(|_| w.file.sync_all())
+            .map_err(io(&path))?;
+        w.size = buf.len() as u64;
+        w.reclaim();
         let (tx, rx) = mpsc::channel::<Write_>();
-        let thread_dir = dir.clone();
         std::thread::Builder::new()
             .name("ursula-journal".into())
-            .spawn(move || {
-                let mut seq: u64 = 0;
-                let mut buf = Vec::with_capacity(1 << 16);
-                while let Ok(first) = rx.recv() {
-                    let mut batch = vec![first];
-                    while let Ok(more) = rx.try_recv() {
-                        batch.push(more);
-                        if batch.len() >= 1024 {
-                            break;
-                        }
-                    }
-                    buf.clear();
-                    let mut sync = opts.fsync_always;
-                    for w in &batch {
-                        seq += 1;
-                        buf.extend_from_slice(&encode(seq, w.kind, w.group, &w.payload));
-                        sync |= w.force_sync;
-                    }
-                    let mut result = file.write_all(&buf);
-                    if result.is_ok() && sync {
-                        result = file.sync_data();
-                    }
-                    size += buf.len() as u64;
-                    if let Err(e) = &result {
-                        // Nothing is retried: a journal that cannot write must not acknowledge.
-                        tracing::error!(error = %e, "journal write failed; the process stops");
-                        std::process::abort();
-                    }
-                    for w in batch {
-                        if let Some(done) = w.done {
-                            done(Ok(()));
-                        }
-                    }
-                    if size >= opts.segment_size {
-                        let _ = file.sync_all();
-                        seg_no += 1;
-                        let path = thread_dir.join(segment_name(seg_no));
-                        match OpenOptions::new().create(true).append(true).open(&path) {
-                            Ok(f) => {
-                                file = f;
-                                size = 0;
-                            }
-                            Err(e) => {
-                                tracing::error!(error = %e, "cannot start a journal segment; the process stops");
-                                std::process::abort();
-                            }
-                        }
-                    }
-                }
-                let _ = file.sync_all();
-            })
+            .spawn(move || w.run(rx))
             .map_err(io(&dir))?;
         Ok(Journal { tx })
     }
@@ -274,6 +413,86 @@ pub fn by_group(records: Vec<Record>) -> BTreeMap<u32, Vec<Record>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn write_and_wait(j: &Journal, kind: u8, group: u32, payload: Vec<u8>, index: Option<u64>) {
+        let (tx, rx) = mpsc::channel();
+        let w = Write_ {
+            kind,
+            group,
+            payload,
+            index,
+            force_sync: false,
+            done: Some(Box::new(move |r| drop(tx.send(r)))),
+        };
+        assert!(j.write(w).is_ok());
+        assert!(rx.recv().is_ok_and(|r| r.is_ok()));
+    }
+
+    #[test]
+    fn segments_go_once_every_group_purged_their_entries_and_the_vote_survives() {
+        let dir = std::env::temp_dir().join(format!("ursula-wal-reclaim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let vote = rmp_serde::to_vec(&openraft::Vote::new(3, 1)).expect("vote");
+        let j = Journal::start(
+            dir.clone(),
+            Options {
+                fsync_always: false,
+                segment_size: 256,
+            },
+            Vec::new(),
+            HashMap::new(),
+        )
+        .expect("start");
+        write_and_wait(&j, KIND_VOTE, 7, vote.clone(), None);
+        for i in 1..=20u64 {
+            write_and_wait(&j, KIND_ENTRIES, 7, vec![0u8; 100], Some(i));
+            write_and_wait(&j, KIND_ENTRIES, 8, vec![0u8; 100], Some(i));
+        }
+        let before = segments(&dir).expect("segments").len();
+        assert!(before > 5, "small segments rotate: {before}");
+        // Group 7 purges everything, group 8 only half: segments holding 8's later entries stay.
+        let purge = |i: u64| {
+            rmp_serde::to_vec(&openraft::LogId::new(
+                openraft::CommittedLeaderId::new(1, 1),
+                i,
+            ))
+            .expect("purge")
+        };
+        write_and_wait(&j, KIND_PURGE, 7, purge(20), Some(20));
+        write_and_wait(&j, KIND_PURGE, 8, purge(10), Some(10));
+        for _ in 0..4 {
+            write_and_wait(&j, KIND_COMMITTED, 9, vec![0u8; 200], None);
+        }
+        let after = segments(&dir).expect("segments").len();
+        assert!(
+            after < before,
+            "purged segments were deleted: {before} -> {after}"
+        );
+        let r = recover(&dir).expect("recover");
+        let votes: Vec<_> = r
+            .records
+            .iter()
+            .filter(|x| x.kind == KIND_VOTE && x.group == 7)
+            .collect();
+        assert_eq!(
+            votes.last().map(|v| v.payload.clone()),
+            Some(vote),
+            "the vote was restated"
+        );
+        let kept: Vec<_> = r
+            .records
+            .iter()
+            .filter(|x| x.kind == KIND_ENTRIES && x.group == 8)
+            .collect();
+        assert!(
+            kept.len() >= 10,
+            "group 8's unpurged entries stay: {}",
+            kept.len()
+        );
+        drop(j);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn frames_survive_a_torn_tail_and_damage_in_the_newest_segment_is_cut() {
