@@ -3,6 +3,8 @@
 //!
 //! - `WalDiskPressure`: the WAL filesystem is below `raft.wal.min_available_size`; writes pass
 //!   again once it reaches `raft.wal.resume_available_size`.
+//! - `RaftLogPressure`: the node's unsnapshotted Raft log is over twice
+//!   `raft.snapshot_log_budget`; writes with a body pass again below 1.5 times the budget.
 //! - `IngressBodyBytesLimitReached`: write bodies in flight would pass
 //!   `server.http_inflight_body_size`.
 //! - `RaftUncommittedBackpressure`: a group's proposed but unapplied write bytes would pass
@@ -22,6 +24,8 @@ pub struct Limits {
     /// 0 disables the disk guard.
     pub min_available: u64,
     pub resume_available: u64,
+    /// `raft.snapshot_log_budget`.
+    pub log_budget: u64,
 }
 
 #[derive(Debug)]
@@ -29,6 +33,7 @@ pub struct Admission {
     limits: Limits,
     inflight: AtomicU64,
     disk_pressure: AtomicBool,
+    log_pressure: AtomicBool,
     pub available: AtomicU64,
     pub disk_stat_errors: AtomicU64,
 }
@@ -37,6 +42,7 @@ pub struct Admission {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
     WalDiskPressure,
+    RaftLogPressure,
     IngressBodyBytesLimitReached,
 }
 
@@ -61,6 +67,7 @@ impl Admission {
             limits,
             inflight: AtomicU64::new(0),
             disk_pressure: AtomicBool::new(false),
+            log_pressure: AtomicBool::new(false),
             available: AtomicU64::new(u64::MAX),
             disk_stat_errors: AtomicU64::new(0),
         })
@@ -70,13 +77,29 @@ impl Admission {
         self.disk_pressure.load(Ordering::Acquire)
     }
 
-    /// Admits a write carrying `body` bytes (0 for a bodiless write).
-    pub fn admit(self: &Arc<Self>, body: u64) -> Result<Option<BodyPermit>, Refused> {
+    /// Admits a write carrying `body` bytes (0 for a bodiless write); `raft_log` is the
+    /// node's unsnapshotted Raft log bytes under the Raft engine.
+    pub fn admit(
+        self: &Arc<Self>,
+        body: u64,
+        raft_log: Option<u64>,
+    ) -> Result<Option<BodyPermit>, Refused> {
         if self.disk_pressure() {
             return Err(Refused::WalDiskPressure);
         }
         if body == 0 {
             return Ok(None);
+        }
+        if let Some(log) = raft_log {
+            let budget = self.limits.log_budget;
+            if log > budget.saturating_mul(2) {
+                self.log_pressure.store(true, Ordering::Release);
+            } else if log < budget.saturating_mul(3) / 2 {
+                self.log_pressure.store(false, Ordering::Release);
+            }
+            if self.log_pressure.load(Ordering::Acquire) {
+                return Err(Refused::RaftLogPressure);
+            }
         }
         let before = self.inflight.fetch_add(body, Ordering::AcqRel);
         if before.saturating_add(body) > self.limits.inflight_body_bytes && before > 0 {
@@ -150,21 +173,22 @@ mod tests {
             wal_dir: Some(std::env::temp_dir()),
             min_available: min,
             resume_available: min.saturating_mul(2),
+            log_budget: 1000,
         })
     }
 
     #[test]
     fn bodies_in_flight_are_bounded_and_released() {
         let a = admission(100, 0);
-        let first = a.admit(80).expect("fits");
+        let first = a.admit(80, None).expect("fits");
         assert_eq!(
-            a.admit(30).err(),
+            a.admit(30, None).err(),
             Some(Refused::IngressBodyBytesLimitReached)
         );
         drop(first);
-        assert!(a.admit(30).is_ok());
-        assert!(a.admit(0).expect("bodiless").is_none());
-        let big = a.admit(1000);
+        assert!(a.admit(30, None).is_ok());
+        assert!(a.admit(0, None).expect("bodiless").is_none());
+        let big = a.admit(1000, None);
         assert!(big.is_ok(), "one body alone always fits");
     }
 
@@ -173,9 +197,29 @@ mod tests {
         let a = admission(1 << 20, u64::MAX / 4);
         a.sample_disk();
         assert!(a.disk_pressure());
-        assert_eq!(a.admit(1).err(), Some(Refused::WalDiskPressure));
+        assert_eq!(a.admit(1, None).err(), Some(Refused::WalDiskPressure));
         let b = admission(1 << 20, 1);
         b.sample_disk();
         assert!(!b.disk_pressure());
+    }
+
+    #[test]
+    fn a_raft_log_past_twice_its_budget_refuses_bodies_until_below_one_and_a_half() {
+        let a = admission(1 << 20, 0);
+        assert!(a.admit(10, Some(1999)).is_ok());
+        assert_eq!(
+            a.admit(10, Some(2001)).err(),
+            Some(Refused::RaftLogPressure)
+        );
+        assert!(
+            a.admit(0, Some(2001)).is_ok(),
+            "writes without a body still pass"
+        );
+        assert_eq!(
+            a.admit(10, Some(1600)).err(),
+            Some(Refused::RaftLogPressure),
+            "hysteresis"
+        );
+        assert!(a.admit(10, Some(1400)).is_ok());
     }
 }

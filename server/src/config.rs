@@ -268,6 +268,8 @@ pub struct Config {
     pub wal_resume_available: u64,
     /// `raft.max_uncommitted_size_per_group`.
     pub max_uncommitted_per_group: u64,
+    /// `raft.snapshot_log_budget`.
+    pub snapshot_log_budget: u64,
 }
 
 /// What the command line supplies.
@@ -535,6 +537,7 @@ fn resolve_engine(
             .raft
             .max_uncommitted_size_per_group
             .map_or(64 << 20, |s| s.0),
+        snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
     })
 }
 

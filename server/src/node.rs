@@ -53,6 +53,7 @@ fn limits(config: &Config, wal_dir: Option<PathBuf>) -> crate::admission::Limits
         wal_dir,
         min_available: config.wal_min_available,
         resume_available: config.wal_resume_available,
+        log_budget: config.snapshot_log_budget,
     }
 }
 

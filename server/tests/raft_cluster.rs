@@ -445,3 +445,66 @@ fn a_wal_filesystem_below_its_minimum_refuses_writes_marked_and_the_node_is_unre
     drop(node);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_raft_log_past_twice_its_budget_refuses_bodies_but_not_closes() {
+    let dir = tempfile_dir("logpressure");
+    let port = free_port();
+    let config = dir.join("node.toml");
+    let toml = format!(
+        "[raft]\ngroup_count = 1\nsnapshot_log_budget = \"1KiB\"\n[raft.wal]\npath = \"{}\"\n",
+        dir.join("wal").display()
+    );
+    std::fs::write(&config, toml).expect("toml");
+    let args = vec![
+        "server".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let node = Proc::start(port, args, dir.join("node.log"));
+    let bases = vec![node.url("")];
+    assert_eq!(
+        send(&bases, 0, "PUT", "/demo/log", &[], b"").map(|r| r.0),
+        Some(201)
+    );
+    let body = vec![b'x'; 600];
+    let mut refused = None;
+    for _ in 0..20 {
+        let r = send(
+            &bases,
+            0,
+            "POST",
+            "/demo/log",
+            &[("content-type", "application/octet-stream".to_owned())],
+            &body,
+        )
+        .expect("post");
+        if r.0 == 503 {
+            refused = Some(r);
+            break;
+        }
+        assert_eq!(r.0, 204);
+    }
+    let (status, headers, _) =
+        refused.expect("the log passed twice the budget and writes with a body were refused");
+    assert_eq!(status, 503);
+    assert_eq!(
+        headers.get("x-ursula-not-applied").map(String::as_str),
+        Some("RaftLogPressure")
+    );
+    assert_eq!(headers.get("retry-after").map(String::as_str), Some("1"));
+    let close = send(
+        &bases,
+        0,
+        "POST",
+        "/demo/log",
+        &[("stream-closed", "true".to_owned())],
+        b"",
+    )
+    .expect("close");
+    assert_eq!(close.0, 204, "a write without a body still passes");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}

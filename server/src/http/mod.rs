@@ -179,12 +179,20 @@ fn admit(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .unwrap_or(0);
-    st.admission.admit(declared).map_err(|r| {
+    let raft_log = st
+        .raft
+        .as_ref()
+        .map(|r| r.log_bytes.load(std::sync::atomic::Ordering::Relaxed));
+    st.admission.admit(declared, raft_log).map_err(|r| {
         use crate::admission::Refused;
         let (token, why) = match r {
             Refused::WalDiskPressure => (
                 NotApplied::WalDiskPressure,
                 "the WAL filesystem is low on space",
+            ),
+            Refused::RaftLogPressure => (
+                NotApplied::RaftLogPressure,
+                "the node's unsnapshotted Raft log is over twice raft.snapshot_log_budget",
             ),
             Refused::IngressBodyBytesLimitReached => (
                 NotApplied::IngressBodyBytesLimitReached,

@@ -72,6 +72,8 @@ pub struct RaftOptions {
 
 pub struct RaftEngine {
     pub rafts: Vec<GroupRaft>,
+    /// The node's unsnapshotted Raft log bytes.
+    pub log_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Proposed but not yet applied write bytes, per group.
     uncommitted: Arc<Vec<std::sync::atomic::AtomicU64>>,
     /// `raft.max_uncommitted_size_per_group`.
@@ -154,12 +156,13 @@ impl RaftEngine {
             };
             journals.push(wal::Journal::start(dir, opts, restate, recovered_max)?);
         }
+        let log_bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut rafts = Vec::with_capacity(rt.group_count() as usize);
         for group in 0..rt.group_count() {
             let core = rt.core_of(group);
             let data = logs[group as usize].take().unwrap_or_default();
             let fresh = data.vote.is_none() && data.entries.is_empty() && data.purged.is_none();
-            let log = store::LogStore::new(group, journals[core].clone(), data);
+            let log = store::LogStore::new(group, journals[core].clone(), data, log_bytes.clone());
             let net = network::Factory {
                 peers: peers.clone(),
                 group,
@@ -211,6 +214,7 @@ impl RaftEngine {
         );
         Ok(Arc::new(RaftEngine {
             rafts,
+            log_bytes,
             uncommitted,
             max_uncommitted: opts.max_uncommitted,
             node_id: opts.node_id,

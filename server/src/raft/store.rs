@@ -48,6 +48,8 @@ fn enc<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, Se> {
 #[derive(Debug, Default)]
 pub struct LogData {
     pub entries: BTreeMap<u64, Entry<TypeConfig>>,
+    /// Journal bytes of each entry still held (the batch's size spread over its entries).
+    pub sizes: BTreeMap<u64, u64>,
     pub vote: Option<Vote<u64>>,
     pub committed: Option<LogId<u64>>,
     pub purged: Option<LogId<u64>>,
@@ -107,15 +109,59 @@ pub struct LogStore {
     group: u32,
     journal: wal::Journal,
     data: Arc<Mutex<LogData>>,
+    /// The node's unsnapshotted Raft log bytes, shared by every group (`RaftLogPressure`).
+    log_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl LogStore {
-    pub fn new(group: u32, journal: wal::Journal, data: LogData) -> LogStore {
+    pub fn new(
+        group: u32,
+        journal: wal::Journal,
+        mut data: LogData,
+        log_bytes: Arc<std::sync::atomic::AtomicU64>,
+    ) -> LogStore {
+        // Recovered entries count too; their size is approximated by their encoding.
+        let mut total = 0;
+        let sizes: Vec<(u64, u64)> = data
+            .entries
+            .iter()
+            .map(|(i, e)| (*i, rmp_serde::to_vec(e).map_or(0, |b| b.len() as u64)))
+            .collect();
+        for (i, n) in sizes {
+            data.sizes.insert(i, n);
+            total += n;
+        }
+        log_bytes.fetch_add(total, std::sync::atomic::Ordering::Relaxed);
+        LogStore::assemble(group, journal, data, log_bytes)
+    }
+
+    fn assemble(
+        group: u32,
+        journal: wal::Journal,
+        data: LogData,
+        log_bytes: Arc<std::sync::atomic::AtomicU64>,
+    ) -> LogStore {
         LogStore {
             group,
             journal,
             data: Arc::new(Mutex::new(data)),
+            log_bytes,
         }
+    }
+
+    /// Forgets the sizes of entries `keep` rejects, and their bytes from the node's count.
+    fn forget(&self, d: &mut LogData, keep: impl Fn(u64) -> bool) {
+        let gone: Vec<u64> = d.sizes.keys().copied().filter(|i| !keep(*i)).collect();
+        let mut freed = 0;
+        for i in gone {
+            freed += d.sizes.remove(&i).unwrap_or(0);
+        }
+        // Saturating: the spread per-entry sizes may round below what was added.
+        let _ = self.log_bytes.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |n| Some(n.saturating_sub(freed)),
+        );
     }
 
     fn write(
@@ -233,10 +279,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let payload = enc(&entries)?;
         let last = entries.last().map(|e| e.log_id.index);
         {
+            let each = payload.len() as u64 / entries.len().max(1) as u64;
             let mut d = lock(&self.data);
             for e in entries {
+                d.sizes.insert(e.log_id.index, each);
                 d.entries.insert(e.log_id.index, e);
             }
+            self.log_bytes
+                .fetch_add(payload.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
         self.write_indexed(
             wal::KIND_ENTRIES,
@@ -249,7 +299,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), Se> {
         self.write(wal::KIND_TRUNCATE, enc(&log_id.index)?, false, None)?;
-        lock(&self.data).entries.split_off(&log_id.index);
+        let mut d = lock(&self.data);
+        d.entries.split_off(&log_id.index);
+        self.forget(&mut d, |i| i < log_id.index);
         Ok(())
     }
 
@@ -264,6 +316,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut d = lock(&self.data);
         d.entries = d.entries.split_off(&(log_id.index + 1));
         d.purged = Some(log_id);
+        self.forget(&mut d, |i| i > log_id.index);
         Ok(())
     }
 }
