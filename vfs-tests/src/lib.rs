@@ -3,9 +3,11 @@
 //! `libsqlite_ursula_vfs.so`.
 //!
 //! - [`server`]: start, stop and restart `ursula server`.
+//! - [`cluster`]: a 3-voter Raft cluster behind `ursula gateway`.
 //! - [`proxy`]: the fault-injecting proxy.
 //! - [`sqlite`]: connections with the extension loaded, attach and status helpers.
 
+pub mod cluster;
 pub mod proxy;
 pub mod server;
 pub mod sqlite;

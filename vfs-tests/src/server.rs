@@ -79,6 +79,16 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    try_http(method, url, headers, body).expect("http request")
+}
+
+/// Like [`http`], `None` when no answer came (nothing listens yet, say).
+pub fn try_http(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Option<(u16, Vec<(String, String)>, Vec<u8>)> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
@@ -88,8 +98,8 @@ pub fn http(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let req = req.body(body.to_vec()).expect("request");
-    let mut resp = agent.run(req).expect("http request");
+    let req = req.body(body.to_vec()).ok()?;
+    let mut resp = agent.run(req).ok()?;
     let status = resp.status().as_u16();
     let hs = resp
         .headers()
@@ -102,7 +112,7 @@ pub fn http(
         })
         .collect();
     let body = resp.body_mut().read_to_vec().unwrap_or_default();
-    (status, hs, body)
+    Some((status, hs, body))
 }
 
 pub fn header<'a>(hs: &'a [(String, String)], name: &str) -> Option<&'a str> {
