@@ -83,12 +83,7 @@ pub fn http(
 }
 
 /// Like [`http`], `None` when no answer came (nothing listens yet, say).
-pub fn try_http(
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Option<(u16, Vec<(String, String)>, Vec<u8>)> {
+pub fn try_http(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<Answer> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
