@@ -72,13 +72,11 @@ impl Drop for Server {
     }
 }
 
+/// Status, headers and body of an answer.
+pub type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
 /// A plain HTTP client for checks against the server, with statuses as values.
-pub fn http(
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> (u16, Vec<(String, String)>, Vec<u8>) {
+pub fn http(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
     try_http(method, url, headers, body).expect("http request")
 }
 
