@@ -1,20 +1,18 @@
-//! Cores and groups: each stream hashes to a group, each group belongs to one core thread, and
-//! a group's state is touched only on its core. HTTP connections are served on the core threads
-//! too, so a request whose group lives on the core that accepted it runs without a thread hop;
-//! any other request sends a job to the owning core. No lock guards stream state.
+//! Cores and groups: each stream hashes to a group, each group to one core. Every core thread
+//! runs its own single-threaded Tokio runtime, serves HTTP connections, and hosts its groups'
+//! Raft tasks. A group's state sits behind a lock of its own, taken by whichever thread serves
+//! the request: no thread hop per request, and no lock shared by groups (see
+//! docs/architecture.md for why this replaced per-core mailboxes).
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 use std::time::UNIX_EPOCH;
 
-use tokio::sync::mpsc;
-use tokio::sync::oneshot;
 use tokio::sync::watch;
 
 use crate::stream::Applied;
@@ -23,7 +21,6 @@ use crate::stream::GroupState;
 use crate::stream::Refusal;
 
 pub type GroupId = u32;
-type Job = Box<dyn FnOnce(&mut Core) + Send>;
 
 /// What live readers of a stream are told after each change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,47 +125,15 @@ impl Group {
     }
 }
 
-/// The state owned by one core thread.
-#[derive(Debug, Default)]
-pub struct Core {
-    pub index: usize,
-    pub groups: HashMap<GroupId, Group>,
-}
-
-impl Core {
-    pub fn group(&mut self, id: GroupId) -> &mut Group {
-        self.groups.entry(id).or_default()
-    }
-}
-
-thread_local! {
-    static LOCAL_CORE: RefCell<Option<Core>> = const { RefCell::new(None) };
-}
-
-fn run_local<R>(f: impl FnOnce(&mut Core) -> R) -> Option<R> {
-    LOCAL_CORE.with(|cell| {
-        cell.try_borrow_mut()
-            .ok()
-            .and_then(|mut c| c.as_mut().map(f))
-    })
-}
-
-/// Runs `f` on `group` when the calling thread is a core thread (the group's core, by
-/// construction of the Raft engine); `None` elsewhere.
-pub fn run_on_local_group<R>(group: GroupId, f: impl FnOnce(&mut Group) -> R) -> Option<R> {
-    run_local(|c| f(c.group(group)))
-}
-
 /// Per-core counters readable from any thread.
 #[derive(Debug, Default)]
 pub struct CoreStats {
     pub live_waiters: AtomicUsize,
-    pub jobs: AtomicU64,
 }
 
 #[derive(Debug)]
 struct Inner {
-    cores: Vec<mpsc::UnboundedSender<Job>>,
+    groups: Vec<Mutex<Group>>,
     handles: Vec<tokio::runtime::Handle>,
     stats: Vec<CoreStats>,
     group_count: u32,
@@ -183,8 +148,8 @@ pub struct Runtime {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("core {0} is gone")]
-    CoreGone(usize),
+    #[error("no group {0}")]
+    NoGroup(GroupId),
     #[error("could not start core thread: {0}")]
     Spawn(#[from] std::io::Error),
 }
@@ -203,10 +168,9 @@ impl Runtime {
         live_waiter_cap: usize,
     ) -> Result<Runtime, RuntimeError> {
         let core_count = core_count.max(1);
-        let mut cores = Vec::with_capacity(core_count);
+        let group_count = group_count.max(1);
         let mut handles = Vec::with_capacity(core_count);
         for index in 0..core_count {
-            let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -214,39 +178,27 @@ impl Runtime {
             std::thread::Builder::new()
                 .name(format!("ursula-core-{index}"))
                 .spawn(move || {
-                    LOCAL_CORE.with(|cell| {
-                        *cell.borrow_mut() = Some(Core {
-                            index,
-                            groups: HashMap::new(),
-                        })
-                    });
-                    rt.block_on(async move {
-                        let mut batch = Vec::with_capacity(64);
-                        while rx.recv_many(&mut batch, 64).await > 0 {
-                            for job in batch.drain(..) {
-                                run_local(job);
-                            }
-                            // Let connection tasks on this core run between batches.
-                            tokio::task::yield_now().await;
-                        }
-                    });
+                    // The runtime serves whatever is spawned on it (connections, Raft tasks).
+                    rt.block_on(std::future::pending::<()>());
                 })?;
-            cores.push(tx);
         }
         let stats = (0..core_count).map(|_| CoreStats::default()).collect();
+        let groups = (0..group_count)
+            .map(|_| Mutex::new(Group::default()))
+            .collect();
         Ok(Runtime {
             inner: Arc::new(Inner {
-                cores,
+                groups,
                 handles,
                 stats,
-                group_count: group_count.max(1),
+                group_count,
                 live_waiter_cap,
             }),
         })
     }
 
     pub fn core_count(&self) -> usize {
-        self.inner.cores.len()
+        self.inner.handles.len()
     }
 
     pub fn group_count(&self) -> u32 {
@@ -270,69 +222,31 @@ impl Runtime {
     }
 
     pub fn core_of(&self, group: GroupId) -> usize {
-        group as usize % self.inner.cores.len()
+        group as usize % self.inner.handles.len()
     }
 
-    /// Runs `f` on the group's core: inline when already there, else as a job on that core.
+    /// Runs `f` on the group's state under its lock. Async so the engines' callers need not
+    /// know how groups are guarded.
     pub async fn with_group<R, F>(&self, group: GroupId, f: F) -> Result<R, RuntimeError>
     where
         R: Send + 'static,
         F: FnOnce(&mut Group) -> R + Send + 'static,
     {
-        let core = self.core_of(group);
-        let local = LOCAL_CORE.with(|cell| {
-            cell.try_borrow()
-                .ok()
-                .and_then(|c| c.as_ref().map(|c| c.index))
-                == Some(core)
-        });
-        if local {
-            // Hand `f` in through an Option so it can come back if the core is borrowed.
-            let mut f = Some(f);
-            if let Some(r) = run_local(|c| f.take().map(|f| f(c.group(group)))).flatten() {
-                return Ok(r);
-            }
-            let f = f.ok_or(RuntimeError::CoreGone(core))?;
-            return self.send_job(core, group, f).await;
-        }
-        self.send_job(core, group, f).await
+        self.with_group_now(group, f)
+            .ok_or(RuntimeError::NoGroup(group))
     }
 
-    async fn send_job<R, F>(&self, core: usize, group: GroupId, f: F) -> Result<R, RuntimeError>
-    where
-        R: Send + 'static,
-        F: FnOnce(&mut Group) -> R + Send + 'static,
-    {
-        let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |c: &mut Core| {
-            let _ = tx.send(f(c.group(group)));
-        });
-        if let Some(stats) = self.inner.stats.get(core) {
-            stats.jobs.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.cores[core]
-            .send(job)
-            .map_err(|_| RuntimeError::CoreGone(core))?;
-        rx.await.map_err(|_| RuntimeError::CoreGone(core))
+    /// The same, from synchronous code (the Raft state machine).
+    pub fn with_group_now<R>(&self, group: GroupId, f: impl FnOnce(&mut Group) -> R) -> Option<R> {
+        let m = self.inner.groups.get(group as usize)?;
+        // A panic inside a group's turn leaves its state as it was between commands.
+        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+        Some(f(&mut g))
     }
 
-    /// Runs `f` over a whole core (metrics, sweeps).
-    pub async fn with_core<R, F>(&self, core: usize, f: F) -> Result<R, RuntimeError>
-    where
-        R: Send + 'static,
-        F: FnOnce(&mut Core) -> R + Send + 'static,
-    {
-        let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |c: &mut Core| {
-            let _ = tx.send(f(c));
-        });
-        let sender = self
-            .inner
-            .cores
-            .get(core)
-            .ok_or(RuntimeError::CoreGone(core))?;
-        sender.send(job).map_err(|_| RuntimeError::CoreGone(core))?;
-        rx.await.map_err(|_| RuntimeError::CoreGone(core))
+    /// The groups of `core`, in order.
+    pub fn groups_of(&self, core: usize) -> impl Iterator<Item = GroupId> + '_ {
+        (0..self.inner.group_count).filter(move |g| self.core_of(*g) == core)
     }
 
     /// Reserves a live-reader slot on the core of `group`; `None` when the core is full.

@@ -13,39 +13,32 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
     let mut groups = Vec::new();
     let mut total_streams = 0usize;
     for core in 0..st.rt.core_count() {
-        let snapshot = st
+        let snapshot: Vec<_> = st
             .rt
-            .with_core(core, |c| {
-                let mut gs: Vec<_> = c
-                    .groups
-                    .iter()
-                    .map(|(id, g)| {
-                        (
-                            *id,
-                            g.state.len(),
-                            g.appends,
-                            g.applied_index,
-                            g.state.held_bytes(),
-                        )
-                    })
-                    .collect();
-                gs.sort_unstable();
-                gs
+            .groups_of(core)
+            .filter_map(|id| {
+                st.rt.with_group_now(id, |g| {
+                    (
+                        id,
+                        g.state.len(),
+                        g.appends,
+                        g.applied_index,
+                        g.state.held_bytes(),
+                    )
+                })
             })
-            .await
-            .map_err(crate::engine::EngineError::from)?;
+            .collect();
         let stats = st.rt.stats(core);
         let live = stats.map_or(0, |s| {
             s.live_waiters.load(std::sync::atomic::Ordering::Relaxed)
         });
-        let jobs = stats.map_or(0, |s| s.jobs.load(std::sync::atomic::Ordering::Relaxed));
         let streams: usize = snapshot.iter().map(|g| g.1).sum();
         let appends: u64 = snapshot.iter().map(|g| g.2).sum();
         let hot: u64 = snapshot.iter().map(|g| g.4).sum();
         total_streams += streams;
         cores.push(json!({
             "core": core, "groups": snapshot.len(), "streams": streams, "appends_accepted": appends,
-            "hot_bytes": hot, "live_waiters": live, "cross_core_jobs": jobs,
+            "hot_bytes": hot, "live_waiters": live,
         }));
         for (id, streams, appends, applied, hot) in snapshot {
             // In memory the node leads every group; under Raft, each group's own view.

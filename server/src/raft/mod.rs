@@ -167,7 +167,8 @@ impl RaftEngine {
                 peers: peers.clone(),
                 group,
             };
-            let (config, snap_dir, node_id) = (config.clone(), snap_dir.clone(), opts.node_id);
+            let (config, snap_dir, node_id, rt2) =
+                (config.clone(), snap_dir.clone(), opts.node_id, rt.clone());
             let handle = rt
                 .core_handle(core)
                 .ok_or(StartError::Group {
@@ -179,8 +180,8 @@ impl RaftEngine {
             // calls) run there, next to the group's streams.
             let raft = handle
                 .spawn(async move {
-                    let sm =
-                        store::StateMachine::open(group, snap_dir).map_err(|e| e.to_string())?;
+                    let sm = store::StateMachine::open(rt2, group, snap_dir)
+                        .map_err(|e| e.to_string())?;
                     Raft::new(node_id, config, net, log, sm)
                         .await
                         .map_err(|e| e.to_string())

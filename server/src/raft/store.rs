@@ -333,25 +333,30 @@ pub struct StoredSnapshot {
 #[derive(Debug)]
 pub struct StateMachine {
     group: u32,
+    rt: runtime::Runtime,
     applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, openraft::BasicNode>,
     current: Option<StoredSnapshot>,
     path: PathBuf,
 }
 
-fn on_core<R>(group: u32, f: impl FnOnce(&mut runtime::Group) -> R) -> Result<R, Se> {
-    runtime::run_on_local_group(group, f).ok_or_else(|| {
-        StorageIOError::write_state_machine(&std::io::Error::other("not on the group's core"))
-            .into()
+fn on_group<R>(
+    rt: &runtime::Runtime,
+    group: u32,
+    f: impl FnOnce(&mut runtime::Group) -> R,
+) -> Result<R, Se> {
+    rt.with_group_now(group, f).ok_or_else(|| {
+        StorageIOError::write_state_machine(&std::io::Error::other("no such group")).into()
     })
 }
 
 impl StateMachine {
-    /// Loads the group's last snapshot from disk, if any, into the core's state.
-    pub fn open(group: u32, dir: PathBuf) -> Result<StateMachine, Se> {
+    /// Loads the group's last snapshot from disk, if any, into the group's state.
+    pub fn open(rt: runtime::Runtime, group: u32, dir: PathBuf) -> Result<StateMachine, Se> {
         let path = dir.join(format!("group-{group}.snap"));
         let mut sm = StateMachine {
             group,
+            rt: rt.clone(),
             applied: None,
             membership: StoredMembership::default(),
             current: None,
@@ -363,7 +368,7 @@ impl StateMachine {
                     .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
                 let state: GroupState = rmp_serde::from_slice(&snap.data)
                     .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-                on_core(group, move |g| g.state = state)?;
+                on_group(&rt, group, move |g| g.state = state)?;
                 sm.applied = snap.meta.last_log_id;
                 sm.membership = snap.meta.last_membership.clone();
                 sm.current = Some(snap);
@@ -392,7 +397,7 @@ impl StateMachine {
     }
 
     fn build(&mut self) -> Result<StoredSnapshot, Se> {
-        let data = on_core(self.group, |g| rmp_serde::to_vec(&g.state))?
+        let data = on_group(&self.rt, self.group, |g| rmp_serde::to_vec(&g.state))?
             .map_err(|e| StorageIOError::read_state_machine(&e))?;
         let id = format!(
             "{}-{}",
@@ -461,7 +466,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     out.push(Outcome(None));
                 }
                 EntryPayload::Normal(p) => {
-                    let r = on_core(self.group, move |g| g.apply(p.cmd, p.now_ms))?;
+                    let r = on_group(&self.rt, self.group, move |g| g.apply(p.cmd, p.now_ms))?;
                     out.push(Outcome(Some(r)));
                 }
             }
@@ -488,7 +493,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let data = snapshot.into_inner();
         let state: GroupState =
             rmp_serde::from_slice(&data).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        on_core(self.group, move |g| g.replace_state(state))?;
+        on_group(&self.rt, self.group, move |g| g.replace_state(state))?;
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         let snap = StoredSnapshot {
