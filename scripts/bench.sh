@@ -9,8 +9,9 @@
 # starts it on a free loopback port, runs `ursula-bench load` (append, catch-up and SSE fan-out
 # scenarios), stops it, starts it again fresh and runs `ursula-bench idle` (memory per idle
 # stream), stops it. All of that is repeated BENCH_ROUNDS times; `ursula-bench report` then
-# prints the table (each scenario's median round) and writes docs/benchmarks.md. About two and
-# a half minutes per round.
+# prints the table (each scenario's median round) and writes docs/benchmarks.md. About four
+# minutes per round, plus waits whenever other processes keep the CPU busy (the benchmark waits
+# for a quiet machine and re-runs a scenario they disturbed).
 #
 # env: BENCH_ROUNDS=N  rounds (default 3)
 #      BENCH_OUT=DIR   keep the JSON results and server logs in DIR (default: temp, removed)
@@ -27,6 +28,9 @@ command_line="scripts/bench.sh${*:+ $*}"
 
 echo "bench.sh: cargo build --release -p ursula -p ursula-bench" >&2
 cargo build --release -p ursula -p ursula-bench
+# What was built, for the report (the tree may change while the benchmark runs).
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(git status --porcelain -- server protocol 2>/dev/null | head -c1)
 ursula_bin="$root/target/release/ursula"
 bench_bin="$root/target/release/ursula-bench"
 
@@ -129,8 +133,6 @@ cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' 
 mem_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
 ref_version=$("$node_bin" -p 'require(process.argv[1]).version' \
   "$conf_dir/node_modules/@durable-streams/server/package.json")
-rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain -- server protocol 2>/dev/null | head -c1)
 # Sections other scripts own (scripts/bench-vfs.sh writes "## SQLite extension") survive.
 kept=""
 if [[ -f "$root/docs/benchmarks.md" ]]; then
