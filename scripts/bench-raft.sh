@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Appends of 100-byte bodies at 1 and 32 connections, one stream and 1,000 streams, against the
+# in-memory engine, a durable single node (fsync never, then always), a 3-voter Raft cluster on
+# loopback (driven at its leader) and the reference server, in one run, one server at a time.
+# Replaces the "Raft engine" section of docs/benchmarks.md.
+set -euo pipefail
+cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
+cargo build --release -p ursula -p ursula-bench >&2
+bin=target/release/ursula
+bench=target/release/ursula-bench
+work=$(mktemp -d)
+pids=()
+stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
+trap 'stop_all; rm -rf "$work"' EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+wait_ready() { for _ in $(seq 300); do curl -sf "$1/__ursula/ready" >/dev/null && return; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
+only=append-1-c1,append-1-c32,append-1000-c1,append-1000-c32
+rows=()
+run() { # label base pid
+  "$bench" load --base "$2" --server "$1" --out "$work/$1.json" --pid "$3" --duration "${BENCH_SECONDS:-4}" --only "$only" >&2
+  rows+=("$work/$1.json")
+}
+p=$(port); "$bin" server --listen "127.0.0.1:$p" >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
+run memory "http://127.0.0.1:$p" "${pids[0]}"; stop_all
+for fsync in never always; do
+  p=$(port); printf '[raft.wal]\npath = "%s/wal-%s"\nfsync = "%s"\n' "$work" "$fsync" "$fsync" > "$work/$fsync.toml"
+  "$bin" server --config "$work/$fsync.toml" --listen "127.0.0.1:$p" >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
+  run "durable-fsync-$fsync" "http://127.0.0.1:$p" "${pids[0]}"; stop_all
+done
+ports=("$(port)" "$(port)" "$(port)")
+for i in 1 2 3; do
+  { printf '[raft]\ninit_membership_per_group = true\n[raft.wal]\npath = "%s/c%s"\n' "$work" "$i"
+    for j in 1 2 3; do printf '[[raft.peers]]\nnode_id = %s\nurl = "http://127.0.0.1:%s"\n' "$j" "${ports[$((j-1))]}"; done; } > "$work/c$i.toml"
+  "$bin" server --config "$work/c$i.toml" --node-id "$i" --listen "127.0.0.1:${ports[$((i-1))]}" >/dev/null 2>&1 & pids+=($!)
+done
+wait_ready "http://127.0.0.1:${ports[0]}"
+run cluster-3 "http://127.0.0.1:${ports[0]}" "${pids[0]}"; stop_all
+conf=tests/conformance
+p=$(port); PORT=$p node "$conf/reference-server.mjs" >/dev/null 2>&1 & pids+=($!)
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$p/" && break; sleep 0.1; done
+run reference "http://127.0.0.1:$p" "${pids[0]}"; stop_all
+table=$(python3 - "${rows[@]}" <<'PY'
+import json, sys
+names = {"memory": "in memory", "durable-fsync-never": "durable node, fsync never",
+         "durable-fsync-always": "durable node, fsync always", "cluster-3": "3-voter cluster (leader)",
+         "reference": "reference server"}
+runs = [json.load(open(p)) for p in sys.argv[1:]]
+keys = [s["key"] for s in runs[0]["scenarios"]]
+titles = {s["key"]: s["title"] for s in runs[0]["scenarios"]}
+print("| scenario | " + " | ".join(names.get(r["server"], r["server"]) for r in runs) + " |")
+print("| --- |" + " ---: |" * len(runs))
+for k in keys:
+    cells = []
+    for r in runs:
+        s = next(x for x in r["scenarios"] if x["key"] == k)
+        cells.append(f'{s["rate"]:,.0f}/s, p50 {s["p50_us"]/1000:.2f}, p99 {s["p99_us"]/1000:.2f}')
+    print(f"| {titles[k]} | " + " | ".join(cells) + " |")
+PY
+)
+echo "$table"
+section="## Raft engine
+
+\`scripts/bench-raft.sh\`, $(date -u '+%Y-%m-%d %H:%M UTC'), ursula $(git rev-parse --short HEAD), release build, $(nproc) cores; the same
+\`ursula-bench\` load (${BENCH_SECONDS:-4} s per scenario, one round) against each server in turn. The cluster's three
+nodes and the client share the machine's two cores. Latencies in ms.
+
+$table"
+python3 - docs/benchmarks.md "$section" <<'PY'
+import sys
+path, section = sys.argv[1], sys.argv[2]
+text = open(path).read()
+start = text.find("## Raft engine")
+if start >= 0:
+    end = text.find("\n## ", start + 1)
+    text = text[:start] + (text[end + 1:] if end >= 0 else "")
+open(path, "w").write(text.rstrip("\n") + "\n\n" + section.strip() + "\n")
+PY
