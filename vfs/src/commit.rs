@@ -97,12 +97,15 @@ pub fn refuse_db_write(db: &Db) -> c_int {
 }
 
 /// Whether `data` is the image of page `pgno` in a committed frame of the current WAL.
-fn matches_wal_frame(db: &Db, cs: &crate::db::CommitState, pgno: u32, data: &[u8]) -> bool {
+fn matches_wal_frame(db: &Db, cs: &mut crate::db::CommitState, pgno: u32, data: &[u8]) -> bool {
     use std::os::unix::fs::FileExt;
-    let Some(offsets) = cs.wal_pages.get(&pgno) else {
+    if !cs.wal_pages.contains_key(&pgno) {
         return false;
-    };
-    let Ok(wal) = std::fs::File::open(crate::registry::sibling(&db.path, "-wal")) else {
+    }
+    if cs.wal_reader.is_none() {
+        cs.wal_reader = std::fs::File::open(crate::registry::sibling(&db.path, "-wal")).ok();
+    }
+    let (Some(offsets), Some(wal)) = (cs.wal_pages.get(&pgno), cs.wal_reader.as_ref()) else {
         return false;
     };
     let mut buf = vec![0u8; PAGE_SIZE];
@@ -122,9 +125,9 @@ pub unsafe fn db_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: 
         return ffi::SQLITE_READONLY;
     }
     // Held so a snapshot copy never sees half a checkpoint.
-    let cs = db.commit_state();
+    let mut cs = db.commit_state();
     let whole_page = data.len() == PAGE_SIZE && off.is_multiple_of(PAGE_SIZE as u64);
-    if !whole_page || !matches_wal_frame(db, &cs, (off / PAGE_SIZE as u64 + 1) as u32, data) {
+    if !whole_page || !matches_wal_frame(db, &mut cs, (off / PAGE_SIZE as u64 + 1) as u32, data) {
         drop(cs);
         return refuse_db_write(db);
     }
@@ -165,6 +168,7 @@ pub fn wal_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
     if rc == ffi::SQLITE_OK && size == 0 {
         cs.wal_pages.clear();
         cs.wal_sizes.clear();
+        cs.wal_reader = None;
         cs.wal = WalClaim::default();
         cs.sidecar.wal = cs.wal.encode();
         if let Err(e) = local::write_sidecar(&db.path, &cs.sidecar) {

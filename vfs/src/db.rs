@@ -140,6 +140,9 @@ pub struct CommitState {
     pub wal_pages: std::collections::HashMap<u32, Vec<u64>>,
     /// Database sizes (pages) committed in the current generation: legal checkpoint truncations.
     pub wal_sizes: std::collections::HashSet<u32>,
+    /// A read handle on the `-wal` for those checks, opened once per WAL file; dropped when the
+    /// file is truncated or deleted.
+    pub wal_reader: Option<std::fs::File>,
     /// What the sidecar says; rewritten after each commit.
     pub sidecar: Sidecar,
 }
