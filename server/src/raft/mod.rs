@@ -2,6 +2,7 @@
 //! its log in the core's journal ([`wal`]), its state machine the same stream state machine the
 //! in-memory engine drives ([`store`]), its peer traffic multiplexed over HTTP ([`network`]).
 
+pub mod batch;
 pub mod network;
 pub mod store;
 pub mod wal;
@@ -14,31 +15,28 @@ use std::sync::Arc;
 use openraft::BasicNode;
 use openraft::Config;
 use openraft::Raft;
-use openraft::error::ClientWriteError;
-use openraft::error::RaftError;
 
 use crate::engine::EngineError;
 use crate::engine::GroupEngine;
 use crate::engine::Proposal as ProposalFuture;
 use crate::runtime::GroupId;
 use crate::runtime::Runtime;
-use crate::runtime::now_ms;
 use crate::stream::Applied;
 use crate::stream::Command;
 use crate::stream::Refusal;
 use ursula_protocol::refusal::NotApplied;
 
-/// A replicated write: the command and the leader's clock when it was proposed, so every
-/// replica applies it identically.
+/// A replicated entry: the writes batched into it, in order, and the leader's clock when it
+/// was proposed, so every replica applies them identically.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Proposal {
     pub now_ms: u64,
-    pub cmd: Command,
+    pub cmds: Vec<Command>,
 }
 
-/// What applying an entry answered; `None` for Raft's own entries.
+/// What applying an entry answered, one answer per write; empty for Raft's own entries.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Outcome(pub Option<Result<Applied, Refusal>>);
+pub struct Outcome(pub Vec<Result<Applied, Refusal>>);
 
 openraft::declare_raft_types!(
     pub TypeConfig:
@@ -80,6 +78,7 @@ pub struct RaftEngine {
     max_uncommitted: u64,
     pub node_id: u64,
     pub peers: network::Peers,
+    batcher: Arc<batch::Batcher>,
 }
 
 impl std::fmt::Debug for RaftEngine {
@@ -213,7 +212,9 @@ impl RaftEngine {
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
         );
+        let batcher = batch::Batcher::new(rafts.len(), peers.urls.clone());
         Ok(Arc::new(RaftEngine {
+            batcher,
             rafts,
             log_bytes,
             uncommitted,
@@ -270,11 +271,11 @@ impl GroupEngine for RaftEngine {
     fn propose(&self, group: GroupId, cmd: Command) -> ProposalFuture {
         use std::sync::atomic::Ordering;
         let raft = self.raft(group).cloned();
-        let urls = self.peers.urls.clone();
-        let single = urls.is_empty();
+        let single = self.peers.urls.is_empty();
         let bytes = body_bytes(&cmd);
         let uncommitted = self.uncommitted.clone();
         let max = self.max_uncommitted;
+        let batcher = self.batcher.clone();
         Box::pin(async move {
             let raft = raft.ok_or(EngineError::NotLeader {
                 leader: None,
@@ -290,26 +291,11 @@ impl GroupEngine for RaftEngine {
                     ));
                 }
             }
-            let result = raft
-                .client_write(Proposal {
-                    now_ms: now_ms(),
-                    cmd,
-                })
-                .await;
+            let result = batcher.submit(raft, group, cmd, bytes).await;
             if let Some(b) = budget.filter(|_| bytes > 0) {
                 b.fetch_sub(bytes, Ordering::AcqRel);
             }
-            match result {
-                Ok(resp) => resp.data.0.ok_or(EngineError::NotLeader {
-                    leader: None,
-                    single,
-                }),
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                    let leader = f.leader_id.and_then(|id| urls.get(&id).cloned());
-                    Err(EngineError::NotLeader { leader, single })
-                }
-                Err(e) => Err(EngineError::Unavailable(e.to_string())),
-            }
+            result
         })
     }
 

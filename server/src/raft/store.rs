@@ -460,14 +460,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for e in entries {
             self.applied = Some(e.log_id);
             match e.payload {
-                EntryPayload::Blank => out.push(Outcome(None)),
+                EntryPayload::Blank => out.push(Outcome(Vec::new())),
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(e.log_id), m);
-                    out.push(Outcome(None));
+                    out.push(Outcome(Vec::new()));
                 }
                 EntryPayload::Normal(p) => {
-                    let r = on_group(&self.rt, self.group, move |g| g.apply(p.cmd, p.now_ms))?;
-                    out.push(Outcome(Some(r)));
+                    let now = p.now_ms;
+                    let r = on_group(&self.rt, self.group, move |g| {
+                        p.cmds.into_iter().map(|c| g.apply(c, now)).collect()
+                    })?;
+                    out.push(Outcome(r));
                 }
             }
         }

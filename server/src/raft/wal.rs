@@ -1,6 +1,10 @@
 //! The per-core journal: one append-only, segmented, checksummed log shared by every Raft group
-//! of a core. A writer thread per core batches frames from all its groups into one write and,
-//! when the fsync policy or the record asks for it, one fsync, then completes the callbacks.
+//! of a core. Writes that must be fsynced (every write under `fsync = always`; votes and
+//! membership otherwise) go to a thread per core that batches the frames of all its groups into
+//! one write and one fsync. Under `never` an ordinary write needs no fsync, so the core's own
+//! thread writes it at once: no thread hop on the hot path (measured: the hop cost about half
+//! the single-group write rate). Order is kept: while a synced write waits in the thread's
+//! queue, later writes queue behind it instead of overtaking it.
 //!
 //! Frame: `len u32 LE | crc32 u32 LE | seq u64 LE | kind u8 | group u32 LE | payload`, where
 //! `len` counts from `seq` to the end and the CRC covers the same bytes, so a damaged length
@@ -176,10 +180,28 @@ pub struct Write_ {
     pub done: Option<Done>,
 }
 
-/// Handle to a core's journal thread.
-#[derive(Debug, Clone)]
+/// Handle to a core's journal.
+#[derive(Clone)]
 pub struct Journal {
+    shared: std::sync::Arc<Shared>,
+}
+
+struct Shared {
+    writer: std::sync::Mutex<Writer>,
     tx: mpsc::Sender<Write_>,
+    fsync_always: bool,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").finish_non_exhaustive()
+    }
+}
+
+fn lock_writer(m: &std::sync::Mutex<Writer>) -> std::sync::MutexGuard<'_, Writer> {
+    // The writer aborts the process on an I/O error, so a poisoned lock means a panic in
+    // plain bookkeeping; its state is still the file's.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 pub struct Options {
@@ -211,6 +233,9 @@ struct Writer {
     purged: HashMap<u32, u64>,
     /// Latest vote, purge and committed records per group, restated at each rotation.
     state: BTreeMap<(u32, u8), Vec<u8>>,
+    /// Writes sent to the sync thread and not yet written: later writes must queue behind.
+    queued: usize,
+    buf: Vec<u8>,
 }
 
 impl Writer {
@@ -289,47 +314,63 @@ impl Writer {
         }
     }
 
-    fn run(mut self, rx: mpsc::Receiver<Write_>) {
-        let mut buf = Vec::with_capacity(1 << 16);
-        while let Ok(first) = rx.recv() {
-            let mut batch = vec![first];
-            while let Ok(more) = rx.try_recv() {
-                batch.push(more);
-                if batch.len() >= 1024 {
-                    break;
-                }
-            }
-            buf.clear();
-            let mut sync = self.opts.fsync_always;
-            for w in &batch {
-                self.frame(w.kind, w.group, &w.payload, &mut buf);
-                self.note(w);
-                sync |= w.force_sync;
-            }
-            let mut result = self.file.write_all(&buf);
-            if result.is_ok() && sync {
-                result = self.file.sync_data();
-            }
-            self.size += buf.len() as u64;
-            if let Err(e) = &result {
-                // Nothing is retried: a journal that cannot write must not acknowledge.
-                tracing::error!(error = %e, "journal write failed; the process stops");
-                std::process::abort();
-            }
-            for w in batch {
-                if let Some(done) = w.done {
-                    done(Ok(()));
-                }
-            }
-            if self.size >= self.opts.segment_size
-                && let Err(e) = self.rotate()
-            {
-                tracing::error!(error = %e, "cannot start a journal segment; the process stops");
-                std::process::abort();
+    /// Writes `batch` as one write (and one fsync when the policy or a record asks for it).
+    /// A journal that cannot write must not acknowledge anything, and nothing is retried: the
+    /// process stops and the next start keeps the verified prefix.
+    fn write_batch<'a>(&mut self, batch: impl IntoIterator<Item = &'a Write_>) {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut sync = self.opts.fsync_always;
+        for w in batch {
+            self.frame(w.kind, w.group, &w.payload, &mut buf);
+            self.note(w);
+            sync |= w.force_sync;
+        }
+        let mut result = self.file.write_all(&buf);
+        if result.is_ok() && sync {
+            result = self.file.sync_data();
+        }
+        self.size += buf.len() as u64;
+        if buf.capacity() <= 1 << 20 {
+            self.buf = buf;
+        }
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "journal write failed; the process stops");
+            std::process::abort();
+        }
+        if self.size >= self.opts.segment_size
+            && let Err(e) = self.rotate()
+        {
+            tracing::error!(error = %e, "cannot start a journal segment; the process stops");
+            std::process::abort();
+        }
+    }
+}
+
+fn run_sync_thread(shared: std::sync::Arc<Shared>, rx: mpsc::Receiver<Write_>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+            if batch.len() >= 1024 {
+                break;
             }
         }
-        let _ = self.file.sync_all();
+        {
+            let mut w = lock_writer(&shared.writer);
+            w.write_batch(&batch);
+            // Under `always` nothing is written inline, so nothing was counted.
+            if !shared.fsync_always {
+                w.queued -= batch.len();
+            }
+        }
+        for w in batch {
+            if let Some(done) = w.done {
+                done(Ok(()));
+            }
+        }
     }
+    let _ = lock_writer(&shared.writer).file.sync_all();
 }
 
 impl Journal {
@@ -371,6 +412,8 @@ impl Journal {
             sealed,
             purged: HashMap::new(),
             state: BTreeMap::new(),
+            queued: 0,
+            buf: Vec::with_capacity(1 << 16),
         };
         let mut buf = Vec::new();
         for (kind, group, payload) in restate {
@@ -389,15 +432,42 @@ impl Journal {
         w.size = buf.len() as u64;
         w.reclaim();
         let (tx, rx) = mpsc::channel::<Write_>();
+        let fsync_always = w.opts.fsync_always;
+        let shared = std::sync::Arc::new(Shared {
+            writer: std::sync::Mutex::new(w),
+            tx,
+            fsync_always,
+        });
+        let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("ursula-journal".into())
-            .spawn(move || w.run(rx))
+            .spawn(move || run_sync_thread(thread_shared, rx))
             .map_err(io(&dir))?;
-        Ok(Journal { tx })
+        Ok(Journal { shared })
     }
 
-    pub fn write(&self, w: Write_) -> Result<(), Write_> {
-        self.tx.send(w).map_err(|e| e.0)
+    /// Writes `w`, completing its callback once the fsync policy is met: at once for an
+    /// ordinary write under `never`, after the sync thread's fsync otherwise.
+    pub fn write(&self, mut w: Write_) -> Result<(), Write_> {
+        let sh = &self.shared;
+        if sh.fsync_always {
+            return sh.tx.send(w).map_err(|e| e.0);
+        }
+        let mut g = lock_writer(&sh.writer);
+        if w.force_sync || g.queued > 0 {
+            // Sent under the lock, so the thread's queue keeps the order writes arrived in.
+            g.queued += 1;
+            return sh.tx.send(w).map_err(|e| {
+                g.queued -= 1;
+                e.0
+            });
+        }
+        g.write_batch(std::iter::once(&w));
+        drop(g);
+        if let Some(done) = w.done.take() {
+            done(Ok(()));
+        }
+        Ok(())
     }
 }
 

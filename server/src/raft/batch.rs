@@ -1,0 +1,156 @@
+//! Group commit for client writes. Each openraft entry costs a trip through the group's Raft
+//! core, the journal thread and the state machine whatever its size, so writes that arrive
+//! while a group's entry is in flight wait in the group's queue and go out together as the
+//! next entry. One write alone still goes out at once: batching adds no latency, it only
+//! stops concurrent writers from paying the per-entry cost one by one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+
+use openraft::error::ClientWriteError;
+use openraft::error::RaftError;
+use tokio::sync::oneshot;
+
+use super::GroupRaft;
+use super::Proposal;
+use crate::engine::EngineError;
+use crate::runtime::GroupId;
+use crate::runtime::now_ms;
+use crate::stream::Applied;
+use crate::stream::Command;
+use crate::stream::Refusal;
+
+type Answer = Result<Result<Applied, Refusal>, EngineError>;
+
+/// Entries a group keeps in flight at once: one being replicated while the next fills
+/// hides most of the queueing without letting one group flood its journal.
+const MAX_IN_FLIGHT: usize = 2;
+/// Commands per entry: bounds an entry's size on the wire and the state machine's turn.
+const MAX_BATCH: usize = 256;
+/// Body bytes per entry, for the same reason.
+const MAX_BATCH_BYTES: u64 = 4 << 20;
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<(Command, u64, oneshot::Sender<Answer>)>,
+    in_flight: usize,
+}
+
+/// The write queues of every group this node runs.
+pub struct Batcher {
+    queues: Vec<Mutex<Queue>>,
+    /// node id -> base URL, to name the leader in a redirect.
+    urls: Arc<BTreeMap<u64, String>>,
+}
+
+fn lock(q: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    // A panic while holding the queue leaves it consistent (plain pushes and drains).
+    q.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Batcher {
+    pub fn new(groups: usize, urls: Arc<BTreeMap<u64, String>>) -> Arc<Batcher> {
+        Arc::new(Batcher {
+            queues: (0..groups).map(|_| Mutex::new(Queue::default())).collect(),
+            urls,
+        })
+    }
+
+    /// Queues `cmd` for `group` and resolves with what applying it answered. `bytes` is the
+    /// command's body size, used to bound an entry.
+    pub async fn submit(
+        self: &Arc<Self>,
+        raft: GroupRaft,
+        group: GroupId,
+        cmd: Command,
+        bytes: u64,
+    ) -> Answer {
+        let Some(queue) = self.queues.get(group as usize) else {
+            return Err(EngineError::Unavailable(format!("no group {group}")));
+        };
+        let (tx, rx) = oneshot::channel();
+        let drive = {
+            let mut q = lock(queue);
+            q.waiting.push((cmd, bytes, tx));
+            let start = q.in_flight < MAX_IN_FLIGHT;
+            if start {
+                q.in_flight += 1;
+            }
+            start
+        };
+        if drive {
+            // A task of its own, so a client that goes away cannot strand the writes of
+            // the others it carries.
+            let me = self.clone();
+            tokio::spawn(async move { me.drive(raft, group).await });
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(EngineError::Unavailable(
+                "the write's batch was dropped".into(),
+            ))
+        })
+    }
+
+    async fn drive(self: Arc<Self>, raft: GroupRaft, group: GroupId) {
+        let Some(queue) = self.queues.get(group as usize) else {
+            return;
+        };
+        loop {
+            let batch = {
+                let mut q = lock(queue);
+                if q.waiting.is_empty() {
+                    q.in_flight -= 1;
+                    return;
+                }
+                let mut n = 0;
+                let mut size = 0u64;
+                while n < q.waiting.len().min(MAX_BATCH) {
+                    size += q.waiting[n].1;
+                    n += 1;
+                    if size >= MAX_BATCH_BYTES {
+                        break;
+                    }
+                }
+                q.waiting.drain(..n).collect::<Vec<_>>()
+            };
+            let (cmds, senders): (Vec<Command>, Vec<oneshot::Sender<Answer>>) =
+                batch.into_iter().map(|(c, _, tx)| (c, tx)).unzip();
+            let result = raft
+                .client_write(Proposal {
+                    now_ms: now_ms(),
+                    cmds,
+                })
+                .await;
+            match result {
+                Ok(resp) => {
+                    let mut answers = resp.data.0.into_iter();
+                    for tx in senders {
+                        let a = answers.next().map(Ok).unwrap_or_else(|| {
+                            Err(EngineError::Unavailable(
+                                "the state machine answered fewer writes than proposed".into(),
+                            ))
+                        });
+                        let _ = tx.send(a);
+                    }
+                }
+                Err(e) => {
+                    let single = self.urls.is_empty();
+                    for tx in senders {
+                        let err = match &e {
+                            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                                EngineError::NotLeader {
+                                    leader: f.leader_id.and_then(|id| self.urls.get(&id).cloned()),
+                                    single,
+                                }
+                            }
+                            other => EngineError::Unavailable(other.to_string()),
+                        };
+                        let _ = tx.send(Err(err));
+                    }
+                }
+            }
+        }
+    }
+}
