@@ -9,6 +9,8 @@ pub const STREAM_EXPIRES_AT: &str = "stream-expires-at";
 pub const STREAM_SEQ: &str = "stream-seq";
 pub const STREAM_INCARNATION: &str = "stream-incarnation";
 pub const STREAM_RETAINED_OFFSET: &str = "stream-retained-offset";
+/// Diagnostic (the spec: unstable): data below this offset was flushed to the cold tier.
+pub const STREAM_COLD_HOT_START_OFFSET: &str = "stream-cold-hot-start-offset";
 pub const STREAM_SNAPSHOT_OFFSET: &str = "stream-snapshot-offset";
 pub const STREAM_SNAPSHOT_DIGEST: &str = "stream-snapshot-digest";
 pub const STREAM_SNAPSHOT_MATCH: &str = "stream-snapshot-match";

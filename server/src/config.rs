@@ -270,6 +270,8 @@ pub struct Config {
     pub max_uncommitted_per_group: u64,
     /// `raft.snapshot_log_budget`.
     pub snapshot_log_budget: u64,
+    /// `[storage.cold]`; `None` without a cold backend.
+    pub cold: Option<crate::coldtier::ColdSettings>,
 }
 
 /// What the command line supplies.
@@ -538,6 +540,7 @@ fn resolve_engine(
             .max_uncommitted_size_per_group
             .map_or(64 << 20, |s| s.0),
         snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
+        cold: crate::coldtier::settings::resolve(&file.storage.cold),
     })
 }
 

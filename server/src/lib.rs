@@ -2,6 +2,7 @@
 //!
 //! Module map:
 //! - [`admission`]: write-admission refusals made before anything is proposed.
+//! - [`coldtier`]: the S3 cold tier: flush worker, cold reads, garbage collection.
 //! - [`config`]: TOML config, presets and CLI overrides, validated at start.
 //! - [`stream`]: the deterministic stream state machine every engine applies.
 //! - [`runtime`]: core threads, group ownership, live-reader wake-ups.
@@ -11,6 +12,7 @@
 //! - [`node`]: wiring it all together for `ursula server`.
 
 pub mod admission;
+pub mod coldtier;
 pub mod config;
 pub mod engine;
 pub mod http;

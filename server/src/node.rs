@@ -37,6 +37,25 @@ pub enum NodeError {
     WalDir(std::io::Error),
     #[error("this config needs the Raft engine; use start_state")]
     NeedsRaft,
+    #[error("cold tier: {0}")]
+    Cold(#[from] ursula_cold::ColdError),
+}
+
+/// Opens the cold tier `config` names (refusing a store of another format epoch) and starts
+/// its flush and collection workers.
+pub async fn attach_cold(state: &mut AppState, config: &Config) -> Result<(), NodeError> {
+    let Some(settings) = &config.cold else {
+        return Ok(());
+    };
+    let tier = crate::coldtier::ColdTier::open(settings.clone(), state.rt.group_count()).await?;
+    crate::coldtier::flush::spawn(
+        &state.rt,
+        state.engine.clone(),
+        state.raft.clone(),
+        tier.clone(),
+    );
+    state.cold = Some(tier);
+    Ok(())
 }
 
 fn runtime(config: &Config) -> Result<Runtime, NodeError> {
@@ -72,6 +91,7 @@ pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
         admission,
         node_id: config.node_id,
         long_poll_default_ms: 1000,
+        cold: None,
     })
 }
 
@@ -125,6 +145,7 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
             admission,
             node_id: config.node_id,
             long_poll_default_ms: 1000,
+            cold: None,
         },
         temp,
     ))
@@ -132,7 +153,8 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
 
 /// Runs the node until `shutdown` flips to `true`.
 pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
-    let (state, temp) = start_state(&config).await?;
+    let (mut state, temp) = start_state(&config).await?;
+    attach_cold(&mut state, &config).await?;
     let listener =
         std::net::TcpListener::bind(config.listen).map_err(|source| NodeError::Listen {
             addr: config.listen,

@@ -87,9 +87,11 @@ impl Group {
         }
         if let Some(s) = self.state.get(key, now_ms) {
             let prev = tx.borrow().tail;
-            let appended =
-                (prev < s.tail() && s.tail() - prev <= TICK_COPY_MAX && prev >= s.retained)
-                    .then(|| (prev, bytes::Bytes::from(s.data.read(prev, s.tail() - prev))));
+            let appended = (prev < s.tail()
+                && s.tail() - prev <= TICK_COPY_MAX
+                && prev >= s.retained
+                && prev >= s.data.hot_start())
+            .then(|| (prev, bytes::Bytes::from(s.data.read(prev, s.tail() - prev))));
             tx.send_replace(Tick {
                 incarnation: s.incarnation,
                 tail: s.tail(),
@@ -102,6 +104,7 @@ impl Group {
     /// Replaces the whole state (a Raft snapshot install); live readers re-check their streams.
     pub fn replace_state(&mut self, state: GroupState) {
         self.state = state;
+        self.state.recount_hot();
         self.watchers.clear();
     }
 

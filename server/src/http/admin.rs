@@ -59,7 +59,7 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
             }));
         }
     }
-    let body = json!({
+    let mut body = json!({
         "node_id": st.node_id,
         "engine": st.engine.name(),
         "core_count": st.rt.core_count(),
@@ -68,6 +68,7 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
         "cores": cores,
         "groups": groups,
     });
+    crate::coldtier::metrics_into(st, &mut body);
     Ok(Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::CACHE_CONTROL, "no-store")

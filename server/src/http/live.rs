@@ -62,6 +62,8 @@ async fn read_and_subscribe(
         })
         .await
         .map_err(EngineError::from)??;
+    let mut view = view;
+    super::read::fill_cold(st, &mut view.cold, &mut view.data).await?;
     Ok((view, rx))
 }
 
@@ -426,6 +428,7 @@ impl Session {
             content_type: self.content_type.clone(),
             json: self.json,
             start,
+            cold: Vec::new(),
             data,
             next,
             tail: t.tail,

@@ -50,6 +50,8 @@ pub struct AppState {
     pub node_id: u64,
     /// Long-poll wait when the request names no `timeout_ms`.
     pub long_poll_default_ms: u64,
+    /// The cold tier, when `storage.cold.backend` names one.
+    pub cold: Option<crate::coldtier::ColdTier>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -169,6 +171,36 @@ async fn read_body(
     })
 }
 
+/// `ColdBackpressure`: with a cold tier, a write with a body waits while its group holds more
+/// unflushed bytes than `storage.cold.max_hot_size_per_group` (0 turns the cap off).
+fn cold_admit(st: &AppState, sp: &request::StreamPath, body_len: usize) -> Result<(), ApiError> {
+    let Some(tier) = &st.cold else { return Ok(()) };
+    let cap = tier.settings.max_hot_per_group;
+    if cap == 0 || body_len == 0 {
+        return Ok(());
+    }
+    let group = st.rt.group_of(&sp.key);
+    let hot = st
+        .rt
+        .with_group_now(group, |g| g.state.hot_bytes())
+        .unwrap_or(0);
+    if hot + body_len as u64 <= cap {
+        return Ok(());
+    }
+    tier.counters
+        .backpressure_events
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let Some(c) = tier.group_backpressure.get(group as usize) {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    Err(ApiError::not_applied(
+        StatusCode::SERVICE_UNAVAILABLE,
+        NotApplied::ColdBackpressure,
+        "the stream's group holds more unflushed bytes than storage.cold.max_hot_size_per_group; \
+         writes pass again once the cold flush catches up",
+    ))
+}
+
 /// Write admission for a create or append, before its body is read.
 fn admit(
     st: &AppState,
@@ -251,11 +283,13 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         (Route::Stream(sp), &Method::PUT) => {
             let _permit = admit(st, &headers)?;
             let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
+            cold_admit(st, &sp, body.len())?;
             write::create_stream(st, &sp, &headers, location(&headers, &path), body).await?
         }
         (Route::Stream(sp), &Method::POST) => {
             let _permit = admit(st, &headers)?;
             let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
+            cold_admit(st, &sp, body.len())?;
             write::append(st, &sp, &headers, body).await?
         }
         (Route::Stream(sp), &Method::DELETE) => write::delete(st, &sp, &headers).await?,

@@ -168,7 +168,74 @@ pub async fn read_view(
         .await
         .map_err(crate::engine::EngineError::from)?;
     renew_if_due(st, sp, view.as_ref().is_ok_and(|v| v.renew_due));
-    Ok(view?)
+    let mut view = view?;
+    fill_cold(st, &mut view.cold, &mut view.data).await?;
+    Ok(view)
+}
+
+/// Fetches the cold pieces a read planned and puts them before the hot bytes, with no group
+/// lock held. A store that does not answer is a `503` the client retries.
+pub async fn fill_cold(
+    st: &AppState,
+    cold: &mut Vec<crate::stream::data::ColdPiece>,
+    data: &mut Bytes,
+) -> Result<(), ApiError> {
+    if cold.is_empty() {
+        return Ok(());
+    }
+    let Some(tier) = &st.cold else {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the range is in the cold tier but this node has no storage.cold backend",
+        ));
+    };
+    let fetched = tier.fetch(cold).await.map_err(|e| {
+        tracing::warn!(error = %e, "cold read failed");
+        match e {
+            ursula_cold::ColdError::Unavailable { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the cold tier is unavailable: {e}"),
+            )
+            .header(header::RETRY_AFTER, "1"),
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot read the cold tier: {other}"),
+            ),
+        }
+    })?;
+    cold.clear();
+    if data.is_empty() {
+        *data = fetched;
+    } else {
+        let mut joined = BytesMut::with_capacity(fetched.len() + data.len());
+        joined.put_slice(&fetched);
+        joined.put_slice(data);
+        *data = joined.freeze();
+    }
+    Ok(())
+}
+
+/// Cuts cold-assembled bootstrap updates by the rules the hot path applies: everything when it
+/// fits, else up to the last JSON message boundary within `max` (at least one message), and
+/// for a binary stream nothing.
+fn cut_updates(updates: Bytes, available: u64, max: u64, json: bool) -> Bytes {
+    if available <= max && updates.len() as u64 == available {
+        return updates;
+    }
+    if !json {
+        return Bytes::new();
+    }
+    let window = &updates[..updates.len().min(max as usize)];
+    match window.iter().rposition(|b| *b == b'\n') {
+        Some(lf) => updates.slice(..=lf),
+        None => {
+            let end = updates
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(updates.len(), |p| p + 1);
+            updates.slice(..end)
+        }
+    }
 }
 
 pub fn renew_if_due(st: &AppState, sp: &StreamPath, due: bool) {
@@ -285,6 +352,7 @@ pub async fn head(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result
         .header(header::CONTENT_TYPE, &v.content_type)
         .offset(h::STREAM_NEXT_OFFSET, v.tail)
         .offset(h::STREAM_RETAINED_OFFSET, v.retained)
+        .offset(h::STREAM_COLD_HOT_START_OFFSET, v.hot_start)
         .incarnation(v.incarnation)
         .header_if(v.closed, h::STREAM_CLOSED, "true")
         .header(header::CACHE_CONTROL, "no-store");
@@ -353,6 +421,16 @@ pub async fn bootstrap(
         .await
         .map_err(crate::engine::EngineError::from)??;
     renew_if_due(st, sp, v.renew_due);
+    let mut v = v;
+    if !v.cold.is_empty() {
+        fill_cold(st, &mut v.cold, &mut v.updates).await?;
+        v.updates = cut_updates(
+            std::mem::take(&mut v.updates),
+            v.tail - v.start,
+            v.max,
+            v.json,
+        );
+    }
     let boundary = format!("{:032x}", rand::random::<u128>());
     let mut body = BytesMut::new();
     let mut part = |ctype: &str, bytes: &[u8]| {

@@ -178,6 +178,8 @@ impl From<Refusal> for ApiError {
                 .header(h::STREAM_NEXT_OFFSET, Offset(retained).to_string()),
             Refusal::BeyondTail { tail } => ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, msg)
                 .header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string()),
+            Refusal::BoundaryUnknown => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, msg)
+                .header(axum::http::header::RETRY_AFTER, "1"),
         }
     }
 }

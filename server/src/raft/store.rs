@@ -368,7 +368,7 @@ impl StateMachine {
                     .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
                 let state: GroupState = rmp_serde::from_slice(&snap.data)
                     .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-                on_group(&rt, group, move |g| g.state = state)?;
+                on_group(&rt, group, move |g| g.replace_state(state))?;
                 sm.applied = snap.meta.last_log_id;
                 sm.membership = snap.meta.last_membership.clone();
                 sm.current = Some(snap);

@@ -96,6 +96,25 @@ pub enum Command {
     },
     /// Drops streams whose lifetime ended, to free their memory.
     Sweep,
+    /// Stream ranges now stored in `object` (uploaded before this was proposed).
+    ColdFlush {
+        object: std::sync::Arc<str>,
+        slices: Vec<FlushSlice>,
+    },
+    /// Objects the leader deleted from the cold tier; they leave the garbage list.
+    ColdForget {
+        objects: Vec<std::sync::Arc<str>>,
+    },
+}
+
+/// One stream's range in a flushed object: stream bytes `[start, end)` at object offset `at`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FlushSlice {
+    pub key: String,
+    pub incarnation: u64,
+    pub start: u64,
+    pub end: u64,
+    pub at: u64,
 }
 
 impl Command {
@@ -107,7 +126,7 @@ impl Command {
                 Some(key)
             }
             Command::PublishSnapshot(p) => Some(&p.key),
-            Command::Sweep => None,
+            Command::Sweep | Command::ColdFlush { .. } | Command::ColdForget { .. } => None,
         }
     }
 }
@@ -152,6 +171,11 @@ pub enum Applied {
     Swept {
         removed: usize,
     },
+    ColdFlushed {
+        accepted: usize,
+        slices: usize,
+    },
+    ColdForgotten,
 }
 
 /// A refusal decided by the state machine; nothing was applied.
@@ -205,4 +229,8 @@ pub enum Refusal {
     RetentionBeyondTail,
     #[error("offset is beyond the stream's tail")]
     BeyondTail { tail: u64 },
+    #[error(
+        "the byte before the offset is in the cold tier, so it cannot be checked as a JSON message boundary; try again"
+    )]
+    BoundaryUnknown,
 }

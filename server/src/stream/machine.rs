@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use std::sync::Arc;
+
 use sha2::Digest;
 use sha2::Sha256;
 
@@ -69,12 +71,20 @@ impl Stream {
         }
     }
 
-    /// Whether `offset` is a valid snapshot or retention point for this stream's mode.
-    pub fn is_boundary(&self, offset: u64) -> bool {
-        !self.json
+    /// Whether `offset` is a valid snapshot or retention point for this stream's mode. On a
+    /// JSON stream whose byte before `offset` is cold, the answer is unknown (a 503).
+    pub fn is_boundary(&self, offset: u64) -> Result<bool, Refusal> {
+        if !self.json
             || offset == 0
             || offset == self.retained_first()
-            || self.data.byte_before(offset) == Some(b'\n')
+            || self.data.is_chunk_edge(offset)
+        {
+            return Ok(true);
+        }
+        if offset <= self.data.hot_start() {
+            return Err(Refusal::BoundaryUnknown);
+        }
+        Ok(self.data.byte_before(offset) == Some(b'\n'))
     }
 
     fn retained_first(&self) -> u64 {
@@ -87,6 +97,14 @@ impl Stream {
 pub struct GroupState {
     streams: HashMap<Box<str>, Stream>,
     last_incarnation: u64,
+    /// Cold objects no stream references any more, and when that happened (the command's
+    /// clock): the leader deletes them after a grace, then forgets them by a command.
+    #[serde(default)]
+    cold_garbage: Vec<(Arc<str>, u64)>,
+    /// Hot payload bytes across the group's streams, kept as commands apply; recounted after
+    /// a snapshot is loaded.
+    #[serde(skip)]
+    hot: u64,
 }
 
 fn expires_for(lifetime: Option<Lifetime>, now_ms: u64) -> Option<u64> {
@@ -134,8 +152,17 @@ impl GroupState {
             Command::Delete { key, incarnation } => {
                 let s = self.get(&key, now_ms).ok_or(Refusal::NotFound)?;
                 check_incarnation(s, incarnation)?;
-                self.streams.remove(key.as_str());
+                if let Some(gone) = self.streams.remove(key.as_str()) {
+                    self.hot -= gone.data.hot_len();
+                    let objects: Vec<_> = gone.data.objects().cloned().collect();
+                    self.release(objects, now_ms);
+                }
                 Ok(Applied::Deleted)
+            }
+            Command::ColdFlush { object, slices } => Ok(self.cold_flush(&object, slices, now_ms)),
+            Command::ColdForget { objects } => {
+                self.cold_garbage.retain(|(o, _)| !objects.contains(o));
+                Ok(Applied::ColdForgotten)
             }
             Command::PublishSnapshot(p) => self.publish_snapshot(p, now_ms),
             Command::Retain {
@@ -151,7 +178,19 @@ impl GroupState {
             }
             Command::Sweep => {
                 let before = self.streams.len();
-                self.streams.retain(|_, s| !s.expired(now_ms));
+                let expired: Vec<Box<str>> = self
+                    .streams
+                    .iter()
+                    .filter(|(_, s)| s.expired(now_ms))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in expired {
+                    if let Some(gone) = self.streams.remove(&k) {
+                        self.hot -= gone.data.hot_len();
+                        let objects: Vec<_> = gone.data.objects().cloned().collect();
+                        self.release(objects, now_ms);
+                    }
+                }
                 Ok(Applied::Swept {
                     removed: before - self.streams.len(),
                 })
@@ -205,7 +244,7 @@ impl GroupState {
         };
         let incarnation = self.next_incarnation(now_ms);
         let mut data = StreamData::default();
-        data.append(&initial);
+        data.append_at(&initial, now_ms);
         let mut stream = Stream {
             incarnation,
             content_type: c.content_type.into(),
@@ -234,8 +273,13 @@ impl GroupState {
             stream.producers = Some(Box::new(producers));
         }
         let meta = stream.meta();
+        self.hot += stream.data.hot_len();
         // An expired stream at this key is replaced by the new incarnation.
-        self.streams.insert(c.key.into(), stream);
+        if let Some(old) = self.streams.insert(c.key.into(), stream) {
+            self.hot -= old.data.hot_len();
+            let objects: Vec<_> = old.data.objects().cloned().collect();
+            self.release(objects, now_ms);
+        }
         Ok(Applied::Created { meta, fresh: true })
     }
 
@@ -328,7 +372,8 @@ impl GroupState {
             Body::Json(Err(e)) => return Err(Refusal::InvalidJson(e.clone())),
         };
         // Commit.
-        s.data.append(bytes);
+        s.data.append_at(bytes, now_ms);
+        let appended = bytes.len() as u64;
         if a.close {
             s.closed = true;
         }
@@ -342,13 +387,15 @@ impl GroupState {
             (p.epoch, p.seq)
         });
         s.renew(now_ms);
-        Ok(Applied::Appended {
+        let applied = Applied::Appended {
             incarnation: s.incarnation,
             next_offset: Some(next),
             closed: s.closed,
             producer_ack: ack,
             duplicate: false,
-        })
+        };
+        self.hot += appended;
+        Ok(applied)
     }
 
     fn publish_snapshot(&mut self, p: PublishSnapshot, now_ms: u64) -> Result<Applied, Refusal> {
@@ -379,7 +426,7 @@ impl GroupState {
                 return Err(Refusal::SnapshotStale);
             }
         }
-        if !s.is_boundary(p.offset) {
+        if !s.is_boundary(p.offset)? {
             return Err(Refusal::NotMessageBoundary);
         }
         s.snapshot = Some(Box::new(Snapshot {
@@ -420,13 +467,19 @@ impl GroupState {
         if s.snapshot.as_ref().is_none_or(|snap| offset > snap.offset) {
             return Err(Refusal::RetentionBeyondSnapshot);
         }
-        if !s.is_boundary(offset) {
+        if !s.is_boundary(offset)? {
             return Err(Refusal::NotMessageBoundary);
         }
         s.retained = offset;
+        let before = s.data.hot_len();
         s.data.trim_below(offset);
+        let freed = before - s.data.hot_len();
+        let forgotten = s.data.forget_cold_below(offset);
+        let incarnation = s.incarnation;
+        self.hot -= freed;
+        self.release(forgotten, now_ms);
         Ok(Applied::Retained {
-            incarnation: s.incarnation,
+            incarnation,
             offset,
         })
     }
@@ -445,5 +498,62 @@ impl GroupState {
     /// Stream bytes held in memory across the group.
     pub fn held_bytes(&self) -> u64 {
         self.streams.values().map(|s| s.data.held_bytes()).sum()
+    }
+
+    /// Hot payload bytes not yet flushed, across the group.
+    pub fn hot_bytes(&self) -> u64 {
+        self.hot
+    }
+
+    /// Recomputes the hot byte count (after a snapshot was loaded).
+    pub fn recount_hot(&mut self) {
+        self.hot = self.streams.values().map(|s| s.data.hot_len()).sum();
+    }
+
+    /// Objects released by every stream and waiting out their grace before deletion.
+    pub fn cold_garbage(&self) -> &[(Arc<str>, u64)] {
+        &self.cold_garbage
+    }
+
+    /// Queues for deletion each object in `objects` no live stream still references. Packed
+    /// objects are shared by streams, so only the last reference frees one.
+    fn release(&mut self, objects: Vec<Arc<str>>, now_ms: u64) {
+        for o in objects {
+            let referenced = self
+                .streams
+                .values()
+                .any(|s| s.data.objects().any(|x| *x == o));
+            if !referenced && !self.cold_garbage.iter().any(|(g, _)| *g == o) {
+                self.cold_garbage.push((o, now_ms));
+            }
+        }
+    }
+
+    /// Applies a flush: each slice that still starts where its stream's hot ring does moves
+    /// to the object. An object no slice landed in is garbage at once.
+    fn cold_flush(&mut self, object: &Arc<str>, slices: Vec<FlushSlice>, now_ms: u64) -> Applied {
+        let mut accepted = 0;
+        for sl in &slices {
+            let Some(s) = self.streams.get_mut(sl.key.as_str()) else {
+                continue;
+            };
+            if s.incarnation != sl.incarnation {
+                continue;
+            }
+            let before = s.data.hot_len();
+            if s.data
+                .flushed(sl.start, sl.end, object.clone(), sl.at, now_ms)
+            {
+                accepted += 1;
+                self.hot -= before - s.data.hot_len();
+            }
+        }
+        if accepted == 0 && !self.cold_garbage.iter().any(|(g, _)| g == object) {
+            self.cold_garbage.push((object.clone(), now_ms));
+        }
+        Applied::ColdFlushed {
+            accepted,
+            slices: slices.len(),
+        }
     }
 }

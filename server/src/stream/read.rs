@@ -6,6 +6,8 @@ use ursula_protocol::offset::ReadFrom;
 
 use super::command::Lifetime;
 use super::command::Refusal;
+use super::data::ColdPiece;
+use super::data::ReadPlan;
 use super::machine::GroupState;
 use super::machine::Stream;
 use super::machine::check_incarnation;
@@ -18,6 +20,9 @@ pub struct ReadView {
     pub json: bool,
     /// The resolved starting offset.
     pub start: u64,
+    /// Object ranges to fetch for the cold part, which comes before `data`; empty once
+    /// fetched (the HTTP layer fills `data` before using the view).
+    pub cold: Vec<ColdPiece>,
     pub data: Bytes,
     /// Offset after `data`.
     pub next: u64,
@@ -39,6 +44,8 @@ pub struct HeadView {
     pub tail: u64,
     pub closed: bool,
     pub retained: u64,
+    /// First offset still in memory.
+    pub hot_start: u64,
     pub snapshot: Option<(u64, String)>,
     pub lifetime: Option<Lifetime>,
 }
@@ -63,6 +70,11 @@ pub struct BootstrapView {
     pub snapshot: Option<(u64, String, Bytes)>,
     /// Where updates start: the snapshot offset, else the retained offset.
     pub start: u64,
+    /// Object ranges to fetch before `updates`, as in [`ReadView::cold`]. When set, `updates`
+    /// is not yet cut at a JSON message boundary: the HTTP layer cuts after fetching.
+    pub cold: Vec<ColdPiece>,
+    /// The cap on update bytes the cut applies.
+    pub max: u64,
     pub updates: Bytes,
     pub tail: u64,
     pub closed: bool,
@@ -115,18 +127,19 @@ impl GroupState {
         let start = self.resolve(key, from, now_ms)?;
         let s = self.live(key, now_ms)?;
         check_incarnation(s, incarnation)?;
-        let data = if start < s.tail() {
-            s.data.read(start, max)
+        let plan = if start < s.tail() {
+            s.data.plan(start, max)
         } else {
-            Vec::new()
+            ReadPlan::default()
         };
-        let next = start + data.len() as u64;
+        let next = start + plan.len();
         Ok(ReadView {
             incarnation: s.incarnation,
             content_type: s.content_type.to_string(),
             json: s.json,
             start,
-            data: Bytes::from(data),
+            cold: plan.cold,
+            data: Bytes::from(plan.hot),
             next,
             tail: s.tail(),
             closed: s.closed,
@@ -148,6 +161,7 @@ impl GroupState {
             tail: s.tail(),
             closed: s.closed,
             retained: s.retained,
+            hot_start: s.data.hot_start(),
             snapshot: s
                 .snapshot
                 .as_ref()
@@ -200,6 +214,34 @@ impl GroupState {
             .as_ref()
             .map_or(s.retained, |snap| snap.offset.max(s.retained));
         let available = s.tail() - start;
+        if start < s.data.hot_start() && available > 0 {
+            // Part of the updates is cold: fetch the window (to the end of the first chunk
+            // at least, which ends on an append boundary) and let the caller cut it.
+            let first_end = s
+                .data
+                .cold_chunks()
+                .iter()
+                .find(|c| c.end > start)
+                .map_or(s.tail(), |c| c.end);
+            let window = max.max(first_end - start).min(available);
+            let plan = s.data.plan(start, window);
+            return Ok(BootstrapView {
+                incarnation: s.incarnation,
+                content_type: s.content_type.to_string(),
+                json: s.json,
+                snapshot: s
+                    .snapshot
+                    .as_ref()
+                    .map(|snap| (snap.offset, snap.content_type.clone(), snap.body.clone())),
+                start,
+                cold: plan.cold,
+                max,
+                updates: Bytes::from(plan.hot),
+                tail: s.tail(),
+                closed: s.closed,
+                renew_due: renew_due(s, now_ms),
+            });
+        }
         let updates = if available == 0 {
             Vec::new()
         } else if available <= max {
@@ -230,6 +272,8 @@ impl GroupState {
                 .as_ref()
                 .map(|snap| (snap.offset, snap.content_type.clone(), snap.body.clone())),
             start,
+            cold: Vec::new(),
+            max,
             updates: Bytes::from(updates),
             tail: s.tail(),
             closed: s.closed,

@@ -1,0 +1,277 @@
+//! The flush worker. Each tick, on every core, for each group this node leads whose hot bytes
+//! reached the threshold (or whose streams hold bytes older than the age limit), it copies the
+//! groups' hot ranges under the group's lock, packs them per bucket into objects, uploads them
+//! with the lock released, and commits a `ColdFlush` through the group's engine. Only the
+//! commit frees hot memory, on every replica alike; an upload whose commit found the ranges
+//! moved (another flush, a retention advance, a delete) leaves an unreferenced object that the
+//! state machine hands to [`gc`](super::gc).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use bytes::BytesMut;
+
+use super::ColdTier;
+use crate::engine::EngineError;
+use crate::engine::GroupEngine;
+use crate::raft::RaftEngine;
+use crate::runtime::GroupId;
+use crate::runtime::Runtime;
+use crate::runtime::now_ms;
+use crate::stream::Applied;
+use crate::stream::Command;
+use crate::stream::FlushSlice;
+
+/// A slice of this size or more gets an object of its own (the spec's direct-object layout);
+/// smaller slices of one bucket are packed together.
+const DIRECT_OBJECT_MIN: u64 = 1 << 20;
+
+/// One stream's hot range, copied.
+struct Slice {
+    key: String,
+    incarnation: u64,
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+/// An object to upload and the slices it carries.
+struct Pack {
+    object: String,
+    body: Bytes,
+    slices: Vec<FlushSlice>,
+}
+
+/// Whether this node should flush `group`: the in-memory engine always, under Raft the leader.
+pub fn leads(raft: Option<&RaftEngine>, group: GroupId) -> bool {
+    raft.is_none_or(|r| r.is_leader(group))
+}
+
+/// Starts the worker on every core.
+pub fn spawn(
+    rt: &Runtime,
+    engine: Arc<dyn GroupEngine>,
+    raft: Option<Arc<RaftEngine>>,
+    tier: ColdTier,
+) {
+    let uploads = Arc::new(tokio::sync::Semaphore::new(
+        tier.settings.flush_max_concurrency,
+    ));
+    for core in 0..rt.core_count() {
+        let Some(handle) = rt.core_handle(core) else {
+            continue;
+        };
+        let (rt, engine, raft, tier, uploads) = (
+            rt.clone(),
+            engine.clone(),
+            raft.clone(),
+            tier.clone(),
+            uploads.clone(),
+        );
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(tier.settings.flush_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let groups: Vec<GroupId> = rt.groups_of(core).collect();
+                for group in groups {
+                    if !leads(raft.as_deref(), group) {
+                        continue;
+                    }
+                    flush_group(&rt, engine.as_ref(), &tier, &uploads, group, false).await;
+                }
+                super::gc::collect_core(&rt, engine.as_ref(), raft.as_deref(), &tier, core).await;
+            }
+        });
+    }
+}
+
+/// Flushes what is due in `group`; with `force`, every hot byte of the group. Returns the
+/// bytes whose move to the cold tier committed.
+pub async fn flush_group(
+    rt: &Runtime,
+    engine: &dyn GroupEngine,
+    tier: &ColdTier,
+    uploads: &tokio::sync::Semaphore,
+    group: GroupId,
+    force: bool,
+) -> u64 {
+    let s = &tier.settings;
+    let now = now_ms();
+    let age_ms = s.flush_max_hot_age.as_millis() as u64;
+    let slices = rt
+        .with_group_now(group, |g| {
+            let by_size = force || g.state.hot_bytes() >= s.flush_min_hot;
+            let mut picked: Vec<Slice> = Vec::new();
+            let mut size = 0u64;
+            // The streams with the most hot bytes go first, so a pass moves the most memory.
+            let mut streams: Vec<_> = g
+                .state
+                .streams()
+                .filter(|(_, st)| st.data.hot_len() > 0)
+                .filter(|(_, st)| {
+                    by_size
+                        || (age_ms > 0
+                            && st
+                                .data
+                                .hot_since_ms()
+                                .is_some_and(|t| now.saturating_sub(t) >= age_ms))
+                })
+                .collect();
+            streams.sort_by_key(|(_, st)| std::cmp::Reverse(st.data.hot_len()));
+            for (key, st) in streams {
+                if !force && size >= s.flush_max {
+                    break;
+                }
+                let start = st.data.hot_start();
+                let bytes = st.data.read(start, st.data.hot_len());
+                size += bytes.len() as u64;
+                picked.push(Slice {
+                    key: key.to_owned(),
+                    incarnation: st.incarnation,
+                    start,
+                    bytes,
+                });
+            }
+            picked
+        })
+        .unwrap_or_default();
+    if slices.is_empty() {
+        return 0;
+    }
+    let packs = pack(group, slices, s.flush_max);
+    let mut moved = 0u64;
+    let results = futures_util::future::join_all(
+        packs
+            .into_iter()
+            .map(|p| upload_and_commit(engine, tier, uploads, group, p)),
+    )
+    .await;
+    for r in results {
+        moved += r;
+    }
+    moved
+}
+
+/// Groups slices by bucket: a large slice alone, small ones packed up to `max` bytes.
+fn pack(group: GroupId, slices: Vec<Slice>, max: u64) -> Vec<Pack> {
+    let mut by_bucket: std::collections::BTreeMap<String, Vec<Slice>> = Default::default();
+    for sl in slices {
+        let bucket = sl.key.split('/').next().unwrap_or_default().to_owned();
+        by_bucket.entry(bucket).or_default().push(sl);
+    }
+    let mut packs = Vec::new();
+    for (bucket, slices) in by_bucket {
+        let mut current: Option<(BytesMut, Vec<FlushSlice>)> = None;
+        for sl in slices {
+            let len = sl.bytes.len() as u64;
+            let direct = len >= DIRECT_OBJECT_MIN;
+            let full = current
+                .as_ref()
+                .is_some_and(|(b, _)| b.len() as u64 + len > max);
+            if (direct || full)
+                && let Some((body, sls)) = current.take()
+            {
+                packs.push(Pack {
+                    object: object_name(&bucket, group),
+                    body: body.freeze(),
+                    slices: sls,
+                });
+            }
+            let (body, sls) = current.get_or_insert_with(|| (BytesMut::new(), Vec::new()));
+            sls.push(FlushSlice {
+                key: sl.key,
+                incarnation: sl.incarnation,
+                start: sl.start,
+                end: sl.start + len,
+                at: body.len() as u64,
+            });
+            body.extend_from_slice(&sl.bytes);
+            if direct {
+                let (body, sls) = current.take().unwrap_or_default();
+                packs.push(Pack {
+                    object: object_name(&bucket, group),
+                    body: body.freeze(),
+                    slices: sls,
+                });
+            }
+        }
+        if let Some((body, sls)) = current.take() {
+            packs.push(Pack {
+                object: object_name(&bucket, group),
+                body: body.freeze(),
+                slices: sls,
+            });
+        }
+    }
+    packs
+}
+
+/// `{bucket}/g{group}/{ms}-{random}`: under its bucket's prefix, so a bucket purge can drop
+/// the prefix; unique without coordination, so a retried flush never overwrites a live object.
+fn object_name(bucket: &str, group: GroupId) -> String {
+    format!(
+        "{bucket}/g{group}/{:013}-{:016x}",
+        now_ms(),
+        rand::random::<u64>()
+    )
+}
+
+async fn upload_and_commit(
+    engine: &dyn GroupEngine,
+    tier: &ColdTier,
+    uploads: &tokio::sync::Semaphore,
+    group: GroupId,
+    p: Pack,
+) -> u64 {
+    let len = p.body.len() as u64;
+    {
+        let Ok(_permit) = uploads.acquire().await else {
+            return 0;
+        };
+        if let Err(e) = tier.store.put(&p.object, p.body).await {
+            tier.counters
+                .flush_write_errors
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(group, object = %p.object, error = %e, "cold flush upload failed; retrying next tick");
+            return 0;
+        }
+    }
+    let object: Arc<str> = p.object.as_str().into();
+    let cmd = Command::ColdFlush {
+        object: object.clone(),
+        slices: p.slices,
+    };
+    match engine.propose(group, cmd).await {
+        Ok(Ok(Applied::ColdFlushed { accepted, slices })) => {
+            tier.counters.flushes.fetch_add(1, Ordering::Relaxed);
+            if accepted > 0 {
+                tier.counters
+                    .flushed_bytes
+                    .fetch_add(len, Ordering::Relaxed);
+            }
+            tracing::debug!(group, object = %object, accepted, slices, bytes = len, "cold flush committed");
+            if accepted == slices { len } else { 0 }
+        }
+        Ok(other) => {
+            tracing::warn!(group, object = %object, outcome = ?other, "cold flush answered unexpectedly");
+            0
+        }
+        Err(EngineError::NotLeader { .. } | EngineError::Backpressure(_)) => {
+            // Refused before it was proposed: nothing references the object.
+            if let Err(e) = tier.store.delete(&object).await {
+                tracing::warn!(group, object = %object, error = %e, "cannot delete an uncommitted cold object");
+            }
+            0
+        }
+        Err(e) => {
+            // The outcome is unknown: the object may be referenced, so it stays.
+            tracing::warn!(group, object = %object, error = %e, "cold flush commit failed");
+            0
+        }
+    }
+}
+
+/// How long a forced flush (the admin route) waits for the group's lock-free passes.
+pub const FORCE_TIMEOUT: Duration = Duration::from_secs(30);
