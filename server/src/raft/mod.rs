@@ -3,6 +3,7 @@
 //! in-memory engine drives ([`store`]), its peer traffic multiplexed over HTTP ([`network`]).
 
 pub mod batch;
+mod bootstrap;
 pub mod files;
 pub mod gate;
 pub mod network;
@@ -325,16 +326,9 @@ impl RaftEngine {
                     message: e.to_string(),
                 })?
                 .map_err(|message| StartError::Group { group, message })?;
-            let lowest = opts.peers.keys().next().copied().unwrap_or(opts.node_id);
-            if fresh.contains(&group) && lowest == opts.node_id {
-                let members: BTreeMap<u64, BasicNode> = if opts.peers.is_empty() {
-                    BTreeMap::from([(opts.node_id, BasicNode::default())])
-                } else {
-                    opts.peers
-                        .iter()
-                        .map(|(id, url)| (*id, BasicNode::new(url)))
-                        .collect()
-                };
+            // A single node has nobody to ask: an empty group is new.
+            if opts.peers.is_empty() && fresh.contains(&group) {
+                let members = BTreeMap::from([(opts.node_id, BasicNode::default())]);
                 if let Err(e) = raft.initialize(members).await {
                     tracing::debug!(group, error = %e, "group already initialized");
                 }
@@ -366,6 +360,9 @@ impl RaftEngine {
         });
         for group in &gated_set {
             engine.spawn_on_core(*group, gate::watch(Arc::downgrade(&engine), *group));
+        }
+        if !opts.peers.is_empty() && !fresh.is_empty() {
+            tokio::spawn(bootstrap::run(Arc::downgrade(&engine), fresh));
         }
         Ok(engine)
     }

@@ -1,7 +1,8 @@
 //! Peer traffic: every group's Raft RPCs travel as MessagePack over one keep-alive HTTP
 //! connection pool per node, tagged with the group in the path
-//! (`POST /__ursula/raft-rpc/{group}/{append|vote|snapshot}`). An RPC of Ursula's own rides the
-//! same path: `barrier` (a gated replica asks the leader for a fresh ReadIndex barrier).
+//! (`POST /__ursula/raft-rpc/{group}/{append|vote|snapshot}`). Two RPCs of Ursula's own ride
+//! the same path: `barrier` (a gated replica asks the leader for a fresh ReadIndex barrier) and
+//! `probe` (the bootstrap asks a voter whether it holds the group and sees a leader).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -129,6 +130,11 @@ impl Peers {
     pub async fn barrier(&self, leader: u64, group: u32) -> Result<Barrier, PeerError> {
         self.ask(leader, group, "barrier", &(), RPC_TIMEOUT).await
     }
+
+    /// Asks `node` whether it holds anything of `group` and whom it sees leading it.
+    pub async fn probe(&self, node: u64, group: u32) -> Result<Probe, PeerError> {
+        self.ask(node, group, "probe", &(), RPC_TIMEOUT).await
+    }
 }
 
 /// How long Ursula's own RPCs wait for a peer; a barrier needs a heartbeat round of the leader.
@@ -147,6 +153,14 @@ pub enum PeerError {
 /// A leader's answer to `barrier`: the barrier's log index (`None` for an empty log), or why
 /// it gave none (not the leader, no quorum, its own gate closed).
 pub type Barrier = Result<Option<u64>, String>;
+
+/// A voter's answer to `probe`.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Probe {
+    /// It holds a vote, entries or a purge point of the group.
+    pub holds: bool,
+    pub leader: Option<u64>,
+}
 
 #[derive(Debug, Clone)]
 pub struct Factory {
@@ -256,6 +270,10 @@ pub async fn serve(
             };
             rmp_serde::to_vec(&answer)
         }
+        "probe" => rmp_serde::to_vec(&Probe {
+            holds: engine.log_view(group).holds(),
+            leader: engine.leader_of(group),
+        }),
         "snapshot" => {
             let req: InstallSnapshotRequest<TypeConfig> =
                 rmp_serde::from_slice(body).map_err(|e| e.to_string())?;
