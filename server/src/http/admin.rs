@@ -203,7 +203,7 @@ pub fn accept_unsynced_loss(st: &AppState, group: u32, body: &[u8]) -> Result<Re
             "the body must be {{\"expected_last_log_index\", \"expected_current_term\"}}: {e}"
         ))
     })?;
-    let outcome = raft
+    let (outcome, view) = raft
         .accept_unsynced_loss(
             group,
             want.expected_last_log_index,
@@ -217,7 +217,6 @@ pub fn accept_unsynced_loss(st: &AppState, group: u32, body: &[u8]) -> Result<Re
             };
             ApiError::new(status, e.to_string())
         })?;
-    let view = raft.group_view(group);
     let body = json!({
         "raft_group_id": group,
         "node_id": st.node_id,
@@ -225,8 +224,8 @@ pub fn accept_unsynced_loss(st: &AppState, group: u32, body: &[u8]) -> Result<Re
             Accepted::GateOpened => "gate_opened",
             Accepted::AlreadyOpen => "already_open",
         },
-        "last_log_index": view.as_ref().and_then(|v| v.last_log_index),
-        "current_term": view.as_ref().map_or(0, |v| v.current_term),
+        "last_log_index": view.last_log_index,
+        "current_term": view.current_term,
     });
     Ok(Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")

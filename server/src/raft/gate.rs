@@ -314,19 +314,21 @@ pub enum AcceptError {
 impl RaftEngine {
     /// Opens a stalled gate on an operator's word that the unsynced tail is gone, if the
     /// replica still holds the log the operator saw.
+    /// Answers what it did and the log it found: once open the group may elect this replica
+    /// and its log moves on at once.
     pub fn accept_unsynced_loss(
         &self,
         group: u32,
         expected_last_log_index: Option<u64>,
         expected_current_term: u64,
-    ) -> Result<Accepted, AcceptError> {
+    ) -> Result<(Accepted, super::GroupView), AcceptError> {
         let raft = self.raft(group).ok_or(AcceptError::NoGroup(group))?;
+        let view = self.group_view(group).ok_or(AcceptError::NoGroup(group))?;
         match self.gates.status(group) {
-            GateStatus::Open => return Ok(Accepted::AlreadyOpen),
+            GateStatus::Open => return Ok((Accepted::AlreadyOpen, view)),
             GateStatus::Gated => return Err(AcceptError::NotStalled(group)),
             GateStatus::Stalled => {}
         }
-        let view = self.group_view(group).ok_or(AcceptError::NoGroup(group))?;
         if (view.last_log_index, view.current_term)
             != (expected_last_log_index, expected_current_term)
         {
@@ -337,7 +339,7 @@ impl RaftEngine {
             });
         }
         if !self.gates.open(group)? {
-            return Ok(Accepted::AlreadyOpen);
+            return Ok((Accepted::AlreadyOpen, view));
         }
         raft.runtime_config().elect(true);
         tracing::warn!(
@@ -346,7 +348,7 @@ impl RaftEngine {
             current_term = view.current_term,
             "recovery gate opened by accept-unsynced-loss"
         );
-        Ok(Accepted::GateOpened)
+        Ok((Accepted::GateOpened, view))
     }
 }
 
