@@ -429,3 +429,70 @@ fn a_cluster_whose_third_voter_starts_late_bootstraps_only_once_every_voter_is_u
     drop(nodes);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_damaged_complete_frame_at_the_journal_tail_gates_every_group_of_its_core_before_the_cut() {
+    let dir = tempfile_dir("damaged");
+    let port = free_port();
+    let args = single_node_args(
+        &dir,
+        port,
+        "[runtime]\ncore_count = 2\n[raft]\ngroup_count = 4",
+        "fsync = \"always\"",
+    );
+    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let bases = vec![node.url("")];
+    create_when_led(&bases, "/demo/damaged");
+    producer_load(&bases, "/demo/damaged", 0, 10, |_| {});
+    assert!(node.sigterm().success());
+    // A complete frame (`len | crc | seq, kind, group | payload`) whose checksum is wrong,
+    // appended to core 0's newest segment.
+    let core0 = dir.join("wal/raft-log/core-0");
+    let newest = std::fs::read_dir(&core0)
+        .expect("core-0")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .max()
+        .expect("a segment");
+    let good_len = std::fs::metadata(&newest).expect("segment").len();
+    let mut frame = 17u32.to_le_bytes().to_vec();
+    frame.extend_from_slice(&0xdead_beef_u32.to_le_bytes());
+    frame.extend_from_slice(&[7u8; 17]);
+    let mut bytes = std::fs::read(&newest).expect("read");
+    bytes.extend_from_slice(&frame);
+    std::fs::write(&newest, &bytes).expect("damage");
+    node.spawn();
+
+    let (status, ready) = node.json("/__ursula/ready");
+    assert_eq!(
+        (status, &ready["reason"]),
+        (503, &json!("recovery_gate_closed"))
+    );
+    // Groups map to cores by `group % core_count`: core 0 holds groups 0 and 2.
+    assert_eq!(
+        node.json("/__ursula/metrics").1["recovery_gates"]["gated"],
+        json!({"0": "gated", "2": "gated"})
+    );
+    assert_eq!(
+        std::fs::metadata(&newest).expect("segment").len(),
+        good_len,
+        "the damaged frame was cut after the gates were recorded"
+    );
+    assert!(
+        dir.join("wal/raft-log/recovery-gates.bin").exists(),
+        "the gates are recorded"
+    );
+    assert!(
+        node.log_text()
+            .contains("journal tail failed verification and was cut")
+    );
+    // The gates survive a restart until they open.
+    assert!(node.sigterm().success());
+    node.spawn();
+    assert_eq!(
+        node.json("/__ursula/metrics").1["recovery_gates"]["gated"],
+        json!({"0": "gated", "2": "gated"})
+    );
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
