@@ -253,10 +253,12 @@ fn a_single_node_without_its_run_state_stays_gated_until_the_operator_accepts_th
     let (status, text) = accept(&node, 0, Some(&incarnation), &expect(0));
     assert_eq!(status, 409, "closed but not stalled yet: {text}");
 
-    let ready = node.wait_ready_until(Duration::from_secs(60), |_, b| {
-        b["reason"] == "recovery_stalled"
+    // Each gate stalls on its own poll: wait for both.
+    node.wait_ready_until(Duration::from_secs(60), |s, b| {
+        s == 503
+            && b["reason"] == "recovery_stalled"
+            && b["recovery_stalled_groups"] == json!([0, 1])
     });
-    assert_eq!(ready["recovery_stalled_groups"], json!([0, 1]));
     let m = node.json("/__ursula/metrics").1;
     assert_eq!(
         m["recovery_gates"],
