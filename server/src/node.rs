@@ -92,7 +92,15 @@ pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
         node_id: config.node_id,
         long_poll_default_ms: 1000,
         cold: None,
+        process_incarnation: process_incarnation(),
     })
+}
+
+/// A fresh value per process start, so an admin mutation planned against one process is
+/// refused by the next (`x-ursula-process-incarnation`). Text: JSON tools read big integers
+/// as doubles and would change it.
+fn process_incarnation() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }
 
 /// A WAL directory the node removes on a clean shutdown.
@@ -146,6 +154,7 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
             node_id: config.node_id,
             long_poll_default_ms: 1000,
             cold: None,
+            process_incarnation: process_incarnation(),
         },
         temp,
     ))

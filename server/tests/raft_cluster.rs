@@ -2,194 +2,12 @@
 //! SIGKILL, and a 3-voter cluster from one TOML file that keeps every acknowledged append
 //! exactly once through the SIGKILL of its leader.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::path::PathBuf;
-use std::process::Child;
-use std::process::Command;
-use std::process::Stdio;
+mod raft_common;
+
 use std::time::Duration;
 use std::time::Instant;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into()
-}
-
-struct Proc {
-    child: Option<Child>,
-    port: u16,
-    args: Vec<String>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(port: u16, args: Vec<String>, log: PathBuf) -> Proc {
-        let mut p = Proc {
-            child: None,
-            port,
-            args,
-            log,
-        };
-        p.spawn();
-        p
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
-            .args(&self.args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn ursula");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            // Answering is enough: a fresh cluster node stays unready until its peers are up.
-            if agent().get(&self.url("/__ursula/ready")).call().is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!(
-            "node on {} not ready: {}",
-            self.port,
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        );
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-/// Sends a request to `base`, following 307s to the leader by hand (at most a few hops).
-fn send(
-    bases: &[String],
-    start: usize,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> Option<(u16, BTreeMap<String, String>, Vec<u8>)> {
-    let mut url = format!("{}{path}", bases[start % bases.len()]);
-    for _ in 0..4 {
-        let mut req = ureq::http::Request::builder().method(method).uri(&url);
-        for (k, v) in headers {
-            req = req.header(*k, v);
-        }
-        let mut resp = agent().run(req.body(body.to_vec()).ok()?).ok()?;
-        let status = resp.status().as_u16();
-        let hs: BTreeMap<String, String> = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_owned(),
-                    v.to_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect();
-        let bytes = resp.body_mut().read_to_vec().unwrap_or_default();
-        if status == 307 {
-            url = hs.get("location")?.clone();
-            continue;
-        }
-        return Some((status, hs, bytes));
-    }
-    None
-}
-
-fn cluster_toml(dir: &Path, ports: &[u16]) -> PathBuf {
-    let mut t = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
-    for (i, p) in ports.iter().enumerate() {
-        t.push_str(&format!(
-            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
-            i + 1
-        ));
-    }
-    let path = dir.join("cluster.toml");
-    std::fs::write(&path, t).expect("toml");
-    path
-}
-
-/// Appends `count` producer-numbered records, retrying each seq until acknowledged, against
-/// whichever node answers. Returns how many were acknowledged.
-fn producer_load(
-    bases: &[String],
-    path: &str,
-    from: u64,
-    count: u64,
-    mut after_each: impl FnMut(u64),
-) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for seq in from..from + count {
-        let body = format!("p{seq:06}|");
-        let mut node = seq as usize;
-        loop {
-            assert!(
-                Instant::now() < deadline,
-                "seq {seq} was never acknowledged"
-            );
-            let headers = [
-                ("content-type", "application/octet-stream".to_owned()),
-                ("producer-id", "load".to_owned()),
-                ("producer-epoch", "0".to_owned()),
-                ("producer-seq", seq.to_string()),
-            ];
-            match send(bases, node, "POST", path, &headers, body.as_bytes()) {
-                Some((200 | 204, _, _)) => break,
-                _ => {
-                    node += 1;
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        }
-        after_each(seq);
-    }
-}
-
-fn expected(count: u64) -> String {
-    (0..count).map(|s| format!("p{s:06}|")).collect()
-}
-
-fn read_all(bases: &[String], path: &str) -> String {
-    let (status, _, body) =
-        send(bases, 0, "GET", &format!("{path}?offset=-1"), &[], b"").expect("read");
-    assert_eq!(status, 200);
-    String::from_utf8(body).expect("utf8")
-}
+use raft_common::*;
 
 #[test]
 fn a_durable_single_node_keeps_every_acknowledged_append_through_sigkill() {
@@ -230,61 +48,16 @@ fn a_durable_single_node_keeps_every_acknowledged_append_through_sigkill() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn tempfile_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "ursula-raft-{name}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&d).expect("dir");
-    d
-}
-
 #[test]
 fn a_three_voter_cluster_keeps_acknowledged_appends_exactly_once_through_leader_sigkill() {
     let dir = tempfile_dir("cluster");
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let config = cluster_toml(&dir, &ports);
-    let mut nodes: Vec<Proc> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let args = vec![
-                "server".into(),
-                "--config".into(),
-                config.display().to_string(),
-                "--node-id".into(),
-                (i + 1).to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{p}"),
-            ];
-            let mut cfg_dir = dir.join(format!("n{}", i + 1));
-            std::fs::create_dir_all(&cfg_dir).expect("node dir");
-            cfg_dir = cfg_dir.join("wal");
-            // Each node gets its own WAL through an override file layered on the shared one.
-            let own = dir.join(format!("n{}.toml", i + 1));
-            let shared = std::fs::read_to_string(&config).expect("shared");
-            std::fs::write(
-                &own,
-                format!("{shared}[raft.wal]\npath = \"{}\"\n", cfg_dir.display()),
-            )
-            .expect("toml");
-            let mut args = args;
-            args[2] = own.display().to_string();
-            Proc::start(*p, args, dir.join(format!("n{}.log", i + 1)))
-        })
+    let mut nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node(&dir, &ports, i))
         .collect();
     let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
     // Appends through any node: followers redirect writes to the leader.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if send(&bases, 1, "PUT", "/demo/load", &[], b"").is_some_and(|r| r.0 == 201 || r.0 == 200)
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the cluster never took a create");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    create_when_led(&bases, "/demo/load");
     let (status, hs, _) = agent_raw(&bases[0], "/demo/load");
     let leader = match status {
         307 => hs,
@@ -377,28 +150,6 @@ fn a_three_voter_cluster_keeps_acknowledged_appends_exactly_once_through_leader_
     }
     drop(nodes);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A repeated create, to learn who leads: a follower answers 307 with the leader's URL, the
-/// leader 200 (the create is idempotent).
-fn agent_raw(base: &str, path: &str) -> (u16, String, ()) {
-    let req = ureq::http::Request::builder()
-        .method("PUT")
-        .uri(format!("{base}{path}"))
-        .body(Vec::new())
-        .expect("request");
-    match agent().run(req) {
-        Ok(r) => {
-            let loc = r
-                .headers()
-                .get("location")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            (r.status().as_u16(), loc, ())
-        }
-        Err(_) => (0, String::new(), ()),
-    }
 }
 
 #[test]

@@ -1,8 +1,14 @@
-//! Operational endpoints: `/__ursula/metrics` (JSON) and `/__ursula/ready`.
+//! Operational endpoints: `/__ursula/metrics` (JSON), `/__ursula/ready`, and the admin
+//! mutation `POST /__ursula/raft/{group}/recovery/accept-unsynced-loss`. They share the client
+//! listener: this build has no separate admin plane.
 
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::header;
 use serde_json::json;
+
+use crate::raft::gate::AcceptError;
+use crate::raft::gate::Accepted;
 
 use super::AppState;
 use super::reply::ApiError;
@@ -59,7 +65,12 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
             }));
         }
     }
+    let (raft_groups, recovery_gates) = match &st.raft {
+        Some(raft) => raft_view(st, raft),
+        None => (Vec::new(), json!({ "gated": {}, "stalled": [] })),
+    };
     let mut body = json!({
+        "process_incarnation": st.process_incarnation,
         "node_id": st.node_id,
         "engine": st.engine.name(),
         "core_count": st.rt.core_count(),
@@ -67,6 +78,8 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
         "streams": total_streams,
         "cores": cores,
         "groups": groups,
+        "raft_groups": raft_groups,
+        "recovery_gates": recovery_gates,
     });
     crate::coldtier::metrics_into(st, &mut body);
     Ok(Reply::new(StatusCode::OK)
@@ -75,16 +88,53 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
         .body(body.to_string()))
 }
 
-/// `200` when the node may serve, else `503` with the first reason that applies.
+/// Each Raft group as this replica sees it, and its closed recovery gates.
+fn raft_view(
+    st: &AppState,
+    raft: &crate::raft::RaftEngine,
+) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let groups = (0..st.rt.group_count())
+        .filter_map(|id| {
+            let v = raft.group_view(id)?;
+            Some(json!({
+                "raft_group_id": id, "node_id": st.node_id, "current_leader": v.current_leader,
+                "current_term": v.current_term, "last_applied_index": v.last_applied_index,
+                "committed_index": v.committed_index, "last_log_index": v.last_log_index,
+                "last_log_term": v.last_log_term, "voter_ids": v.voter_ids,
+            }))
+        })
+        .collect();
+    let closed = raft.gates.closed();
+    let gated: serde_json::Map<String, serde_json::Value> = closed
+        .iter()
+        .map(|(g, s)| (g.to_string(), json!(s.as_str())))
+        .collect();
+    (
+        groups,
+        json!({ "gated": gated, "stalled": raft.gates.stalled() }),
+    )
+}
+
+/// `200` when the node may serve, else `503` with the first reason that applies, in the
+/// order the Troubleshooting page lists them.
 pub fn ready(st: &AppState) -> Reply {
     let mut body = json!({ "ready": true });
     if st.admission.disk_pressure() {
         body = json!({ "ready": false, "reason": "wal_disk_pressure" });
     } else if let Some(raft) = &st.raft {
+        let stalled = raft.gates.stalled();
         let leaderless: Vec<u32> = (0..st.rt.group_count())
             .filter(|g| raft.leader_of(*g).is_none())
             .collect();
-        if !leaderless.is_empty() {
+        if !stalled.is_empty() {
+            body = json!({
+                "ready": false,
+                "reason": "recovery_stalled",
+                "recovery_stalled_groups": stalled,
+            });
+        } else if !raft.gates.closed().is_empty() {
+            body = json!({ "ready": false, "reason": "recovery_gate_closed" });
+        } else if !leaderless.is_empty() {
             let issues: Vec<_> = leaderless
                 .iter()
                 .map(|g| json!({ "group": g, "issue": "leader_unknown" }))
@@ -105,4 +155,81 @@ pub fn ready(st: &AppState) -> Reply {
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::CACHE_CONTROL, "no-store")
         .body(body.to_string())
+}
+
+/// The header that binds an admin mutation to the process the operator observed.
+pub const PROCESS_INCARNATION: &str = "x-ursula-process-incarnation";
+
+/// Refuses an admin mutation without the header (`428`) or planned against another process
+/// (`412`), before anything changes.
+pub fn require_incarnation(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(seen) = super::request::single(headers, PROCESS_INCARNATION)? else {
+        return Err(ApiError::new(
+            StatusCode::PRECONDITION_REQUIRED,
+            format!(
+                "admin mutations need {PROCESS_INCARNATION}: the process_incarnation that GET /__ursula/metrics reported"
+            ),
+        ));
+    };
+    if seen != st.process_incarnation {
+        return Err(ApiError::new(
+            StatusCode::PRECONDITION_FAILED,
+            format!(
+                "{PROCESS_INCARNATION} names process {seen}, this is process {}: observe the node again; nothing changed",
+                st.process_incarnation
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcceptBody {
+    /// `null` for an empty log, as `raft_groups[].last_log_index` reports it.
+    expected_last_log_index: Option<u64>,
+    expected_current_term: u64,
+}
+
+/// `POST /__ursula/raft/{group}/recovery/accept-unsynced-loss`: opens a stalled gate.
+pub fn accept_unsynced_loss(st: &AppState, group: u32, body: &[u8]) -> Result<Reply, ApiError> {
+    let Some(raft) = &st.raft else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "this node runs no Raft",
+        ));
+    };
+    let want: AcceptBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body must be {{\"expected_last_log_index\", \"expected_current_term\"}}: {e}"
+        ))
+    })?;
+    let (outcome, view) = raft
+        .accept_unsynced_loss(
+            group,
+            want.expected_last_log_index,
+            want.expected_current_term,
+        )
+        .map_err(|e| {
+            let status = match e {
+                AcceptError::NoGroup(_) => StatusCode::NOT_FOUND,
+                AcceptError::NotStalled(_) | AcceptError::Moved { .. } => StatusCode::CONFLICT,
+                AcceptError::Persist(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            ApiError::new(status, e.to_string())
+        })?;
+    let body = json!({
+        "raft_group_id": group,
+        "node_id": st.node_id,
+        "outcome": match outcome {
+            Accepted::GateOpened => "gate_opened",
+            Accepted::AlreadyOpen => "already_open",
+        },
+        "last_log_index": view.last_log_index,
+        "current_term": view.current_term,
+    });
+    Ok(Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(body.to_string()))
 }

@@ -52,6 +52,8 @@ pub struct AppState {
     pub long_poll_default_ms: u64,
     /// The cold tier, when `storage.cold.backend` names one.
     pub cold: Option<crate::coldtier::ColdTier>,
+    /// `process_incarnation` in the metrics, required on admin mutations.
+    pub process_incarnation: String,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -270,6 +272,12 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
                 .into_response());
         }
         (Route::RaftRpc(..), _) => return Err(ApiError::method_not_allowed("POST")),
+        (Route::AcceptUnsyncedLoss(group), &Method::POST) => {
+            admin::require_incarnation(st, &headers)?;
+            let body = read_body(&headers, body, 64 << 10, Marking::Unmarked).await?;
+            admin::accept_unsynced_loss(st, group, &body)?
+        }
+        (Route::AcceptUnsyncedLoss(_), _) => return Err(ApiError::method_not_allowed("POST")),
         (Route::NotFound, _) => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such route")),
         (Route::Bucket(_), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
         (Route::Bucket(b), &Method::PUT) => write::create_bucket(&b)?,

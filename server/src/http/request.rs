@@ -23,6 +23,8 @@ pub enum Route {
     Ready,
     /// A peer's Raft RPC for one group: `/__ursula/raft-rpc/{group}/{kind}`.
     RaftRpc(u32, String),
+    /// `/__ursula/raft/{group}/recovery/accept-unsynced-loss`.
+    AcceptUnsyncedLoss(u32),
     Bucket(String),
     Stream(StreamPath),
     Bootstrap(StreamPath),
@@ -52,6 +54,17 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
             return Ok(group
                 .parse()
                 .map_or(Route::NotFound, |g| Route::RaftRpc(g, (*kind).to_owned())));
+        }
+        [
+            "__ursula",
+            "raft",
+            group,
+            "recovery",
+            "accept-unsynced-loss",
+        ] => {
+            return Ok(group
+                .parse()
+                .map_or(Route::NotFound, Route::AcceptUnsyncedLoss));
         }
         ["__ursula", ..] => return Ok(Route::NotFound),
         _ => {}

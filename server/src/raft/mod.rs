@@ -3,14 +3,20 @@
 //! in-memory engine drives ([`store`]), its peer traffic multiplexed over HTTP ([`network`]).
 
 pub mod batch;
+mod bootstrap;
+pub mod files;
+pub mod gate;
 pub mod network;
 pub mod store;
 pub mod wal;
 
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 
 use openraft::BasicNode;
 use openraft::Config;
@@ -50,6 +56,8 @@ pub type GroupRaft = Raft<TypeConfig>;
 pub enum StartError {
     #[error(transparent)]
     Wal(#[from] wal::WalError),
+    #[error(transparent)]
+    Files(#[from] files::FilesError),
     #[error("journal of core {core}: {message}")]
     Recover { core: usize, message: String },
     #[error("group {group}: {message}")]
@@ -79,6 +87,28 @@ pub struct RaftEngine {
     pub node_id: u64,
     pub peers: network::Peers,
     batcher: Arc<batch::Batcher>,
+    /// Each group's log, shared with its Raft: what metrics, probes and refused votes report.
+    logs: Vec<store::LogStore>,
+    journals: Vec<wal::Journal>,
+    pub gates: gate::Gates,
+    root: files::Root,
+    fsync_always: bool,
+    stopping: AtomicBool,
+    rt: Runtime,
+    /// The cores' `journal.lock`s, held until the process ends.
+    _locks: Vec<std::fs::File>,
+}
+
+/// A group as this replica sees it, for `raft_groups` in the metrics.
+#[derive(Debug, Clone)]
+pub struct GroupView {
+    pub current_leader: Option<u64>,
+    pub current_term: u64,
+    pub last_applied_index: Option<u64>,
+    pub committed_index: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub last_log_term: Option<u64>,
+    pub voter_ids: Vec<u64>,
 }
 
 impl std::fmt::Debug for RaftEngine {
@@ -90,8 +120,9 @@ impl std::fmt::Debug for RaftEngine {
     }
 }
 
-fn raft_config() -> Result<Arc<Config>, String> {
+fn raft_config(enable_elect: bool) -> Result<Arc<Config>, String> {
     let c = Config {
+        enable_elect,
         heartbeat_interval: 250,
         election_timeout_min: 1500,
         election_timeout_max: 3000,
@@ -102,42 +133,127 @@ fn raft_config() -> Result<Arc<Config>, String> {
     c.validate().map(Arc::new).map_err(|e| e.to_string())
 }
 
+/// What the journals of every core held at start.
+struct Scanned {
+    logs: Vec<store::LogData>,
+    scans: Vec<wal::Recovered>,
+    /// Groups that hold anything.
+    held: BTreeSet<u32>,
+    /// Groups of cores whose newest segment holds a complete frame that failed verification.
+    damaged: BTreeSet<u32>,
+}
+
+/// Reads every core's journal without changing it, and rebuilds each group's log.
+fn scan(rt: &Runtime, root: &files::Root) -> Result<Scanned, StartError> {
+    let mut logs: Vec<store::LogData> = (0..rt.group_count())
+        .map(|_| store::LogData::default())
+        .collect();
+    let mut scans = Vec::new();
+    let mut damaged = BTreeSet::new();
+    for core in 0..rt.core_count() {
+        let mut r = wal::scan(&root.core_dir(core))?;
+        let mut by_group = wal::by_group(std::mem::take(&mut r.records));
+        for group in (0..rt.group_count()).filter(|g| rt.core_of(*g) == core) {
+            let records = by_group.remove(&group).unwrap_or_default();
+            logs[group as usize] =
+                store::LogData::recover(&records).map_err(|e| StartError::Recover {
+                    core,
+                    message: e.to_string(),
+                })?;
+            if r.damaged_tail {
+                damaged.insert(group);
+            }
+        }
+        scans.push(r);
+    }
+    let held = (0..rt.group_count())
+        .filter(|g| logs[*g as usize].holds())
+        .collect();
+    Ok(Scanned {
+        logs,
+        scans,
+        held,
+        damaged,
+    })
+}
+
 impl RaftEngine {
-    /// Recovers every core's journal and starts every group on its core.
+    /// Checks the WAL root, recovers every core's journal, decides the recovery gates and
+    /// starts every group on its core. Every refusal comes before the first write.
     pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Arc<RaftEngine>, StartError> {
-        let log_dir = opts.dir.join("raft-log");
-        let snap_dir = opts.dir.join("snapshots");
-        std::fs::create_dir_all(&snap_dir).map_err(|e| {
+        let root = files::Root::new(&opts.dir);
+        let (cores, groups) = (rt.core_count() as u32, rt.group_count());
+        let holds_data = root.holds_data()?;
+        let has_epoch = root.check_epoch(holds_data)?;
+        let has_topology = root.check_topology(holds_data || has_epoch, cores, groups)?;
+        let locks = root.lock_cores(rt.core_count())?;
+        let previous = root.previous_run()?;
+        let recorded = root.read_gates()?;
+        let Scanned {
+            mut logs,
+            scans,
+            held,
+            damaged,
+        } = scan(rt, &root)?;
+        let boot_id = files::boot_id();
+        let gated = gate::decide(&gate::Evidence {
+            previous: &previous,
+            boot_id: boot_id.as_deref(),
+            held: &held,
+            damaged: &damaged,
+            recorded: recorded.as_ref().ok(),
+        });
+
+        // Every check passed: from here on the node writes.
+        root.write_markers(cores, groups, has_topology, has_epoch)?;
+        std::fs::create_dir_all(&root.snap_dir).map_err(|e| {
             StartError::Wal(wal::WalError::Io {
-                path: snap_dir.clone(),
+                path: root.snap_dir.clone(),
                 source: e,
             })
         })?;
-        let config = raft_config().map_err(|message| StartError::Group { group: 0, message })?;
-        let peers = network::Peers::new(opts.peers.clone());
-        // Recover every core's journal, rebuild each group's log from it, then start the
-        // journal threads with what a new segment must restate.
-        let mut logs: Vec<Option<store::LogData>> = (0..rt.group_count()).map(|_| None).collect();
-        let mut journals = Vec::new();
-        for core in 0..rt.core_count() {
-            let dir = log_dir.join(format!("core-{core}"));
-            let r = wal::recover(&dir)?;
+        let gated_set: BTreeSet<u32> = gated.keys().copied().collect();
+        if recorded.as_ref().ok() != Some(&gated_set) {
+            root.write_gates(&gated_set)?;
+        }
+        for (group, why) in &gated {
+            tracing::warn!(group, reason = why, "recovery gate closed");
+        }
+        // The damage was recorded as closed gates: now the frames after it can go.
+        for (core, r) in scans.iter().enumerate() {
             if r.damaged_tail {
                 tracing::warn!(
                     core,
                     cut_bytes = r.torn_bytes,
                     "journal tail failed verification and was cut"
                 );
+            } else if r.torn_bytes > 0 {
+                tracing::info!(
+                    core,
+                    cut_bytes = r.torn_bytes,
+                    "an incomplete final journal frame was cut"
+                );
             }
-            let mut by_group = wal::by_group(r.records);
+            r.cut_tail()?;
+        }
+        root.record_running(opts.fsync_always)?;
+
+        for g in &gated_set {
+            // A replica that led the group must not resume as its leader on start: its log
+            // may lack what it acknowledged. An uncommitted vote keeps the term but makes it
+            // campaign like anyone else, once the gate opens. The new segment restates it.
+            if let Some(v) = logs[*g as usize].vote.as_mut()
+                && v.leader_id.voted_for() == Some(opts.node_id)
+            {
+                v.committed = false;
+            }
+        }
+        let mut journals = Vec::new();
+        for core in 0..rt.core_count() {
             let mut restate = Vec::new();
             let mut recovered_max = std::collections::HashMap::new();
-            for group in (0..rt.group_count()).filter(|g| rt.core_of(*g) == core) {
-                let records = by_group.remove(&group).unwrap_or_default();
-                let data = store::LogData::recover(&records).map_err(|e| StartError::Recover {
-                    core,
-                    message: e.to_string(),
-                })?;
+            for group in (0..groups).filter(|g| rt.core_of(*g) == core) {
+                let data = &logs[group as usize];
                 for (kind, payload) in data.restate().map_err(|e| StartError::Recover {
                     core,
                     message: e.to_string(),
@@ -147,27 +263,46 @@ impl RaftEngine {
                 if let Some(last) = data.last_index() {
                     recovered_max.insert(group, last);
                 }
-                logs[group as usize] = Some(data);
             }
-            let opts = wal::Options {
+            let wal_opts = wal::Options {
                 fsync_always: opts.fsync_always,
                 segment_size: opts.segment_size,
             };
-            journals.push(wal::Journal::start(dir, opts, restate, recovered_max)?);
+            journals.push(wal::Journal::start(
+                root.core_dir(core),
+                wal_opts,
+                restate,
+                recovered_max,
+            )?);
         }
+
+        let config =
+            raft_config(true).map_err(|message| StartError::Group { group: 0, message })?;
+        let gated_config =
+            raft_config(false).map_err(|message| StartError::Group { group: 0, message })?;
+        let peers = network::Peers::new(opts.peers.clone());
         let log_bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let mut rafts = Vec::with_capacity(rt.group_count() as usize);
-        for group in 0..rt.group_count() {
+        let mut rafts = Vec::with_capacity(groups as usize);
+        let mut stores = Vec::with_capacity(groups as usize);
+        let mut fresh = BTreeSet::new();
+        for group in 0..groups {
             let core = rt.core_of(group);
-            let data = logs[group as usize].take().unwrap_or_default();
-            let fresh = data.vote.is_none() && data.entries.is_empty() && data.purged.is_none();
+            let data = std::mem::take(&mut logs[group as usize]);
+            if !data.holds() {
+                fresh.insert(group);
+            }
             let log = store::LogStore::new(group, journals[core].clone(), data, log_bytes.clone());
+            stores.push(log.clone());
             let net = network::Factory {
                 peers: peers.clone(),
                 group,
             };
-            let (config, snap_dir, node_id, rt2) =
-                (config.clone(), snap_dir.clone(), opts.node_id, rt.clone());
+            let config = if gated_set.contains(&group) {
+                gated_config.clone()
+            } else {
+                config.clone()
+            };
+            let (snap_dir, node_id, rt2) = (root.snap_dir.clone(), opts.node_id, rt.clone());
             let handle = rt
                 .core_handle(core)
                 .ok_or(StartError::Group {
@@ -191,16 +326,9 @@ impl RaftEngine {
                     message: e.to_string(),
                 })?
                 .map_err(|message| StartError::Group { group, message })?;
-            let lowest = opts.peers.keys().next().copied().unwrap_or(opts.node_id);
-            if fresh && lowest == opts.node_id {
-                let members: BTreeMap<u64, BasicNode> = if opts.peers.is_empty() {
-                    BTreeMap::from([(opts.node_id, BasicNode::default())])
-                } else {
-                    opts.peers
-                        .iter()
-                        .map(|(id, url)| (*id, BasicNode::new(url)))
-                        .collect()
-                };
+            // A single node has nobody to ask: an empty group is new.
+            if opts.peers.is_empty() && fresh.contains(&group) {
+                let members = BTreeMap::from([(opts.node_id, BasicNode::default())]);
                 if let Err(e) = raft.initialize(members).await {
                     tracing::debug!(group, error = %e, "group already initialized");
                 }
@@ -213,7 +341,7 @@ impl RaftEngine {
                 .collect(),
         );
         let batcher = batch::Batcher::new(rafts.len(), peers.urls.clone());
-        Ok(Arc::new(RaftEngine {
+        let engine = Arc::new(RaftEngine {
             batcher,
             rafts,
             log_bytes,
@@ -221,7 +349,60 @@ impl RaftEngine {
             max_uncommitted: opts.max_uncommitted,
             node_id: opts.node_id,
             peers,
-        }))
+            logs: stores,
+            journals,
+            gates: gate::Gates::new(root.clone(), &gated_set),
+            root,
+            fsync_always: opts.fsync_always,
+            stopping: AtomicBool::new(false),
+            rt: rt.clone(),
+            _locks: locks,
+        });
+        for group in &gated_set {
+            engine.spawn_on_core(*group, gate::watch(Arc::downgrade(&engine), *group));
+        }
+        if !opts.peers.is_empty() && !fresh.is_empty() {
+            tokio::spawn(bootstrap::run(Arc::downgrade(&engine), fresh));
+        }
+        Ok(engine)
+    }
+
+    /// Runs `task` on `group`'s core, next to the group's Raft.
+    fn spawn_on_core(
+        &self,
+        group: GroupId,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        match self.rt.core_handle(self.rt.core_of(group)) {
+            Some(h) => drop(h.spawn(task)),
+            None => drop(tokio::spawn(task)),
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// What `group`'s log holds now.
+    pub fn log_view(&self, group: GroupId) -> store::LogView {
+        self.logs
+            .get(group as usize)
+            .map(store::LogStore::view)
+            .unwrap_or_default()
+    }
+
+    pub fn group_view(&self, group: GroupId) -> Option<GroupView> {
+        let m = self.raft(group)?.metrics().borrow().clone();
+        let log = self.log_view(group);
+        Some(GroupView {
+            current_leader: m.current_leader,
+            current_term: m.current_term,
+            last_applied_index: m.last_applied.map(|l| l.index),
+            committed_index: log.committed.map(|l| l.index),
+            last_log_index: log.last.map(|l| l.index),
+            last_log_term: log.last.map(|l| l.leader_id.term),
+            voter_ids: m.membership_config.voter_ids().collect(),
+        })
     }
 
     pub fn raft(&self, group: GroupId) -> Option<&GroupRaft> {
@@ -245,9 +426,25 @@ impl RaftEngine {
             .is_some_and(|r| r.metrics().borrow().current_leader == Some(self.node_id))
     }
 
+    /// Stops every group, syncs every journal and records a clean run, so the next start
+    /// knows nothing unsynced was lost.
     pub async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
         for r in &self.rafts {
             let _ = r.shutdown().await;
+        }
+        let mut synced = true;
+        for (core, j) in self.journals.iter().enumerate() {
+            if let Err(e) = j.sync().await {
+                tracing::error!(core, error = %e, "cannot sync a journal: the run is not recorded as clean");
+                synced = false;
+            }
+        }
+        if synced {
+            match self.root.record_clean(self.fsync_always) {
+                Ok(()) => tracing::info!("journals synced, clean shutdown recorded"),
+                Err(e) => tracing::error!(error = %e, "cannot record a clean shutdown"),
+            }
         }
     }
 }
@@ -276,7 +473,17 @@ impl GroupEngine for RaftEngine {
         let uncommitted = self.uncommitted.clone();
         let max = self.max_uncommitted;
         let batcher = self.batcher.clone();
+        // A gated group elects no leader here, even on a single node: refused as unavailable
+        // (503), not as the single node's 500, and before anything is proposed.
+        let gated = self.gates.is_closed(group) && !self.is_leader(group);
+        let leader = gated.then(|| self.leader_url(group)).flatten();
         Box::pin(async move {
+            if gated {
+                return Err(EngineError::NotLeader {
+                    leader,
+                    single: false,
+                });
+            }
             let raft = raft.ok_or(EngineError::NotLeader {
                 leader: None,
                 single,

@@ -1,6 +1,8 @@
 //! Peer traffic: every group's Raft RPCs travel as MessagePack over one keep-alive HTTP
 //! connection pool per node, tagged with the group in the path
-//! (`POST /__ursula/raft-rpc/{group}/{append|vote|snapshot}`).
+//! (`POST /__ursula/raft-rpc/{group}/{append|vote|snapshot}`). Two RPCs of Ursula's own ride
+//! the same path: `barrier` (a gated replica asks the leader for a fresh ReadIndex barrier) and
+//! `probe` (the bootstrap asks a voter whether it holds the group and sees a leader).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,6 +56,49 @@ impl Peers {
         }
     }
 
+    /// Sends one RPC and returns the peer's answer bytes.
+    async fn exchange(
+        &self,
+        target: u64,
+        group: u32,
+        kind: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Bytes, PeerError> {
+        let base = self
+            .urls
+            .get(&target)
+            .ok_or_else(|| PeerError::Unreachable(format!("no URL for node {target}")))?;
+        let request = hyper::Request::post(format!("{base}/__ursula/raft-rpc/{group}/{kind}"))
+            .header("content-type", "application/msgpack")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| PeerError::Network(e.to_string()))?;
+        let late = || PeerError::Unreachable(format!("node {target} did not answer in time"));
+        let resp = tokio::time::timeout(timeout, self.client.request(request))
+            .await
+            .map_err(|_| late())?
+            .map_err(|e| PeerError::Unreachable(e.to_string()))?;
+        Ok(tokio::time::timeout(timeout, resp.into_body().collect())
+            .await
+            .map_err(|_| late())?
+            .map_err(|e| PeerError::Network(e.to_string()))?
+            .to_bytes())
+    }
+
+    /// One of Ursula's own RPCs: MessagePack both ways.
+    async fn ask<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        target: u64,
+        group: u32,
+        kind: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        let body = rmp_serde::to_vec(req).map_err(|e| PeerError::Network(e.to_string()))?;
+        let bytes = self.exchange(target, group, kind, body, timeout).await?;
+        rmp_serde::from_slice(&bytes).map_err(|e| PeerError::Network(e.to_string()))
+    }
+
     async fn call<
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -66,30 +111,55 @@ impl Peers {
         req: &Req,
         timeout: Duration,
     ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>> {
-        let unreachable =
-            |m: String| RPCError::Unreachable(Unreachable::new(&std::io::Error::other(m)));
-        let base = self
-            .urls
-            .get(&target)
-            .ok_or_else(|| unreachable(format!("no URL for node {target}")))?;
-        let body = rmp_serde::to_vec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let request = hyper::Request::post(format!("{base}/__ursula/raft-rpc/{group}/{kind}"))
-            .header("content-type", "application/msgpack")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let resp = tokio::time::timeout(timeout, self.client.request(request))
+        let result: Result<Resp, RaftError<u64, E>> = self
+            .ask(target, group, kind, req, timeout)
             .await
-            .map_err(|_| unreachable(format!("node {target} did not answer in time")))?
-            .map_err(|e| unreachable(e.to_string()))?;
-        let bytes = tokio::time::timeout(timeout, resp.into_body().collect())
-            .await
-            .map_err(|_| unreachable(format!("node {target} did not answer in time")))?
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
-            .to_bytes();
-        let result: Result<Resp, RaftError<u64, E>> =
-            rmp_serde::from_slice(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            .map_err(|e| match e {
+                PeerError::Unreachable(m) => {
+                    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(m)))
+                }
+                PeerError::Network(m) => {
+                    RPCError::Network(NetworkError::new(&std::io::Error::other(m)))
+                }
+            })?;
         result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(target, e)))
     }
+
+    /// Asks `leader` for a fresh ReadIndex barrier of `group`: the index a replica must apply
+    /// to hold every write the group committed before the call.
+    pub async fn barrier(&self, leader: u64, group: u32) -> Result<Barrier, PeerError> {
+        self.ask(leader, group, "barrier", &(), RPC_TIMEOUT).await
+    }
+
+    /// Asks `node` whether it holds anything of `group` and whom it sees leading it.
+    pub async fn probe(&self, node: u64, group: u32) -> Result<Probe, PeerError> {
+        self.ask(node, group, "probe", &(), RPC_TIMEOUT).await
+    }
+}
+
+/// How long Ursula's own RPCs wait for a peer; a barrier needs a heartbeat round of the leader.
+const RPC_TIMEOUT: Duration = Duration::from_secs(4);
+/// The leader gives up on a barrier before the asker gives up on the answer.
+const BARRIER_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("peer unreachable: {0}")]
+    Unreachable(String),
+    #[error("peer exchange failed: {0}")]
+    Network(String),
+}
+
+/// A leader's answer to `barrier`: the barrier's log index (`None` for an empty log), or why
+/// it gave none (not the leader, no quorum, its own gate closed).
+pub type Barrier = Result<Option<u64>, String>;
+
+/// A voter's answer to `probe`.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Probe {
+    /// It holds a vote, entries or a purge point of the group.
+    pub holds: bool,
+    pub leader: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -170,8 +240,40 @@ pub async fn serve(
         }
         "vote" => {
             let req: VoteRequest<u64> = rmp_serde::from_slice(body).map_err(|e| e.to_string())?;
-            rmp_serde::to_vec(&raft.vote(req).await)
+            if engine.gates.is_closed(group) {
+                // A gated replica may have lost the entries that make a candidate's log look
+                // up to date: its vote could elect a leader without them.
+                let view = engine.log_view(group);
+                let refused: Result<VoteResponse<u64>, RaftError<u64>> = Ok(VoteResponse {
+                    vote: view.vote.unwrap_or_default(),
+                    vote_granted: false,
+                    last_log_id: view.last,
+                });
+                tracing::debug!(group, candidate = %req.vote, "vote refused: recovery gate closed");
+                rmp_serde::to_vec(&refused)
+            } else {
+                rmp_serde::to_vec(&raft.vote(req).await)
+            }
         }
+        "barrier" => {
+            let answer: Barrier = if engine.gates.is_closed(group) {
+                Err(format!(
+                    "node {}'s own recovery gate is closed",
+                    engine.node_id
+                ))
+            } else {
+                match tokio::time::timeout(BARRIER_TIMEOUT, raft.get_read_log_id()).await {
+                    Ok(Ok((read, _))) => Ok(read.map(|l| l.index)),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("no quorum confirmed the leadership in time".into()),
+                }
+            };
+            rmp_serde::to_vec(&answer)
+        }
+        "probe" => rmp_serde::to_vec(&Probe {
+            holds: engine.log_view(group).holds(),
+            leader: engine.leader_of(group),
+        }),
         "snapshot" => {
             let req: InstallSnapshotRequest<TypeConfig> =
                 rmp_serde::from_slice(body).map_err(|e| e.to_string())?;

@@ -75,6 +75,11 @@ impl LogData {
         self.entries.keys().next_back().copied()
     }
 
+    /// Whether the replica ever held the group: a vote, entries or a purge point.
+    pub fn holds(&self) -> bool {
+        self.vote.is_some() || !self.entries.is_empty() || self.purged.is_some()
+    }
+
     /// Rebuilds a group's log from its journal records, in journal order.
     pub fn recover(records: &[wal::Record]) -> Result<LogData, rmp_serde::decode::Error> {
         let mut d = LogData::default();
@@ -101,6 +106,23 @@ impl LogData {
             }
         }
         Ok(d)
+    }
+}
+
+/// What a group's log holds now, for metrics, probes and refused votes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogView {
+    pub vote: Option<Vote<u64>>,
+    /// The last log id, the purge point when every entry was purged.
+    pub last: Option<LogId<u64>>,
+    pub committed: Option<LogId<u64>>,
+    pub purged: Option<LogId<u64>>,
+}
+
+impl LogView {
+    /// Whether the replica ever held the group: a vote, entries or a purge point.
+    pub fn holds(&self) -> bool {
+        self.vote.is_some() || self.last.is_some()
     }
 }
 
@@ -146,6 +168,21 @@ impl LogStore {
             journal,
             data: Arc::new(Mutex::new(data)),
             log_bytes,
+        }
+    }
+
+    pub fn view(&self) -> LogView {
+        let d = lock(&self.data);
+        LogView {
+            vote: d.vote,
+            last: d
+                .entries
+                .values()
+                .next_back()
+                .map(|e| e.log_id)
+                .or(d.purged),
+            committed: d.committed,
+            purged: d.purged,
         }
     }
 

@@ -25,6 +25,9 @@ pub const KIND_VOTE: u8 = 2;
 pub const KIND_TRUNCATE: u8 = 3;
 pub const KIND_PURGE: u8 = 4;
 pub const KIND_COMMITTED: u8 = 5;
+/// Not a record: asks the journal thread to fsync once every write queued before it is
+/// written. Never framed.
+pub const KIND_SYNC: u8 = 0;
 
 const HEADER: usize = 8;
 const MIN_BODY: usize = 8 + 1 + 4;
@@ -64,8 +67,28 @@ pub struct Recovered {
     pub records: Vec<Record>,
     /// A complete frame in the newest segment failed its checksum: the tail was cut there.
     pub damaged_tail: bool,
-    /// Bytes of an incomplete final frame that were cut.
+    /// Bytes of an incomplete or damaged final frame that are cut.
     pub torn_bytes: u64,
+    /// The newest segment and where its verified prefix ends, when bytes follow it.
+    cut: Option<(PathBuf, u64)>,
+}
+
+impl Recovered {
+    /// Cuts the newest segment back to its verified prefix. Separate from the scan so that
+    /// what the damage means (a recovery gate) is recorded before the evidence goes.
+    pub fn cut_tail(&self) -> Result<(), WalError> {
+        let Some((path, at)) = &self.cut else {
+            return Ok(());
+        };
+        OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| {
+                f.set_len(*at)?;
+                f.sync_all()
+            })
+            .map_err(io(path))
+    }
 }
 
 fn segment_name(n: u64) -> String {
@@ -88,10 +111,24 @@ fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, WalError> {
     Ok(out)
 }
 
-/// Reads every frame of the journal in `dir`, cutting a torn or damaged tail of the newest
-/// segment. Damage in an older segment refuses recovery: it cannot be told from lost data.
+/// Reads every frame of the journal in `dir`, then cuts a torn or damaged tail of the newest
+/// segment.
+#[cfg(test)]
 pub fn recover(dir: &Path) -> Result<Recovered, WalError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let r = scan(dir)?;
+    r.cut_tail()?;
+    Ok(r)
+}
+
+/// Reads every frame of the journal in `dir` without changing anything; a missing directory
+/// is an empty journal. A torn or damaged tail of the newest segment is reported for
+/// [`Recovered::cut_tail`]. Damage in an older segment refuses recovery: it cannot be told
+/// from lost data.
+pub fn scan(dir: &Path) -> Result<Recovered, WalError> {
+    if !dir.exists() {
+        return Ok(Recovered::default());
+    }
     let segs = segments(dir)?;
     let mut out = Recovered::default();
     for (i, (_, path)) in segs.iter().enumerate() {
@@ -139,14 +176,7 @@ pub fn recover(dir: &Path) -> Result<Recovered, WalError> {
             at += HEADER + len;
         }
         if newest && at < bytes.len() {
-            OpenOptions::new()
-                .write(true)
-                .open(path)
-                .and_then(|f| {
-                    f.set_len(at as u64)?;
-                    f.sync_all()
-                })
-                .map_err(io(path))?;
+            out.cut = Some((path.clone(), at as u64));
         }
     }
     Ok(out)
@@ -322,8 +352,10 @@ impl Writer {
         buf.clear();
         let mut sync = self.opts.fsync_always;
         for w in batch {
-            self.frame(w.kind, w.group, &w.payload, &mut buf);
-            self.note(w);
+            if w.kind != KIND_SYNC {
+                self.frame(w.kind, w.group, &w.payload, &mut buf);
+                self.note(w);
+            }
             sync |= w.force_sync;
         }
         let mut result = self.file.write_all(&buf);
@@ -468,6 +500,26 @@ impl Journal {
             done(Ok(()));
         }
         Ok(())
+    }
+}
+
+impl Journal {
+    /// Returns once every write handed over before it is on stable storage: for a graceful
+    /// shutdown, after which the run may be recorded as clean.
+    pub async fn sync(&self) -> std::io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let w = Write_ {
+            kind: KIND_SYNC,
+            group: 0,
+            payload: Vec::new(),
+            index: None,
+            force_sync: true,
+            done: Some(Box::new(move |r| drop(tx.send(r)))),
+        };
+        self.write(w)
+            .map_err(|_| std::io::Error::other("the journal thread stopped"))?;
+        rx.await
+            .map_err(|_| std::io::Error::other("the journal thread stopped"))?
     }
 }
 

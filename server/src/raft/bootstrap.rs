@@ -1,0 +1,129 @@
+//! The per-group membership bootstrap of a static cluster. A group is initialized once, by its
+//! lowest configured voter, and only when every other voter answers that it holds nothing of
+//! the group and sees no leader: one voter holding anything means the group exists, and a node
+//! that initialized it again would start a second history. A quorum is not enough, since the
+//! missing voter may be the one that holds the group. So a fresh install with a voter that
+//! never comes up stays uninitialized.
+//!
+//! A replica that holds nothing while another voter follows a leader of the group lost its log
+//! (a wiped or replaced WAL directory): it also lost its vote, so it goes behind the recovery
+//! gate. A replica that a leader reaches first simply holds the group from then on.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::Weak;
+use std::time::Duration;
+
+use openraft::BasicNode;
+
+use super::RaftEngine;
+use super::gate;
+
+/// How often the groups still empty everywhere are probed again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Probes the other voters about `pending` (the groups this replica held nothing of at start)
+/// until each is initialized, found to exist elsewhere, or replicated here.
+pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
+    let mut told_waiting = BTreeSet::new();
+    // Groups another voter holds: never initialized here, whatever later answers say.
+    let mut exists = BTreeSet::new();
+    loop {
+        let Some(e) = engine.upgrade() else {
+            return;
+        };
+        if e.stopping() {
+            return;
+        }
+        pending.retain(|g| !e.log_view(*g).holds());
+        if pending.is_empty() {
+            return;
+        }
+        let others: Vec<u64> = e
+            .peers
+            .urls
+            .keys()
+            .copied()
+            .filter(|id| *id != e.node_id)
+            .collect();
+        let lowest = e.peers.urls.keys().next() == Some(&e.node_id);
+        let asks = pending.iter().flat_map(|g| {
+            let e = &e;
+            others.iter().map(move |node| async move {
+                let answer = e.peers.probe(*node, *g).await.ok();
+                (*g, answer)
+            })
+        });
+        let mut answers: BTreeMap<u32, Vec<Option<super::network::Probe>>> = BTreeMap::new();
+        for (g, a) in futures_util::future::join_all(asks).await {
+            answers.entry(g).or_default().push(a);
+        }
+        for (g, answers) in answers {
+            if e.log_view(g).holds() {
+                pending.remove(&g);
+                continue;
+            }
+            // Only a leader seen elsewhere gates: during a fresh install the initializer
+            // holds the group before anyone leads it, and it needs the others' votes.
+            if answers.iter().flatten().any(|p| p.leader.is_some()) {
+                pending.remove(&g);
+                gate_lost_replica(&e, &engine, g);
+                continue;
+            }
+            if answers.iter().flatten().any(|p| p.holds) {
+                exists.insert(g);
+            }
+            if exists.contains(&g) {
+                continue;
+            }
+            let everyone = answers.iter().all(Option::is_some);
+            if !lowest || e.leader_of(g).is_some() {
+                continue;
+            }
+            if !everyone {
+                if told_waiting.insert(g) {
+                    tracing::info!(
+                        group = g,
+                        "waits for every voter before initializing: a voter did not answer"
+                    );
+                }
+                continue;
+            }
+            let members: BTreeMap<u64, BasicNode> = e
+                .peers
+                .urls
+                .iter()
+                .map(|(id, url)| (*id, BasicNode::new(url)))
+                .collect();
+            if let Some(raft) = e.raft(g) {
+                match raft.initialize(members).await {
+                    Ok(()) => tracing::info!(group = g, "initialized: every voter was empty"),
+                    Err(err) => {
+                        tracing::debug!(group = g, error = %err, "group already initialized")
+                    }
+                }
+            }
+            pending.remove(&g);
+        }
+        drop(e);
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Closes the gate of a group this replica lost while another voter holds it.
+fn gate_lost_replica(e: &RaftEngine, engine: &Weak<RaftEngine>, group: u32) {
+    let Some(raft) = e.raft(group) else {
+        return;
+    };
+    raft.runtime_config().elect(false);
+    match e.gates.close(group) {
+        Ok(false) => return,
+        Ok(true) => tracing::warn!(
+            group,
+            "recovery gate closed: this replica holds nothing of a group another voter holds (a wiped WAL)"
+        ),
+        // Not recorded: the gate still holds for this run, and the next start probes again.
+        Err(err) => tracing::error!(group, error = %err, "cannot record a closed recovery gate"),
+    }
+    e.spawn_on_core(group, gate::watch(engine.clone(), group));
+}

@@ -1,0 +1,420 @@
+//! The recovery gate: a replica that may have lost writes it acknowledged must not help elect
+//! a leader that lacks them. A gated replica does not campaign (openraft's `elect` is off) and
+//! grants no vote ([`super::network::serve`]), but still takes appends from a leader. It asks
+//! the group's leader for a fresh ReadIndex barrier, applies up to it and opens: from then on
+//! it holds every write the group committed, whatever its own journal lost.
+//!
+//! A group that finds no leader and applies nothing for [`STALL_AFTER`] is `stalled`: its
+//! voters may all be gated, and only an operator can accept that the unsynced tail is gone
+//! (`accept-unsynced-loss`). Closed gates are recorded in `raft-log/recovery-gates.bin` before
+//! they take effect and removed once open, so a restart keeps a gate closed.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+use std::sync::Weak;
+use std::time::Duration;
+use std::time::Instant;
+
+use super::RaftEngine;
+use super::files;
+
+/// How long a gate waits for a leader's barrier or any applied entry before it reports stalled.
+pub const STALL_AFTER: Duration = Duration::from_secs(30);
+/// How often a closed gate looks for a leader.
+const POLL: Duration = Duration::from_millis(500);
+/// How long a replica waits to apply up to a barrier before it asks for a fresh one.
+const APPLY_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateStatus {
+    Open,
+    Gated,
+    Stalled,
+}
+
+impl GateStatus {
+    /// The name `recovery_gates.gated` reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateStatus::Open => "open",
+            GateStatus::Gated => "gated",
+            GateStatus::Stalled => "stalled",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Closed {
+    stalled: bool,
+    /// Last time the replica applied something or obtained a barrier.
+    progress_at: Instant,
+    applied: Option<u64>,
+}
+
+impl Closed {
+    fn new() -> Closed {
+        Closed {
+            stalled: false,
+            progress_at: Instant::now(),
+            applied: None,
+        }
+    }
+}
+
+/// The node's closed gates, persisted in the WAL root.
+#[derive(Debug)]
+pub struct Gates {
+    root: files::Root,
+    closed: Mutex<BTreeMap<u32, Closed>>,
+}
+
+fn lock(m: &Mutex<BTreeMap<u32, Closed>>) -> MutexGuard<'_, BTreeMap<u32, Closed>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Gates {
+    /// Gates already recorded in `root` (the caller persisted `closed`).
+    pub fn new(root: files::Root, closed: &BTreeSet<u32>) -> Gates {
+        Gates {
+            root,
+            closed: Mutex::new(closed.iter().map(|g| (*g, Closed::new())).collect()),
+        }
+    }
+
+    pub fn status(&self, group: u32) -> GateStatus {
+        match lock(&self.closed).get(&group) {
+            None => GateStatus::Open,
+            Some(c) if c.stalled => GateStatus::Stalled,
+            Some(_) => GateStatus::Gated,
+        }
+    }
+
+    pub fn is_closed(&self, group: u32) -> bool {
+        lock(&self.closed).contains_key(&group)
+    }
+
+    /// Every closed gate and whether it stalled.
+    pub fn closed(&self) -> BTreeMap<u32, GateStatus> {
+        lock(&self.closed)
+            .iter()
+            .map(|(g, c)| {
+                let s = if c.stalled {
+                    GateStatus::Stalled
+                } else {
+                    GateStatus::Gated
+                };
+                (*g, s)
+            })
+            .collect()
+    }
+
+    pub fn stalled(&self) -> Vec<u32> {
+        lock(&self.closed)
+            .iter()
+            .filter(|(_, c)| c.stalled)
+            .map(|(g, _)| *g)
+            .collect()
+    }
+
+    /// Closes `group`'s gate and records it. Returns whether it was open. The gate holds for
+    /// this run even when the record fails: closed is the safe side.
+    pub fn close(&self, group: u32) -> Result<bool, files::FilesError> {
+        let mut closed = lock(&self.closed);
+        if closed.contains_key(&group) {
+            return Ok(false);
+        }
+        closed.insert(group, Closed::new());
+        let keys: BTreeSet<u32> = closed.keys().copied().collect();
+        self.root.write_gates(&keys)?;
+        Ok(true)
+    }
+
+    /// Opens `group`'s gate, recorded before it counts. Returns whether it was closed.
+    pub fn open(&self, group: u32) -> Result<bool, files::FilesError> {
+        let mut closed = lock(&self.closed);
+        if !closed.contains_key(&group) {
+            return Ok(false);
+        }
+        let keys: BTreeSet<u32> = closed.keys().copied().filter(|g| *g != group).collect();
+        self.root.write_gates(&keys)?;
+        closed.remove(&group);
+        Ok(true)
+    }
+
+    /// Counts a barrier from the leader as progress.
+    fn progressed(&self, group: u32) {
+        if let Some(c) = lock(&self.closed).get_mut(&group) {
+            c.progress_at = Instant::now();
+            c.stalled = false;
+        }
+    }
+
+    /// Notes what the replica applied; returns `true` when the gate just stalled.
+    fn observe(&self, group: u32, applied: Option<u64>) -> bool {
+        let mut closed = lock(&self.closed);
+        let Some(c) = closed.get_mut(&group) else {
+            return false;
+        };
+        if applied != c.applied {
+            c.applied = applied;
+            c.progress_at = Instant::now();
+            c.stalled = false;
+            return false;
+        }
+        let stalls = !c.stalled && c.progress_at.elapsed() >= STALL_AFTER;
+        c.stalled |= stalls;
+        stalls
+    }
+}
+
+/// Why a start closes a group's gate, from what the WAL root and the journals showed.
+#[derive(Debug)]
+pub struct Evidence<'a> {
+    pub previous: &'a files::PreviousRun,
+    /// This host's boot id now.
+    pub boot_id: Option<&'a str>,
+    /// Groups that hold anything in their journal.
+    pub held: &'a BTreeSet<u32>,
+    /// Groups of cores whose newest segment held a complete frame that failed verification.
+    pub damaged: &'a BTreeSet<u32>,
+    /// Gates recorded closed; `None` when their record is corrupt.
+    pub recorded: Option<&'a BTreeSet<u32>>,
+}
+
+/// The groups to gate, each with the reason to log.
+pub fn decide(ev: &Evidence<'_>) -> BTreeMap<u32, &'static str> {
+    use files::PreviousRun;
+    let mut out = BTreeMap::new();
+    let mut add = |groups: &BTreeSet<u32>, why: &'static str| {
+        for g in groups {
+            out.entry(*g).or_insert(why);
+        }
+    };
+    match ev.recorded {
+        Some(r) => add(r, "the gate was closed when the node last stopped"),
+        None => add(ev.held, "the record of closed gates is corrupt"),
+    }
+    add(
+        ev.damaged,
+        "a complete frame in the newest journal segment failed verification",
+    );
+    let journals_hold_records = !ev.held.is_empty();
+    match ev.previous {
+        PreviousRun::Missing if journals_hold_records => add(
+            ev.held,
+            "run-state.bin is missing while the journals hold records",
+        ),
+        PreviousRun::Corrupt if journals_hold_records => add(ev.held, "run-state.bin is corrupt"),
+        // Under `never` a process crash loses nothing (the page cache outlives the process);
+        // only a host crash, seen as another boot id, can have dropped the unsynced tail.
+        PreviousRun::Unclean {
+            boot_id,
+            fsync_always: false,
+        } if boot_id.is_none() || boot_id.as_deref() != ev.boot_id => add(
+            ev.held,
+            "the host restarted after a run under fsync = never that did not shut down cleanly",
+        ),
+        _ => {}
+    }
+    out
+}
+
+/// Watches `group`'s closed gate until it opens: through the leader's barrier, or through an
+/// operator's `accept-unsynced-loss`, after which elections resume.
+pub(super) async fn watch(engine: Weak<RaftEngine>, group: u32) {
+    loop {
+        tokio::time::sleep(POLL).await;
+        let Some(e) = engine.upgrade() else {
+            return;
+        };
+        let Some(raft) = e.raft(group).cloned() else {
+            return;
+        };
+        if e.stopping() {
+            return;
+        }
+        if !e.gates.is_closed(group) {
+            raft.runtime_config().elect(true);
+            return;
+        }
+        let m = raft.metrics().borrow().clone();
+        if let Some(leader) = m.current_leader.filter(|l| *l != e.node_id) {
+            match e.peers.barrier(leader, group).await {
+                Ok(Ok(index)) => {
+                    e.gates.progressed(group);
+                    let applied = match index {
+                        None => true,
+                        Some(i) => raft
+                            .wait(Some(APPLY_WAIT))
+                            .applied_index_at_least(Some(i), "recovery barrier")
+                            .await
+                            .is_ok(),
+                    };
+                    if applied {
+                        match e.gates.open(group) {
+                            Ok(_) => {
+                                raft.runtime_config().elect(true);
+                                tracing::info!(
+                                    group,
+                                    leader,
+                                    barrier = index,
+                                    "recovery gate opened: applied the leader's barrier"
+                                );
+                                return;
+                            }
+                            Err(err) => {
+                                tracing::error!(group, error = %err, "cannot record an open recovery gate")
+                            }
+                        }
+                    }
+                }
+                Ok(Err(why)) => tracing::debug!(group, leader, %why, "no recovery barrier"),
+                Err(err) => tracing::debug!(group, leader, error = %err, "no recovery barrier"),
+            }
+        }
+        let applied = raft.metrics().borrow().last_applied.map(|l| l.index);
+        if e.gates.observe(group, applied) {
+            tracing::error!(
+                group,
+                "recovery gate stalled: no leader barrier and nothing applied for 30s; writes acknowledged after the last fsync may be lost, and only POST /__ursula/raft/{group}/recovery/accept-unsynced-loss on the voters with the most up-to-date logs can open it"
+            );
+        }
+    }
+}
+
+/// What `accept-unsynced-loss` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    GateOpened,
+    AlreadyOpen,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    #[error("this node does not host group {0}")]
+    NoGroup(u32),
+    #[error(
+        "the recovery gate of group {0} is closed but not stalled: it may still open through a leader's barrier without losing anything; wait for recovery_stalled"
+    )]
+    NotStalled(u32),
+    #[error(
+        "group {group} moved since it was observed: it now has last_log_index {last_log_index:?} and current_term {current_term}; read /__ursula/metrics again and decide again"
+    )]
+    Moved {
+        group: u32,
+        last_log_index: Option<u64>,
+        current_term: u64,
+    },
+    #[error("cannot record the open gate: {0}")]
+    Persist(#[from] files::FilesError),
+}
+
+impl RaftEngine {
+    /// Opens a stalled gate on an operator's word that the unsynced tail is gone, if the
+    /// replica still holds the log the operator saw.
+    /// Answers what it did and the log it found: once open the group may elect this replica
+    /// and its log moves on at once.
+    pub fn accept_unsynced_loss(
+        &self,
+        group: u32,
+        expected_last_log_index: Option<u64>,
+        expected_current_term: u64,
+    ) -> Result<(Accepted, super::GroupView), AcceptError> {
+        let raft = self.raft(group).ok_or(AcceptError::NoGroup(group))?;
+        let view = self.group_view(group).ok_or(AcceptError::NoGroup(group))?;
+        match self.gates.status(group) {
+            GateStatus::Open => return Ok((Accepted::AlreadyOpen, view)),
+            GateStatus::Gated => return Err(AcceptError::NotStalled(group)),
+            GateStatus::Stalled => {}
+        }
+        if (view.last_log_index, view.current_term)
+            != (expected_last_log_index, expected_current_term)
+        {
+            return Err(AcceptError::Moved {
+                group,
+                last_log_index: view.last_log_index,
+                current_term: view.current_term,
+            });
+        }
+        if !self.gates.open(group)? {
+            return Ok((Accepted::AlreadyOpen, view));
+        }
+        raft.runtime_config().elect(true);
+        tracing::warn!(
+            group,
+            last_log_index = ?view.last_log_index,
+            current_term = view.current_term,
+            "recovery gate opened by accept-unsynced-loss"
+        );
+        Ok((Accepted::GateOpened, view))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use files::PreviousRun;
+
+    fn gated(previous: PreviousRun, boot: Option<&str>, held: &[u32]) -> Vec<u32> {
+        let held: BTreeSet<u32> = held.iter().copied().collect();
+        let none = BTreeSet::new();
+        decide(&Evidence {
+            previous: &previous,
+            boot_id: boot,
+            held: &held,
+            damaged: &none,
+            recorded: Some(&none),
+        })
+        .into_keys()
+        .collect()
+    }
+
+    #[test]
+    fn only_a_host_crash_under_never_or_a_lost_run_state_gates_the_groups_held() {
+        let unclean = |boot: &str, always| PreviousRun::Unclean {
+            boot_id: Some(boot.into()),
+            fsync_always: always,
+        };
+        assert_eq!(
+            gated(PreviousRun::Clean, Some("a"), &[0, 1]),
+            Vec::<u32>::new()
+        );
+        assert_eq!(
+            gated(unclean("a", false), Some("a"), &[0, 1]),
+            Vec::<u32>::new()
+        );
+        assert_eq!(gated(unclean("a", false), Some("b"), &[0, 1]), vec![0, 1]);
+        assert_eq!(
+            gated(unclean("a", true), Some("b"), &[0, 1]),
+            Vec::<u32>::new()
+        );
+        assert_eq!(gated(PreviousRun::Missing, Some("a"), &[2]), vec![2]);
+        assert_eq!(
+            gated(PreviousRun::Missing, Some("a"), &[]),
+            Vec::<u32>::new()
+        );
+    }
+
+    #[test]
+    fn a_gate_stalls_without_progress_and_unstalls_when_something_applies() {
+        let dir = std::env::temp_dir().join(format!("ursula-gate-{}", std::process::id()));
+        let root = files::Root::new(&dir);
+        std::fs::create_dir_all(&root.log_dir).expect("dir");
+        let gates = Gates::new(root.clone(), &BTreeSet::from([4]));
+        assert_eq!(gates.status(4), GateStatus::Gated);
+        if let Some(c) = lock(&gates.closed).get_mut(&4) {
+            c.progress_at = Instant::now()
+                .checked_sub(STALL_AFTER)
+                .expect("uptime past 30s");
+        }
+        assert!(gates.observe(4, None));
+        assert_eq!(gates.stalled(), vec![4]);
+        assert!(!gates.observe(4, Some(9)));
+        assert_eq!(gates.status(4), GateStatus::Gated);
+        assert!(gates.open(4).expect("open"));
+        assert_eq!(root.read_gates().expect("read"), Ok(BTreeSet::new()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
