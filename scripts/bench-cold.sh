@@ -13,7 +13,8 @@ weed=$(scripts/install-s3.sh)
 mib=${BENCH_MIB:-128}
 work=$(mktemp -d)
 pids=()
-stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
+# Servers are started inside command substitutions (subshells), so their pids go to a file.
+stop_all() { for p in "${pids[@]}" $(cat "$work/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
 trap 'stop_all; rm -rf "$work"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
@@ -49,7 +50,7 @@ secret_access_key = "bench-secret"
 server_side_encryption = "none"
 TOML
   "$bin" server --config "$work/$1.toml" --listen "127.0.0.1:$np" >"$work/$1.log" 2>&1 &
-  pids+=($!)
+  echo $! >>"$work/pids"
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$np/__ursula/ready" >/dev/null && break; sleep 0.1; done
   echo "http://127.0.0.1:$np"
 }

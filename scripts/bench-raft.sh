@@ -5,9 +5,11 @@
 # Replaces the "Raft engine" section of docs/benchmarks.md.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
-cargo build --release -p ursula -p ursula-bench >&2
-bin=target/release/ursula
-bench=target/release/ursula-bench
+# PROFILE=ci reuses the CI build (release optimizations with debug assertions).
+profile=${PROFILE:-release}
+cargo build --profile "$profile" -p ursula -p ursula-bench >&2
+bin=target/$profile/ursula
+bench=target/$profile/ursula-bench
 work=$(mktemp -d)
 pids=()
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
@@ -60,7 +62,7 @@ PY
 echo "$table"
 section="## Raft engine
 
-\`scripts/bench-raft.sh\`, $(date -u '+%Y-%m-%d %H:%M UTC'), ursula $(git rev-parse --short HEAD), release build, $(nproc) cores; the same
+\`scripts/bench-raft.sh\`, $(date -u '+%Y-%m-%d %H:%M UTC'), ursula $(git rev-parse --short HEAD), $profile build, $(nproc) cores; the same
 \`ursula-bench\` load (${BENCH_SECONDS:-4} s per scenario, one round) against each server in turn. The cluster's three
 nodes and the client share the machine's two cores. Latencies in ms.
 

@@ -3,11 +3,11 @@
 //! store going away (writes until ColdBackpressure, cold reads 503, then recovery), a follower
 //! serving ranges its leader flushed, a restart with cold chunks, and garbage collection.
 
-mod support;
+mod raft_common;
 
 use std::path::Path;
 
-use support::*;
+use raft_common::*;
 use ursula_cold::testing::ACCESS_KEY_ID;
 use ursula_cold::testing::BUCKET;
 use ursula_cold::testing::SECRET_ACCESS_KEY;
@@ -30,7 +30,7 @@ fn start_node(dir: &Path, toml: &str, env: Vec<(String, String)>) -> Proc {
     let path = dir.join("node.toml");
     std::fs::write(&path, toml).expect("toml");
     let port = free_port();
-    Proc::start(
+    Proc::start_with_env(
         port,
         vec![
             "server".into(),
@@ -87,7 +87,7 @@ fn body(i: usize) -> Vec<u8> {
 #[tokio::test]
 async fn flushed_bytes_read_back_identical_at_every_offset_split() {
     let weed = SeaweedFs::start().await;
-    let dir = temp_dir("cold-splits");
+    let dir = tempfile_dir("cold-splits");
     let node = start_node(&dir, &cold_toml(&weed, "splits", ""), vec![]);
     let base = node.base();
     create(&base, "/cold/s");
@@ -126,7 +126,7 @@ async fn flushed_bytes_read_back_identical_at_every_offset_split() {
 #[tokio::test]
 async fn reads_while_flushes_are_in_flight_always_see_a_prefix_of_the_stream() {
     let weed = SeaweedFs::start().await;
-    let dir = temp_dir("cold-inflight");
+    let dir = tempfile_dir("cold-inflight");
     let node = start_node(&dir, &cold_toml(&weed, "inflight", ""), vec![]);
     let base = node.base();
     create(&base, "/cold/live");
@@ -164,7 +164,7 @@ async fn reads_while_flushes_are_in_flight_always_see_a_prefix_of_the_stream() {
 #[tokio::test]
 async fn without_the_object_store_writes_commit_until_cold_backpressure_and_cold_reads_recover() {
     let mut weed = SeaweedFs::start().await;
-    let dir = temp_dir("cold-outage");
+    let dir = tempfile_dir("cold-outage");
     let toml = cold_toml(&weed, "outage", "max_hot_size_per_group = 2048");
     let node = start_node(&dir, &toml, vec![]);
     let base = node.base();
@@ -224,7 +224,7 @@ async fn without_the_object_store_writes_commit_until_cold_backpressure_and_cold
 #[tokio::test]
 async fn a_durable_node_restarted_after_sigkill_serves_its_cold_chunks() {
     let weed = SeaweedFs::start().await;
-    let dir = temp_dir("cold-restart");
+    let dir = tempfile_dir("cold-restart");
     let wal = dir.join("wal");
     let toml = format!(
         "[raft.wal]\npath = \"{}\"\n{}",
@@ -258,7 +258,7 @@ async fn a_durable_node_restarted_after_sigkill_serves_its_cold_chunks() {
 #[tokio::test]
 async fn a_deleted_stream_and_retention_release_their_cold_objects_after_the_grace() {
     let weed = SeaweedFs::start().await;
-    let dir = temp_dir("cold-gc");
+    let dir = tempfile_dir("cold-gc");
     let env = vec![("URSULA_TEST_COLD_GC_GRACE_MS".to_owned(), "300".to_owned())];
     let node = start_node(&dir, &cold_toml(&weed, "gc", ""), env);
     let base = node.base();
@@ -317,7 +317,7 @@ async fn a_deleted_stream_and_retention_release_their_cold_objects_after_the_gra
 #[tokio::test]
 async fn a_follower_serves_cold_ranges_its_leader_flushed() {
     let weed = SeaweedFs::start().await;
-    let dir = temp_dir("cold-cluster");
+    let dir = tempfile_dir("cold-cluster");
     let ports = [free_port(), free_port(), free_port()];
     let mut nodes = Vec::new();
     for (i, port) in ports.iter().enumerate() {
@@ -336,7 +336,7 @@ async fn a_follower_serves_cold_ranges_its_leader_flushed() {
         t.push_str(&cold_toml(&weed, "cluster", ""));
         let path = node_dir.join("node.toml");
         std::fs::write(&path, t).expect("toml");
-        nodes.push(Proc::start(
+        nodes.push(Proc::start_with_env(
             *port,
             vec![
                 "server".into(),
@@ -404,4 +404,65 @@ async fn a_follower_serves_cold_ranges_its_leader_flushed() {
         follower_reads += 1;
     }
     assert_eq!(follower_reads, 2);
+}
+
+#[tokio::test]
+async fn a_large_snapshot_body_lives_in_the_cold_tier_and_reads_back_whole() {
+    let weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("cold-snapshot");
+    let env = vec![("URSULA_TEST_COLD_GC_GRACE_MS".to_owned(), "300".to_owned())];
+    let node = start_node(&dir, &cold_toml(&weed, "snap", ""), env);
+    let base = node.base();
+    let store = weed.store("snap");
+    create(&base, "/snaps/s");
+    assert_eq!(append(&base, "/snaps/s", b"one"), 204);
+    assert_eq!(append(&base, "/snaps/s", b"two"), 204);
+    // 2 MiB: over the 1 MiB external-payload threshold, so only a reference is replicated.
+    let big: Vec<u8> = (0..2u32 << 20).map(|i| (i % 251) as u8).collect();
+    let url = format!("{base}/snaps/s/snapshot/{:020}", 3);
+    let (status, hs, _) = send_url("PUT", &url, &[OCTET], &big).expect("publish");
+    assert_eq!(status, 204);
+    let digest = hs.get("stream-snapshot-digest").cloned().expect("digest");
+    let staged = store.list("snaps/snap").await.expect("list");
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    // Retrying the same publish answers the same digest and leaves one live body.
+    let (status, hs, _) = send_url("PUT", &url, &[OCTET], &big).expect("retry");
+    assert_eq!(status, 204);
+    assert_eq!(hs.get("stream-snapshot-digest"), Some(&digest));
+
+    let (status, hs, got) = send_url("GET", &url, &[], b"").expect("read snapshot");
+    assert_eq!(status, 200);
+    assert_eq!(hs.get("stream-snapshot-digest"), Some(&digest));
+    assert!(got == big, "the snapshot body read back differs");
+    let (status, _, boot) =
+        send_url("GET", &format!("{base}/snaps/s/bootstrap"), &[], b"").expect("bootstrap");
+    assert_eq!(status, 200);
+    assert!(
+        boot.windows(big.len()).any(|w| w == big.as_slice()),
+        "bootstrap did not carry the cold snapshot body"
+    );
+    // A different body at the same offset is refused, and its staged copy is deleted.
+    let mut other = big.clone();
+    other[0] ^= 1;
+    let (status, _, _) = send_url("PUT", &url, &[OCTET], &other).expect("conflict");
+    assert_eq!(status, 409);
+    // A newer snapshot supersedes the body; after the grace only the newer one's object is left.
+    let url6 = format!("{base}/snaps/s/snapshot/{:020}", 6);
+    let (status, _, _) = send_url("PUT", &url6, &[OCTET], &big).expect("publish 6");
+    assert_eq!(status, 204);
+    let start = std::time::Instant::now();
+    loop {
+        let now = store.list("snaps/snap").await.expect("list");
+        if now.len() == 1 && !now.contains(&staged[0]) {
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "superseded or refused bodies stayed: {now:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (status, _, got) = send_url("GET", &url6, &[], b"").expect("read 6");
+    assert_eq!(status, 200);
+    assert!(got == big);
 }

@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use bytes::Bytes;
 use bytes::BytesMut;
@@ -272,6 +271,3 @@ async fn upload_and_commit(
         }
     }
 }
-
-/// How long a forced flush (the admin route) waits for the group's lock-free passes.
-pub const FORCE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -320,7 +320,12 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
             return Ok(preflight(&headers, "GET, PUT, OPTIONS"));
         }
         (Route::Snapshot(sp, off), &Method::PUT) => {
-            let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Unmarked).await?;
+            let limit = if st.cold.is_some() {
+                write::COLD_SNAPSHOT_MAX
+            } else {
+                MAX_BODY_BYTES
+            };
+            let body = read_body(&headers, body, limit, Marking::Unmarked).await?;
             write::publish_snapshot(st, &sp, &off, &headers, body).await?
         }
         (Route::Snapshot(sp, off), &Method::GET) => {

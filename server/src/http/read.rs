@@ -215,6 +215,27 @@ pub async fn fill_cold(
     Ok(())
 }
 
+/// A snapshot body that lives in the cold tier, read whole.
+async fn cold_body(st: &AppState, object: &std::sync::Arc<str>) -> Result<Bytes, ApiError> {
+    let Some(tier) = &st.cold else {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the snapshot body is in the cold tier but this node has no storage.cold backend",
+        ));
+    };
+    tier.store.get(object).await.map_err(|e| match e {
+        ursula_cold::ColdError::Unavailable { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the cold tier is unavailable: {e}"),
+        )
+        .header(header::RETRY_AFTER, "1"),
+        other => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read the snapshot body from the cold tier: {other}"),
+        ),
+    })
+}
+
 /// Cuts cold-assembled bootstrap updates by the rules the hot path applies: everything when it
 /// fits, else up to the last JSON message boundary within `max` (at least one message), and
 /// for a binary stream nothing.
@@ -389,6 +410,10 @@ pub async fn read_snapshot(
         .await
         .map_err(crate::engine::EngineError::from)??;
     renew_if_due(st, sp, v.renew_due);
+    let mut v = v;
+    if let Some(object) = v.cold.take() {
+        v.body = cold_body(st, &object).await?;
+    }
     Ok(Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, &v.content_type)
         .offset(h::STREAM_SNAPSHOT_OFFSET, v.offset)
@@ -422,6 +447,9 @@ pub async fn bootstrap(
         .map_err(crate::engine::EngineError::from)??;
     renew_if_due(st, sp, v.renew_due);
     let mut v = v;
+    if let (Some(object), Some(snap)) = (v.snapshot_cold.take(), v.snapshot.as_mut()) {
+        snap.2 = cold_body(st, &object).await?;
+    }
     if !v.cold.is_empty() {
         fill_cold(st, &mut v.cold, &mut v.updates).await?;
         v.updates = cut_updates(

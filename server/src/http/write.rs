@@ -215,15 +215,62 @@ pub async fn publish_snapshot(
     let ctype =
         request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
     let incarnation = request::incarnation(headers)?;
+    // With a cold tier, a large body is staged as an object first and only its reference is
+    // replicated (the spec: bodies of at least runtime.external_payload_min_size).
+    let (body, cold) = match &st.cold {
+        Some(tier) if body.len() as u64 >= EXTERNAL_PAYLOAD_MIN => {
+            let bucket = sp.key.split('/').next().unwrap_or_default();
+            let object: std::sync::Arc<str> = format!(
+                "{bucket}/snap/{:013}-{:016x}",
+                crate::runtime::now_ms(),
+                rand::random::<u64>()
+            )
+            .into();
+            let digest = crate::stream::machine::snapshot_digest(&ctype, &body);
+            let len = body.len() as u64;
+            tier.store.put(&object, body).await.map_err(|e| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("cannot stage the snapshot body in the cold tier: {e}"),
+                )
+                .header(header::RETRY_AFTER, "1")
+            })?;
+            (
+                Bytes::new(),
+                Some(crate::stream::ColdBody {
+                    object,
+                    len,
+                    digest,
+                }),
+            )
+        }
+        _ => (body, None),
+    };
+    let staged = cold.as_ref().map(|c| c.object.clone());
     let cmd = Command::PublishSnapshot(PublishSnapshot {
         key: sp.key.clone(),
         offset,
         content_type: ctype,
         body,
         incarnation,
+        cold,
     });
     let group = st.rt.group_of(&sp.key);
-    match unmarked(st.engine.propose(group, cmd).await)?? {
+    let result = st.engine.propose(group, cmd).await;
+    // Nothing references a staged body the publish did not apply: delete it now.
+    let not_applied = matches!(
+        result,
+        Ok(Err(_)) | Err(EngineError::NotLeader { .. } | EngineError::Backpressure(_))
+    );
+    if let (true, Some(object), Some(tier)) = (not_applied, staged, &st.cold) {
+        let store = tier.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.delete(&object).await {
+                tracing::warn!(object = %object, error = %e, "cannot delete an unpublished snapshot body");
+            }
+        });
+    }
+    match unmarked(result)?? {
         Applied::SnapshotPublished {
             incarnation,
             offset,
@@ -237,6 +284,12 @@ pub async fn publish_snapshot(
         other => Err(unexpected(other)),
     }
 }
+
+/// `runtime.external_payload_min_size`'s default: snapshot bodies this large go to the cold
+/// tier when there is one.
+pub const EXTERNAL_PAYLOAD_MIN: u64 = 1 << 20;
+/// The largest snapshot body a node with a cold tier takes (the spec: up to 1 GiB).
+pub const COLD_SNAPSHOT_MAX: u64 = 1 << 30;
 
 pub async fn retain(
     st: &AppState,

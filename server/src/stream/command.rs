@@ -72,8 +72,20 @@ pub struct PublishSnapshot {
     pub key: String,
     pub offset: u64,
     pub content_type: String,
+    /// Empty when the body was staged in the cold tier (`cold`).
     pub body: Bytes,
     pub incarnation: Option<u64>,
+    #[serde(default)]
+    pub cold: Option<ColdBody>,
+}
+
+/// A snapshot body uploaded to the cold tier before the publish was proposed: the replicated
+/// state keeps only the reference, its size and its digest (computed by the node that staged it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ColdBody {
+    pub object: std::sync::Arc<str>,
+    pub len: u64,
+    pub digest: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -19,8 +19,22 @@ use super::producer::Verdict;
 pub struct Snapshot {
     pub offset: u64,
     pub content_type: String,
+    /// Empty when the body lives in the cold tier (`cold`).
     pub body: Bytes,
     pub digest: String,
+    #[serde(default)]
+    pub cold: Option<Arc<str>>,
+}
+
+impl Stream {
+    /// Every cold object this stream references: its chunks and a cold snapshot body.
+    fn objects(&self) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = self.data.objects().cloned().collect();
+        if let Some(o) = self.snapshot.as_ref().and_then(|s| s.cold.clone()) {
+            out.push(o);
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -154,7 +168,7 @@ impl GroupState {
                 check_incarnation(s, incarnation)?;
                 if let Some(gone) = self.streams.remove(key.as_str()) {
                     self.hot -= gone.data.hot_len();
-                    let objects: Vec<_> = gone.data.objects().cloned().collect();
+                    let objects = gone.objects();
                     self.release(objects, now_ms);
                 }
                 Ok(Applied::Deleted)
@@ -187,7 +201,7 @@ impl GroupState {
                 for k in expired {
                     if let Some(gone) = self.streams.remove(&k) {
                         self.hot -= gone.data.hot_len();
-                        let objects: Vec<_> = gone.data.objects().cloned().collect();
+                        let objects = gone.objects();
                         self.release(objects, now_ms);
                     }
                 }
@@ -277,7 +291,7 @@ impl GroupState {
         // An expired stream at this key is replaced by the new incarnation.
         if let Some(old) = self.streams.insert(c.key.into(), stream) {
             self.hot -= old.data.hot_len();
-            let objects: Vec<_> = old.data.objects().cloned().collect();
+            let objects = old.objects();
             self.release(objects, now_ms);
         }
         Ok(Applied::Created { meta, fresh: true })
@@ -409,18 +423,26 @@ impl GroupState {
         if p.offset > s.tail() {
             return Err(Refusal::SnapshotBeyondTail);
         }
-        let digest = snapshot_digest(&p.content_type, &p.body);
+        let digest = match &p.cold {
+            Some(c) => c.digest.clone(),
+            None => snapshot_digest(&p.content_type, &p.body),
+        };
         if let Some(existing) = &s.snapshot {
             if existing.offset == p.offset {
                 if existing.digest != digest {
                     return Err(Refusal::SnapshotDiffers);
                 }
-                return Ok(Applied::SnapshotPublished {
+                let applied = Applied::SnapshotPublished {
                     incarnation: s.incarnation,
                     offset: p.offset,
                     digest,
                     tail: s.tail(),
-                });
+                };
+                // A retried publish staged its body again; the first copy stays.
+                if let Some(c) = p.cold {
+                    self.release(vec![c.object], now_ms);
+                }
+                return Ok(applied);
             }
             if existing.offset > p.offset {
                 return Err(Refusal::SnapshotStale);
@@ -429,18 +451,24 @@ impl GroupState {
         if !s.is_boundary(p.offset)? {
             return Err(Refusal::NotMessageBoundary);
         }
-        s.snapshot = Some(Box::new(Snapshot {
+        let replaced = s.snapshot.replace(Box::new(Snapshot {
             offset: p.offset,
             content_type: p.content_type,
             body: p.body,
             digest: digest.clone(),
+            cold: p.cold.map(|c| c.object),
         }));
-        Ok(Applied::SnapshotPublished {
+        let applied = Applied::SnapshotPublished {
             incarnation: s.incarnation,
             offset: p.offset,
             digest,
             tail: s.tail(),
-        })
+        };
+        // A superseded cold body goes after the grace, so a read that started before completes.
+        if let Some(old) = replaced.and_then(|o| o.cold) {
+            self.release(vec![old], now_ms);
+        }
+        Ok(applied)
     }
 
     fn retain(

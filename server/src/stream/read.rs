@@ -57,6 +57,8 @@ pub struct SnapshotView {
     pub content_type: String,
     pub digest: String,
     pub body: Bytes,
+    /// The body's object when it lives in the cold tier (then `body` is empty).
+    pub cold: Option<std::sync::Arc<str>>,
     pub tail: u64,
     pub renew_due: bool,
 }
@@ -68,6 +70,8 @@ pub struct BootstrapView {
     pub json: bool,
     /// Offset, content type and body of the latest snapshot.
     pub snapshot: Option<(u64, String, Bytes)>,
+    /// The snapshot body's object when it lives in the cold tier (then its body is empty).
+    pub snapshot_cold: Option<std::sync::Arc<str>>,
     /// Where updates start: the snapshot offset, else the retained offset.
     pub start: u64,
     /// Object ranges to fetch before `updates`, as in [`ReadView::cold`]. When set, `updates`
@@ -194,6 +198,7 @@ impl GroupState {
             content_type: snap.content_type.clone(),
             digest: snap.digest.clone(),
             body: snap.body.clone(),
+            cold: snap.cold.clone(),
             tail: s.tail(),
             renew_due: renew_due(s, now_ms),
         })
@@ -233,6 +238,7 @@ impl GroupState {
                     .snapshot
                     .as_ref()
                     .map(|snap| (snap.offset, snap.content_type.clone(), snap.body.clone())),
+                snapshot_cold: s.snapshot.as_ref().and_then(|snap| snap.cold.clone()),
                 start,
                 cold: plan.cold,
                 max,
@@ -271,6 +277,7 @@ impl GroupState {
                 .snapshot
                 .as_ref()
                 .map(|snap| (snap.offset, snap.content_type.clone(), snap.body.clone())),
+            snapshot_cold: s.snapshot.as_ref().and_then(|snap| snap.cold.clone()),
             start,
             cold: Vec::new(),
             max,

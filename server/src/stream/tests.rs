@@ -186,6 +186,7 @@ fn reads_ask_for_renewal_at_most_once_per_quarter_of_the_ttl() {
             content_type: "application/octet-stream".into(),
             body: Bytes::from_static(b"s"),
             incarnation: None,
+            cold: None,
         }),
         40 * SEC,
     )

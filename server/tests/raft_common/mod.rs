@@ -49,15 +49,27 @@ pub struct Proc {
     pub child: Option<Child>,
     pub port: u16,
     pub args: Vec<String>,
+    /// Extra environment of the process.
+    pub env: Vec<(String, String)>,
     pub log: PathBuf,
 }
 
 impl Proc {
     pub fn start(port: u16, args: Vec<String>, log: PathBuf) -> Proc {
+        Proc::start_with_env(port, args, Vec::new(), log)
+    }
+
+    pub fn start_with_env(
+        port: u16,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+    ) -> Proc {
         let mut p = Proc {
             child: None,
             port,
             args,
+            env,
             log,
         };
         p.spawn();
@@ -73,6 +85,7 @@ impl Proc {
         let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
             .args(&self.args)
             .env("RUST_LOG", RUST_LOG)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -92,6 +105,10 @@ impl Proc {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn base(&self) -> String {
+        self.url("")
     }
 
     pub fn log_text(&self) -> String {
@@ -268,6 +285,8 @@ pub fn start_cluster_node(dir: &Path, ports: &[u16], i: usize) -> Proc {
     )
 }
 
+pub type Answer = (u16, BTreeMap<String, String>, Vec<u8>);
+
 /// Sends a request to `base`, following 307s to the leader by hand (at most a few hops).
 pub fn send(
     bases: &[String],
@@ -276,12 +295,19 @@ pub fn send(
     path: &str,
     headers: &[(&str, String)],
     body: &[u8],
-) -> Option<(u16, BTreeMap<String, String>, Vec<u8>)> {
-    let mut url = format!("{}{path}", bases[start % bases.len()]);
+) -> Option<Answer> {
+    let url = format!("{}{path}", bases[start % bases.len()]);
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    send_url(method, &url, &headers, body)
+}
+
+/// Sends a request to `url`, following 307s by hand (at most a few hops).
+pub fn send_url(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<Answer> {
+    let mut url = url.to_owned();
     for _ in 0..4 {
         let mut req = ureq::http::Request::builder().method(method).uri(&url);
         for (k, v) in headers {
-            req = req.header(*k, v);
+            req = req.header(*k, *v);
         }
         let mut resp = agent().run(req.body(body.to_vec()).ok()?).ok()?;
         let status = resp.status().as_u16();
@@ -303,6 +329,26 @@ pub fn send(
         return Some((status, hs, bytes));
     }
     None
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, or panics with `what` after `secs`.
+pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The node's metrics as JSON.
+pub fn metrics(base: &str) -> serde_json::Value {
+    let (status, _, body) =
+        send_url("GET", &format!("{base}/__ursula/metrics"), &[], b"").expect("metrics");
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).expect("metrics json")
 }
 
 /// Creates `path` through any node, retrying until a leader takes it.
