@@ -3,7 +3,7 @@
 # SeaweedFS. One stream is written and flushed whole to the object store ("cold"), another is
 # written on a node whose flush threshold it never reaches ("hot"); then both are read from
 # offset 0 to the tail by sequential catch-up GETs (8 MiB each, the read cap), three rounds.
-# Replaces the "Cold tier" section of docs/benchmarks.md. PROFILE=ci reuses the CI build.
+# Prints the table of the "Cold tier" section of docs/benchmarks.md. PROFILE=ci reuses the CI build.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 profile=${PROFILE:-release}
