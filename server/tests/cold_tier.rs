@@ -466,3 +466,59 @@ async fn a_large_snapshot_body_lives_in_the_cold_tier_and_reads_back_whole() {
     assert_eq!(status, 200);
     assert!(got == big);
 }
+
+#[tokio::test]
+async fn long_polls_and_sse_that_start_in_the_cold_part_deliver_it_then_follow_the_tail() {
+    use std::io::Read;
+    let weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("cold-live");
+    let node = start_node(&dir, &cold_toml(&weed, "live", ""), vec![]);
+    let base = node.base();
+    let text = [("content-type", "text/plain")];
+    let (status, _, _) = send_url("PUT", &format!("{base}/live/t"), &text, b"").expect("create");
+    assert_eq!(status, 201);
+    let mut expected = String::new();
+    for i in 0..8 {
+        let part = format!("part-{i};");
+        let (status, _, _) =
+            send_url("POST", &format!("{base}/live/t"), &text, part.as_bytes()).expect("append");
+        assert_eq!(status, 204);
+        expected.push_str(&part);
+    }
+    wait_all_cold(&base, "/live/t");
+    let before = metrics(&base)["cold_reads"].as_u64().unwrap_or(0);
+
+    let url = format!(
+        "{base}/live/t?offset={:020}&live=long-poll&timeout_ms=2000",
+        0
+    );
+    let (status, _, body) = send_url("GET", &url, &[], b"").expect("long-poll");
+    assert_eq!(status, 200);
+    assert_eq!(String::from_utf8_lossy(&body), expected);
+
+    let resp = agent()
+        .get(format!("{base}/live/t?offset={:020}&live=sse", 0))
+        .call()
+        .expect("SSE");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut reader = resp.into_body().into_reader();
+    let mut events = String::new();
+    let mut buf = [0u8; 4096];
+    while !events.contains("event: control") || !events.ends_with("\n\n") {
+        let n = reader.read(&mut buf).expect("SSE read");
+        assert!(n > 0, "the SSE stream ended early: {events:?}");
+        events.push_str(std::str::from_utf8(&buf[..n]).expect("SSE is UTF-8"));
+    }
+    let data: String = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter(|l| !l.starts_with('{'))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect();
+    assert_eq!(data, expected, "{events}");
+    let after = metrics(&base)["cold_reads"].as_u64().unwrap_or(0);
+    assert!(
+        after >= before + 2,
+        "the live reads did not read the cold tier: {before} -> {after}"
+    );
+}
