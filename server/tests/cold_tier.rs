@@ -522,3 +522,66 @@ async fn long_polls_and_sse_that_start_in_the_cold_part_deliver_it_then_follow_t
         "the live reads did not read the cold tier: {before} -> {after}"
     );
 }
+
+#[tokio::test]
+async fn the_admin_flush_cold_route_flushes_one_stream_now_and_needs_the_process_incarnation() {
+    let weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("cold-admin-flush");
+    // Thresholds the test never reaches, and no age flush: only the route moves bytes.
+    let toml = cold_toml(&weed, "adminflush", "").replace(
+        "flush_size = 1\n",
+        "flush_size = \"1GiB\"\nflush_max_hot_age = \"0s\"\n",
+    );
+    let node = start_node(&dir, &toml, vec![]);
+    let base = node.base();
+    create(&base, "/admin/f");
+    create(&base, "/admin/other");
+    assert_eq!(append(&base, "/admin/f", b"flush me;"), 204);
+    assert_eq!(append(&base, "/admin/other", b"stay hot;"), 204);
+    let route = format!("{base}/__ursula/flush-cold/admin/f");
+    let (status, _, _) = send_url("POST", &route, &[], b"").expect("no header");
+    assert_eq!(status, 428);
+    let (status, _, _) = send_url(
+        "POST",
+        &route,
+        &[("x-ursula-process-incarnation", "0000000000000000")],
+        b"",
+    )
+    .expect("stale header");
+    assert_eq!(status, 412);
+    assert_eq!(head(&base, "/admin/f"), (0, 9), "a refused call flushed");
+    let incarnation = metrics(&base)["process_incarnation"]
+        .as_str()
+        .expect("process_incarnation")
+        .to_owned();
+    let (status, _, body) = send_url(
+        "POST",
+        &route,
+        &[("x-ursula-process-incarnation", incarnation.as_str())],
+        b"",
+    )
+    .expect("flush");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let answer: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(answer["flushed_bytes"], 9);
+    assert_eq!(answer["cold_hot_start_offset"], 9);
+    assert_eq!(head(&base, "/admin/f"), (9, 9));
+    assert_eq!(
+        head(&base, "/admin/other"),
+        (0, 9),
+        "only the named stream flushes"
+    );
+    assert_eq!(
+        read_from(&base, "/admin/f", 0),
+        (200, b"flush me;".to_vec())
+    );
+    let missing = format!("{base}/__ursula/flush-cold/admin/nope");
+    let (status, _, _) = send_url(
+        "POST",
+        &missing,
+        &[("x-ursula-process-incarnation", incarnation.as_str())],
+        b"",
+    )
+    .expect("missing");
+    assert_eq!(status, 404);
+}

@@ -96,6 +96,67 @@ pub async fn flush_group(
     group: GroupId,
     force: bool,
 ) -> u64 {
+    flush_streams(rt, engine, tier, uploads, group, force, None).await
+}
+
+/// `POST /__ursula/flush-cold/{bucket}/{stream}`: flushes every hot byte of one stream now,
+/// whatever the thresholds, and answers what moved and where the hot ring starts.
+pub async fn flush_stream(
+    st: &crate::http::AppState,
+    key: &str,
+) -> Result<crate::http::reply::Reply, crate::http::reply::ApiError> {
+    use axum::http::StatusCode;
+    let Some(tier) = &st.cold else {
+        return Err(crate::http::reply::ApiError::new(
+            StatusCode::CONFLICT,
+            "this node has no storage.cold backend: there is nothing to flush to",
+        ));
+    };
+    let group = st.rt.group_of(key);
+    let exists = st
+        .rt
+        .with_group_now(group, |g| g.state.get(key, now_ms()).is_some())
+        .unwrap_or(false);
+    if !exists {
+        return Err(crate::http::reply::ApiError::not_found());
+    }
+    let uploads = tokio::sync::Semaphore::new(tier.settings.flush_max_concurrency);
+    let moved = flush_streams(
+        &st.rt,
+        st.engine.as_ref(),
+        tier,
+        &uploads,
+        group,
+        true,
+        Some(key),
+    )
+    .await;
+    let hot_start = st
+        .rt
+        .with_group_now(group, |g| {
+            g.state.get(key, now_ms()).map(|s| s.data.hot_start())
+        })
+        .flatten()
+        .unwrap_or(0);
+    let body = serde_json::json!({
+        "stream": key,
+        "flushed_bytes": moved,
+        "cold_hot_start_offset": hot_start,
+    });
+    Ok(crate::http::reply::Reply::new(StatusCode::OK)
+        .header(axum::http::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string()))
+}
+
+async fn flush_streams(
+    rt: &Runtime,
+    engine: &dyn GroupEngine,
+    tier: &ColdTier,
+    uploads: &tokio::sync::Semaphore,
+    group: GroupId,
+    force: bool,
+    only: Option<&str>,
+) -> u64 {
     let s = &tier.settings;
     let now = now_ms();
     let age_ms = s.flush_max_hot_age.as_millis() as u64;
@@ -109,6 +170,7 @@ pub async fn flush_group(
                 .state
                 .streams()
                 .filter(|(_, st)| st.data.hot_len() > 0)
+                .filter(|(key, _)| only.is_none_or(|k| k == *key))
                 .filter(|(_, st)| {
                     by_size
                         || (age_ms > 0

@@ -278,6 +278,12 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
             admin::accept_unsynced_loss(st, group, &body)?
         }
         (Route::AcceptUnsyncedLoss(_), _) => return Err(ApiError::method_not_allowed("POST")),
+        (Route::FlushCold(sp), &Method::POST) => {
+            admin::require_incarnation(st, &headers)?;
+            read::leader_only(st, &sp)?;
+            crate::coldtier::flush::flush_stream(st, &sp.key).await?
+        }
+        (Route::FlushCold(_), _) => return Err(ApiError::method_not_allowed("POST")),
         (Route::NotFound, _) => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such route")),
         (Route::Bucket(_), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
         (Route::Bucket(b), &Method::PUT) => write::create_bucket(&b)?,

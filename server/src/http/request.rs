@@ -25,6 +25,8 @@ pub enum Route {
     RaftRpc(u32, String),
     /// `/__ursula/raft/{group}/recovery/accept-unsynced-loss`.
     AcceptUnsyncedLoss(u32),
+    /// `/__ursula/flush-cold/{bucket}/{stream}`.
+    FlushCold(StreamPath),
     Bucket(String),
     Stream(StreamPath),
     Bootstrap(StreamPath),
@@ -65,6 +67,14 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
             return Ok(group
                 .parse()
                 .map_or(Route::NotFound, Route::AcceptUnsyncedLoss));
+        }
+        ["__ursula", "flush-cold", bucket, stream] => {
+            ids::validate_bucket(bucket).map_err(bad_id)?;
+            let stream = ids::decode_segment(stream).map_err(bad_id)?;
+            ids::validate_stream(&stream).map_err(bad_id)?;
+            return Ok(Route::FlushCold(StreamPath {
+                key: format!("{bucket}/{stream}"),
+            }));
         }
         ["__ursula", ..] => return Ok(Route::NotFound),
         _ => {}
