@@ -224,23 +224,24 @@ fn pack(group: GroupId, slices: Vec<Slice>, max: u64) -> Vec<Pack> {
     }
     let mut packs = Vec::new();
     for (bucket, slices) in by_bucket {
-        let mut current: Option<(BytesMut, Vec<FlushSlice>)> = None;
+        let mut body = BytesMut::new();
+        let mut sls: Vec<FlushSlice> = Vec::new();
+        let mut seal = |body: &mut BytesMut, sls: &mut Vec<FlushSlice>| {
+            if !sls.is_empty() {
+                packs.push(Pack {
+                    object: object_name(&bucket, group),
+                    body: std::mem::take(body).freeze(),
+                    slices: std::mem::take(sls),
+                });
+            }
+        };
         for sl in slices {
             let len = sl.bytes.len() as u64;
             let direct = len >= DIRECT_OBJECT_MIN;
-            let full = current
-                .as_ref()
-                .is_some_and(|(b, _)| b.len() as u64 + len > max);
-            if (direct || full)
-                && let Some((body, sls)) = current.take()
-            {
-                packs.push(Pack {
-                    object: object_name(&bucket, group),
-                    body: body.freeze(),
-                    slices: sls,
-                });
+            // A large slice gets an object of its own; a small one closes a pack it would overflow.
+            if direct || body.len() as u64 + len > max {
+                seal(&mut body, &mut sls);
             }
-            let (body, sls) = current.get_or_insert_with(|| (BytesMut::new(), Vec::new()));
             sls.push(FlushSlice {
                 key: sl.key,
                 incarnation: sl.incarnation,
@@ -250,21 +251,10 @@ fn pack(group: GroupId, slices: Vec<Slice>, max: u64) -> Vec<Pack> {
             });
             body.extend_from_slice(&sl.bytes);
             if direct {
-                let (body, sls) = current.take().unwrap_or_default();
-                packs.push(Pack {
-                    object: object_name(&bucket, group),
-                    body: body.freeze(),
-                    slices: sls,
-                });
+                seal(&mut body, &mut sls);
             }
         }
-        if let Some((body, sls)) = current.take() {
-            packs.push(Pack {
-                object: object_name(&bucket, group),
-                body: body.freeze(),
-                slices: sls,
-            });
-        }
+        seal(&mut body, &mut sls);
     }
     packs
 }

@@ -189,20 +189,7 @@ pub async fn fill_cold(
             "the range is in the cold tier but this node has no storage.cold backend",
         ));
     };
-    let fetched = tier.fetch(cold).await.map_err(|e| {
-        tracing::warn!(error = %e, "cold read failed");
-        match e {
-            ursula_cold::ColdError::Unavailable { .. } => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the cold tier is unavailable: {e}"),
-            )
-            .header(header::RETRY_AFTER, "1"),
-            other => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot read the cold tier: {other}"),
-            ),
-        }
-    })?;
+    let fetched = tier.fetch(cold).await.map_err(cold_error)?;
     cold.clear();
     if data.is_empty() {
         *data = fetched;
@@ -223,7 +210,14 @@ async fn cold_body(st: &AppState, object: &std::sync::Arc<str>) -> Result<Bytes,
             "the snapshot body is in the cold tier but this node has no storage.cold backend",
         ));
     };
-    tier.store.get(object).await.map_err(|e| match e {
+    tier.store.get(object).await.map_err(cold_error)
+}
+
+/// A cold read that failed: a store that does not answer is a `503` the client retries, any
+/// other store error a `500`; both name the cold tier.
+fn cold_error(e: ursula_cold::ColdError) -> ApiError {
+    tracing::warn!(error = %e, "cold read failed");
+    match e {
         ursula_cold::ColdError::Unavailable { .. } => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the cold tier is unavailable: {e}"),
@@ -231,9 +225,9 @@ async fn cold_body(st: &AppState, object: &std::sync::Arc<str>) -> Result<Bytes,
         .header(header::RETRY_AFTER, "1"),
         other => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot read the snapshot body from the cold tier: {other}"),
+            format!("cannot read the cold tier: {other}"),
         ),
-    })
+    }
 }
 
 /// Cuts cold-assembled bootstrap updates by the rules the hot path applies: everything when it
