@@ -49,6 +49,7 @@ const SEGMENT_BYTES: usize = 1 << 20;
 pub struct StreamData {
     /// Offset of the first byte of `segments[0]`.
     base: u64,
+    #[serde(with = "byte_segments")]
     segments: VecDeque<Vec<u8>>,
     /// Offset after the last stored byte.
     tail: u64,
@@ -59,6 +60,29 @@ pub struct StreamData {
     /// When the oldest byte still hot was appended (unix ms, the command's clock).
     #[serde(default)]
     hot_since_ms: Option<u64>,
+}
+
+/// Segments as MessagePack binaries: serde's default wrote each byte as its own integer, which
+/// made a snapshot of a large hot window cost a second of its core. Reading still accepts the
+/// integer arrays older snapshots hold.
+mod byte_segments {
+    use std::collections::VecDeque;
+
+    use serde::Deserialize;
+    use serde::Deserializer;
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(segs: &VecDeque<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(segs.iter().map(|b| serde_bytes::Bytes::new(b)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<VecDeque<Vec<u8>>, D::Error> {
+        let bufs = Vec::<serde_bytes::ByteBuf>::deserialize(d)?;
+        Ok(bufs
+            .into_iter()
+            .map(serde_bytes::ByteBuf::into_vec)
+            .collect())
+    }
 }
 
 impl StreamData {
@@ -244,6 +268,35 @@ impl StreamData {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segments_encode_as_binaries_and_old_integer_arrays_still_decode() {
+        let mut d = StreamData::default();
+        d.append(&[200u8; 1000]);
+        let now = rmp_serde::to_vec(&d).expect("encode");
+        assert!(
+            now.len() < 1100,
+            "one binary, not 1000 integers: {}",
+            now.len()
+        );
+        let back: StreamData = rmp_serde::from_slice(&now).expect("decode");
+        assert_eq!(back.read(0, 2000), vec![200u8; 1000]);
+        // What serde's default wrote before: each byte its own integer.
+        #[derive(serde::Serialize)]
+        struct Old {
+            base: u64,
+            segments: VecDeque<Vec<u8>>,
+            tail: u64,
+        }
+        let old = Old {
+            base: 0,
+            segments: VecDeque::from([vec![200u8; 3]]),
+            tail: 3,
+        };
+        let bytes = rmp_serde::to_vec(&old).expect("encode old");
+        let back: StreamData = rmp_serde::from_slice(&bytes).expect("decode old");
+        assert_eq!(back.read(0, 10), vec![200u8; 3]);
+    }
 
     #[test]
     fn reads_span_segments_at_any_split() {
