@@ -270,6 +270,9 @@ pub struct Config {
     pub max_uncommitted_per_group: u64,
     /// `raft.snapshot_log_budget`.
     pub snapshot_log_budget: u64,
+    /// The snapshot driver: the budget above, `raft.snapshot_*` and
+    /// `storage.snapshot.drive_interval`.
+    pub snapshot_driver: crate::raft::snapdrive::Settings,
     /// `[storage.cold]`; `None` without a cold backend.
     pub cold: Option<crate::coldtier::ColdSettings>,
 }
@@ -540,7 +543,38 @@ fn resolve_engine(
             .max_uncommitted_size_per_group
             .map_or(64 << 20, |s| s.0),
         snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
+        snapshot_driver: snapshot_driver(file)?,
         cold: crate::coldtier::settings::resolve(&file.storage.cold),
+    })
+}
+
+fn snapshot_driver(file: &FileConfig) -> Result<crate::raft::snapdrive::Settings, ConfigError> {
+    let d = crate::raft::snapdrive::Settings::default();
+    if file.raft.snapshot_pressure_max_groups_per_tick == Some(0) {
+        return Err(invalid(
+            "raft.snapshot_pressure_max_groups_per_tick",
+            "must be at least 1",
+        ));
+    }
+    if file.raft.snapshot_backstop_logs == Some(0) {
+        return Err(invalid("raft.snapshot_backstop_logs", "must be at least 1"));
+    }
+    Ok(crate::raft::snapdrive::Settings {
+        budget: file.raft.snapshot_log_budget.map_or(d.budget, |s| s.0),
+        max_concurrency: file
+            .raft
+            .snapshot_build_max_concurrency
+            .unwrap_or(d.max_concurrency),
+        max_groups_per_tick: file
+            .raft
+            .snapshot_pressure_max_groups_per_tick
+            .unwrap_or(d.max_groups_per_tick),
+        interval: file
+            .storage
+            .snapshot
+            .drive_interval
+            .map_or(d.interval, |i| i.0),
+        backstop_logs: file.raft.snapshot_backstop_logs.unwrap_or(d.backstop_logs),
     })
 }
 

@@ -139,6 +139,7 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
         segment_size: *segment_size,
         peers: peers.clone(),
         max_uncommitted: config.max_uncommitted_per_group,
+        snapshot: config.snapshot_driver,
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
     let admission = Admission::new(limits(config, Some(opts.dir.clone())));

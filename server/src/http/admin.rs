@@ -81,6 +81,9 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
         "raft_groups": raft_groups,
         "recovery_gates": recovery_gates,
     });
+    if let Some(raft) = &st.raft {
+        raft.snapshot_metrics_into(&mut body);
+    }
     crate::coldtier::metrics_into(st, &mut body);
     Ok(Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")

@@ -159,7 +159,7 @@ async fn read_body(
         ));
     }
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
         let too_big = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if too_big {
@@ -170,8 +170,18 @@ async fn read_body(
         } else {
             ApiError::bad_request(format!("could not read the request body: {e}"))
         }
-    })
+    })?;
+    // A one-chunk body is a view into the connection's read buffer; a Raft log entry that kept
+    // the view would pin the whole buffer (kilobytes per 100-byte append) until the log is
+    // purged. Small bodies are copied out; large ones were already gathered into their own.
+    if bytes.len() <= OWN_COPY_MAX {
+        return Ok(Bytes::copy_from_slice(&bytes));
+    }
+    Ok(bytes)
 }
+
+/// Bodies up to this size are copied out of the connection's read buffer (see `read_body`).
+const OWN_COPY_MAX: usize = 64 * 1024;
 
 /// `ColdBackpressure`: with a cold tier, a write with a body waits while its group holds more
 /// unflushed bytes than `storage.cold.max_hot_size_per_group` (0 turns the cap off).
@@ -216,7 +226,7 @@ fn admit(
     let raft_log = st
         .raft
         .as_ref()
-        .map(|r| r.log_bytes.load(std::sync::atomic::Ordering::Relaxed));
+        .map(|r| r.log_bytes.bytes.load(std::sync::atomic::Ordering::Relaxed));
     st.admission.admit(declared, raft_log).map_err(|r| {
         use crate::admission::Refused;
         let (token, why) = match r {

@@ -7,6 +7,7 @@ mod bootstrap;
 pub mod files;
 pub mod gate;
 pub mod network;
+pub mod snapdrive;
 pub mod store;
 pub mod wal;
 
@@ -74,12 +75,15 @@ pub struct RaftOptions {
     /// node id -> URL, this node included; empty for a single node.
     pub peers: BTreeMap<u64, String>,
     pub max_uncommitted: u64,
+    pub snapshot: snapdrive::Settings,
 }
 
 pub struct RaftEngine {
     pub rafts: Vec<GroupRaft>,
-    /// The node's unsnapshotted Raft log bytes.
-    pub log_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// The node's unsnapshotted Raft log bytes and the most it held.
+    pub log_bytes: Arc<store::NodeLog>,
+    /// The snapshot driver's counters and each group's last snapshot size.
+    pub snap_stats: Arc<snapdrive::Stats>,
     /// Proposed but not yet applied write bytes, per group.
     uncommitted: Arc<Vec<std::sync::atomic::AtomicU64>>,
     /// `raft.max_uncommitted_size_per_group`.
@@ -120,14 +124,17 @@ impl std::fmt::Debug for RaftEngine {
     }
 }
 
-fn raft_config(enable_elect: bool) -> Result<Arc<Config>, String> {
+fn raft_config(enable_elect: bool, backstop_logs: u64) -> Result<Arc<Config>, String> {
     let c = Config {
         enable_elect,
         heartbeat_interval: 250,
         election_timeout_min: 1500,
         election_timeout_max: 3000,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5000),
-        max_in_snapshot_log_to_keep: 1000,
+        // The driver (`snapdrive`) snapshots by log bytes; the entry count is only a backstop.
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(backstop_logs),
+        // Entries kept past a snapshot let a follower a little behind catch up from the log;
+        // they still count against the budget, so a few hundred, not thousands of large ones.
+        max_in_snapshot_log_to_keep: 256,
         ..Config::default()
     };
     c.validate().map(Arc::new).map_err(|e| e.to_string())
@@ -276,12 +283,14 @@ impl RaftEngine {
             )?);
         }
 
-        let config =
-            raft_config(true).map_err(|message| StartError::Group { group: 0, message })?;
-        let gated_config =
-            raft_config(false).map_err(|message| StartError::Group { group: 0, message })?;
+        let backstop = opts.snapshot.backstop_logs;
+        let config = raft_config(true, backstop)
+            .map_err(|message| StartError::Group { group: 0, message })?;
+        let gated_config = raft_config(false, backstop)
+            .map_err(|message| StartError::Group { group: 0, message })?;
         let peers = network::Peers::new(opts.peers.clone());
-        let log_bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let log_bytes = Arc::new(store::NodeLog::default());
+        let snap_stats = snapdrive::stats(groups);
         let mut rafts = Vec::with_capacity(groups as usize);
         let mut stores = Vec::with_capacity(groups as usize);
         let mut fresh = BTreeSet::new();
@@ -303,6 +312,7 @@ impl RaftEngine {
                 config.clone()
             };
             let (snap_dir, node_id, rt2) = (root.snap_dir.clone(), opts.node_id, rt.clone());
+            let stats = snap_stats.clone();
             let handle = rt
                 .core_handle(core)
                 .ok_or(StartError::Group {
@@ -314,7 +324,7 @@ impl RaftEngine {
             // calls) run there, next to the group's streams.
             let raft = handle
                 .spawn(async move {
-                    let sm = store::StateMachine::open(rt2, group, snap_dir)
+                    let sm = store::StateMachine::open(rt2, group, snap_dir, stats)
                         .map_err(|e| e.to_string())?;
                     Raft::new(node_id, config, net, log, sm)
                         .await
@@ -345,6 +355,7 @@ impl RaftEngine {
             batcher,
             rafts,
             log_bytes,
+            snap_stats,
             uncommitted,
             max_uncommitted: opts.max_uncommitted,
             node_id: opts.node_id,
@@ -360,6 +371,9 @@ impl RaftEngine {
         });
         for group in &gated_set {
             engine.spawn_on_core(*group, gate::watch(Arc::downgrade(&engine), *group));
+        }
+        if !opts.snapshot.interval.is_zero() {
+            tokio::spawn(snapdrive::run(Arc::downgrade(&engine), opts.snapshot));
         }
         if !opts.peers.is_empty() && !fresh.is_empty() {
             tokio::spawn(bootstrap::run(Arc::downgrade(&engine), fresh));

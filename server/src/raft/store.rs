@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 
 use openraft::Entry;
 use openraft::EntryPayload;
@@ -30,6 +32,7 @@ use openraft::storage::RaftStateMachine;
 
 use super::Outcome;
 use super::TypeConfig;
+use super::snapdrive;
 use super::wal;
 use crate::runtime;
 use crate::stream::GroupState;
@@ -50,6 +53,8 @@ pub struct LogData {
     pub entries: BTreeMap<u64, Entry<TypeConfig>>,
     /// Journal bytes of each entry still held (the batch's size spread over its entries).
     pub sizes: BTreeMap<u64, u64>,
+    /// The sum of `sizes`: what the snapshot driver weighs this group by.
+    pub bytes: u64,
     pub vote: Option<Vote<u64>>,
     pub committed: Option<LogId<u64>>,
     pub purged: Option<LogId<u64>>,
@@ -131,8 +136,15 @@ pub struct LogStore {
     group: u32,
     journal: wal::Journal,
     data: Arc<Mutex<LogData>>,
-    /// The node's unsnapshotted Raft log bytes, shared by every group (`RaftLogPressure`).
-    log_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// The node's unsnapshotted Raft log, shared by every group (`RaftLogPressure`).
+    log_bytes: Arc<NodeLog>,
+}
+
+/// The node's unsnapshotted Raft log bytes, over every group, and the most it held.
+#[derive(Debug, Default)]
+pub struct NodeLog {
+    pub bytes: AtomicU64,
+    pub high: AtomicU64,
 }
 
 impl LogStore {
@@ -140,7 +152,7 @@ impl LogStore {
         group: u32,
         journal: wal::Journal,
         mut data: LogData,
-        log_bytes: Arc<std::sync::atomic::AtomicU64>,
+        log_bytes: Arc<NodeLog>,
     ) -> LogStore {
         // Recovered entries count too; their size is approximated by their encoding.
         let mut total = 0;
@@ -153,7 +165,9 @@ impl LogStore {
             data.sizes.insert(i, n);
             total += n;
         }
-        log_bytes.fetch_add(total, std::sync::atomic::Ordering::Relaxed);
+        data.bytes = total;
+        let now = log_bytes.bytes.fetch_add(total, Ordering::Relaxed) + total;
+        log_bytes.high.fetch_max(now, Ordering::Relaxed);
         LogStore::assemble(group, journal, data, log_bytes)
     }
 
@@ -161,7 +175,7 @@ impl LogStore {
         group: u32,
         journal: wal::Journal,
         data: LogData,
-        log_bytes: Arc<std::sync::atomic::AtomicU64>,
+        log_bytes: Arc<NodeLog>,
     ) -> LogStore {
         LogStore {
             group,
@@ -169,6 +183,11 @@ impl LogStore {
             data: Arc::new(Mutex::new(data)),
             log_bytes,
         }
+    }
+
+    /// The journal bytes of the entries this group's log still holds.
+    pub fn bytes(&self) -> u64 {
+        lock(&self.data).bytes
     }
 
     pub fn view(&self) -> LogView {
@@ -193,12 +212,14 @@ impl LogStore {
         for i in gone {
             freed += d.sizes.remove(&i).unwrap_or(0);
         }
+        d.bytes = d.bytes.saturating_sub(freed);
         // Saturating: the spread per-entry sizes may round below what was added.
-        let _ = self.log_bytes.fetch_update(
-            std::sync::atomic::Ordering::Relaxed,
-            std::sync::atomic::Ordering::Relaxed,
-            |n| Some(n.saturating_sub(freed)),
-        );
+        let _ = self
+            .log_bytes
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(freed))
+            });
     }
 
     fn write(
@@ -318,12 +339,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         {
             let each = payload.len() as u64 / entries.len().max(1) as u64;
             let mut d = lock(&self.data);
+            let mut replaced = 0;
             for e in entries {
-                d.sizes.insert(e.log_id.index, each);
+                replaced += d.sizes.insert(e.log_id.index, each).unwrap_or(0);
+                d.bytes += each;
                 d.entries.insert(e.log_id.index, e);
             }
-            self.log_bytes
-                .fetch_add(payload.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            d.bytes = d.bytes.saturating_sub(replaced);
+            let added = payload.len() as u64;
+            let now = self.log_bytes.bytes.fetch_add(added, Ordering::Relaxed) + added;
+            self.log_bytes.high.fetch_max(now, Ordering::Relaxed);
         }
         self.write_indexed(
             wal::KIND_ENTRIES,
@@ -362,6 +387,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StoredSnapshot {
     pub meta: SnapshotMeta<u64, openraft::BasicNode>,
+    /// One MessagePack binary (serde's default wrote an integer per byte); older files with
+    /// integer arrays still read.
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
@@ -375,6 +403,8 @@ pub struct StateMachine {
     membership: StoredMembership<u64, openraft::BasicNode>,
     current: Option<StoredSnapshot>,
     path: PathBuf,
+    /// Where the snapshot driver learns each build's size and time.
+    stats: Arc<snapdrive::Stats>,
 }
 
 fn on_group<R>(
@@ -389,7 +419,12 @@ fn on_group<R>(
 
 impl StateMachine {
     /// Loads the group's last snapshot from disk, if any, into the group's state.
-    pub fn open(rt: runtime::Runtime, group: u32, dir: PathBuf) -> Result<StateMachine, Se> {
+    pub fn open(
+        rt: runtime::Runtime,
+        group: u32,
+        dir: PathBuf,
+        stats: Arc<snapdrive::Stats>,
+    ) -> Result<StateMachine, Se> {
         let path = dir.join(format!("group-{group}.snap"));
         let mut sm = StateMachine {
             group,
@@ -398,6 +433,7 @@ impl StateMachine {
             membership: StoredMembership::default(),
             current: None,
             path,
+            stats,
         };
         match std::fs::read(&sm.path) {
             Ok(bytes) => {
@@ -408,6 +444,7 @@ impl StateMachine {
                 on_group(&rt, group, move |g| g.replace_state(state))?;
                 sm.applied = snap.meta.last_log_id;
                 sm.membership = snap.meta.last_membership.clone();
+                sm.stats.built(group, snap.data.len() as u64, None);
                 sm.current = Some(snap);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -434,6 +471,7 @@ impl StateMachine {
     }
 
     fn build(&mut self) -> Result<StoredSnapshot, Se> {
+        let started = std::time::Instant::now();
         let data = on_group(&self.rt, self.group, |g| rmp_serde::to_vec(&g.state))?
             .map_err(|e| StorageIOError::read_state_machine(&e))?;
         let id = format!(
@@ -448,6 +486,8 @@ impl StateMachine {
         };
         let snap = StoredSnapshot { meta, data };
         self.persist(&snap)?;
+        self.stats
+            .built(self.group, snap.data.len() as u64, Some(started.elapsed()));
         self.current = Some(snap.clone());
         Ok(snap)
     }
@@ -541,6 +581,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             data,
         };
         self.persist(&snap)?;
+        self.stats.built(self.group, snap.data.len() as u64, None);
         self.current = Some(snap);
         Ok(())
     }

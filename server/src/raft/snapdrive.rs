@@ -1,0 +1,416 @@
+//! The snapshot driver: Raft snapshots taken by log bytes against the node-wide
+//! `raft.snapshot_log_budget`, as the Configuration page describes it, instead of openraft's
+//! entry count, which is left as the `raft.snapshot_backstop_logs` backstop.
+//!
+//! A snapshot serializes the group's whole state on its core, so its cost grows with the state
+//! while an entry-count policy takes them at a fixed rate: a busy group with a large hot window
+//! spent most of its core rebuilding snapshots. Weighing the log since the last snapshot against
+//! twice that snapshot's size keeps the work per logged byte bounded, and the pressure pass
+//! keeps the node's log under the budget that `RaftLogPressure` enforces.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Weak;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+
+use super::RaftEngine;
+
+/// A group's own threshold is at most this, however large the budget.
+const GROUP_THRESHOLD_CAP: u64 = 16 << 20;
+/// How often a pass waiting for a free build slot looks again.
+const SLOT_POLL: Duration = Duration::from_millis(50);
+/// A trigger whose build has not shown up by then was not claimed (a build already ran).
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
+/// First hold-out of a group whose trigger went unclaimed; doubles up to `HOLD_OUT_MAX`.
+const HOLD_OUT_FIRST: Duration = Duration::from_millis(500);
+const HOLD_OUT_MAX: Duration = Duration::from_secs(16);
+
+/// The driver's settings, from `[raft]` and `[storage.snapshot]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// `raft.snapshot_log_budget`.
+    pub budget: u64,
+    /// `raft.snapshot_build_max_concurrency`.
+    pub max_concurrency: u32,
+    /// `raft.snapshot_pressure_max_groups_per_tick`.
+    pub max_groups_per_tick: u32,
+    /// `storage.snapshot.drive_interval`; zero turns the driver off.
+    pub interval: Duration,
+    /// `raft.snapshot_backstop_logs`: openraft's own entry-count policy.
+    pub backstop_logs: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            budget: 1 << 30,
+            max_concurrency: 2,
+            max_groups_per_tick: 16,
+            interval: Duration::from_secs(5),
+            backstop_logs: DEFAULT_BACKSTOP_LOGS,
+        }
+    }
+}
+
+/// The spec leaves the backstop's default open: high enough that the byte budget decides for
+/// ordinary entries, low enough that a flood of tiny entries still gets snapshotted.
+pub const DEFAULT_BACKSTOP_LOGS: u64 = 500_000;
+
+/// What `/__ursula/metrics` reports of the driver, and each group's last snapshot size.
+#[derive(Debug)]
+pub struct Stats {
+    snap_sizes: Vec<AtomicU64>,
+    pub pressure_level: AtomicU64,
+    pub pressure_builds: AtomicU64,
+    pub in_flight: AtomicU64,
+    pub in_flight_max: AtomicU64,
+    pub pressure_passes: AtomicU64,
+    pub pressure_groups: AtomicU64,
+    pub pressure_pass_ns: AtomicU64,
+    pub builds: AtomicU64,
+    pub build_ns: AtomicU64,
+}
+
+impl Stats {
+    pub fn new(groups: u32) -> Stats {
+        Stats {
+            snap_sizes: (0..groups).map(|_| AtomicU64::new(0)).collect(),
+            pressure_level: AtomicU64::new(0),
+            pressure_builds: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            in_flight_max: AtomicU64::new(0),
+            pressure_passes: AtomicU64::new(0),
+            pressure_groups: AtomicU64::new(0),
+            pressure_pass_ns: AtomicU64::new(0),
+            builds: AtomicU64::new(0),
+            build_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a snapshot the group built (`took`) or loaded or installed (`None`).
+    pub fn built(&self, group: u32, size: u64, took: Option<Duration>) {
+        if let Some(s) = self.snap_sizes.get(group as usize) {
+            s.store(size, Ordering::Relaxed);
+        }
+        if let Some(t) = took {
+            self.builds.fetch_add(1, Ordering::Relaxed);
+            let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+            self.build_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    fn snap_size(&self, group: u32) -> u64 {
+        self.snap_sizes
+            .get(group as usize)
+            .map_or(0, |s| s.load(Ordering::Relaxed))
+    }
+}
+
+/// 0 below three quarters of the budget, 1 up to it, 2 past it.
+pub fn pressure_level(node_log: u64, budget: u64) -> u64 {
+    if node_log.saturating_mul(4) < budget.saturating_mul(3) {
+        0
+    } else if node_log <= budget {
+        1
+    } else {
+        2
+    }
+}
+
+/// Builds the node runs at once: one below the budget; past it two, then one more for each
+/// even step up to `max` before twice the budget.
+pub fn builds_allowed(node_log: u64, budget: u64, max: u32) -> u32 {
+    if node_log < budget || max <= 1 {
+        return 1;
+    }
+    let past = u128::from(node_log - budget) * u128::from(max - 1) / u128::from(budget.max(1));
+    let steps = u32::try_from(past).unwrap_or(u32::MAX);
+    2u32.saturating_add(steps).min(max)
+}
+
+/// A group's own trigger: the larger of the budget over twice the group count (at most
+/// 16 MiB) and twice its last snapshot's size.
+pub fn group_threshold(budget: u64, groups: u32, last_snapshot: u64) -> u64 {
+    let share = (budget / (2 * u64::from(groups.max(1)))).min(GROUP_THRESHOLD_CAP);
+    share.max(last_snapshot.saturating_mul(2)).max(1)
+}
+
+/// One group as a pass sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupLog {
+    pub group: u32,
+    pub log: u64,
+    pub last_snapshot: u64,
+}
+
+/// The groups a pass snapshots, most log first: those past their own threshold, and above
+/// three quarters of the budget, the groups holding the most log until the node would fall to
+/// half the budget.
+pub fn plan(node_log: u64, groups: &[GroupLog], budget: u64, group_count: u32) -> Vec<u32> {
+    let mut by_log: Vec<GroupLog> = groups.iter().copied().filter(|g| g.log > 0).collect();
+    by_log.sort_by(|a, b| b.log.cmp(&a.log).then(a.group.cmp(&b.group)));
+    let mut out: Vec<u32> = by_log
+        .iter()
+        .filter(|g| g.log >= group_threshold(budget, group_count, g.last_snapshot))
+        .map(|g| g.group)
+        .collect();
+    if pressure_level(node_log, budget) >= 1 {
+        let target = node_log.saturating_sub(budget / 2);
+        let mut freed: u64 = out
+            .iter()
+            .filter_map(|id| by_log.iter().find(|g| g.group == *id))
+            .map(|g| g.log)
+            .sum();
+        for g in &by_log {
+            if freed >= target {
+                break;
+            }
+            if !out.contains(&g.group) {
+                out.push(g.group);
+                freed += g.log;
+            }
+        }
+        out.sort_by_key(|id| {
+            std::cmp::Reverse(by_log.iter().find(|g| g.group == *id).map_or(0, |g| g.log))
+        });
+    }
+    out
+}
+
+/// A build the driver triggered and waits to see.
+struct Pending {
+    since: Instant,
+    /// The group's snapshot before the trigger.
+    before: Option<u64>,
+}
+
+/// Groups whose trigger went unclaimed: until when they sit out, and the next hold-out.
+#[derive(Default)]
+struct HeldOut(BTreeMap<u32, (Instant, Duration)>);
+
+impl HeldOut {
+    fn holds(&self, group: u32) -> bool {
+        self.0
+            .get(&group)
+            .is_some_and(|(until, _)| Instant::now() < *until)
+    }
+
+    fn unclaimed(&mut self, group: u32) {
+        let next = self.0.get(&group).map_or(HOLD_OUT_FIRST, |(_, d)| *d);
+        self.0
+            .insert(group, (Instant::now() + next, (next * 2).min(HOLD_OUT_MAX)));
+    }
+
+    fn claimed(&mut self, group: u32) {
+        self.0.remove(&group);
+    }
+}
+
+/// Runs passes every `settings.interval` until the engine stops.
+pub(super) async fn run(engine: Weak<RaftEngine>, settings: Settings) {
+    let mut pending: BTreeMap<u32, Pending> = BTreeMap::new();
+    let mut held = HeldOut::default();
+    let mut tick = tokio::time::interval(settings.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(e) = engine.upgrade() else {
+            return;
+        };
+        if e.stopping() {
+            return;
+        }
+        let started = Instant::now();
+        settle(&e, &mut pending, &mut held);
+        let node_log = e.log_bytes.bytes.load(Ordering::Relaxed);
+        let level = pressure_level(node_log, settings.budget);
+        let allowed = builds_allowed(node_log, settings.budget, settings.max_concurrency);
+        e.snap_stats.pressure_level.store(level, Ordering::Relaxed);
+        e.snap_stats
+            .pressure_builds
+            .store(u64::from(allowed), Ordering::Relaxed);
+        let groups: Vec<GroupLog> = (0..e.rafts.len() as u32)
+            .filter(|g| !pending.contains_key(g) && !held.holds(*g))
+            .map(|g| GroupLog {
+                group: g,
+                log: e
+                    .logs
+                    .get(g as usize)
+                    .map_or(0, super::store::LogStore::bytes),
+                last_snapshot: e.snap_stats.snap_size(g),
+            })
+            .collect();
+        let per_tick = if node_log >= settings.budget {
+            settings.max_groups_per_tick.saturating_mul(allowed)
+        } else {
+            settings.max_groups_per_tick
+        };
+        let chosen: Vec<u32> = plan(node_log, &groups, settings.budget, e.rafts.len() as u32)
+            .into_iter()
+            .take(per_tick as usize)
+            .collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        drop(e);
+        let mut started_builds = 0u64;
+        for group in chosen {
+            // Wait for a free slot, seeing builds end meanwhile.
+            loop {
+                let Some(e) = engine.upgrade() else {
+                    return;
+                };
+                if e.stopping() {
+                    return;
+                }
+                settle(&e, &mut pending, &mut held);
+                if (pending.len() as u32) < allowed {
+                    break;
+                }
+                drop(e);
+                tokio::time::sleep(SLOT_POLL).await;
+            }
+            let Some(e) = engine.upgrade() else {
+                return;
+            };
+            let Some(raft) = e.raft(group).cloned() else {
+                continue;
+            };
+            let before = raft.metrics().borrow().snapshot.map(|l| l.index);
+            if raft.trigger().snapshot().await.is_err() {
+                continue;
+            }
+            pending.insert(
+                group,
+                Pending {
+                    since: Instant::now(),
+                    before,
+                },
+            );
+            started_builds += 1;
+            let n = pending.len() as u64;
+            e.snap_stats.in_flight.store(n, Ordering::Relaxed);
+            e.snap_stats.in_flight_max.fetch_max(n, Ordering::Relaxed);
+        }
+        if level >= 1
+            && let Some(e) = engine.upgrade()
+        {
+            let s = &e.snap_stats;
+            s.pressure_passes.fetch_add(1, Ordering::Relaxed);
+            s.pressure_groups
+                .fetch_add(started_builds, Ordering::Relaxed);
+            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            s.pressure_pass_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Drops the triggered builds that finished (their group's snapshot moved) or that were never
+/// claimed.
+fn settle(e: &RaftEngine, pending: &mut BTreeMap<u32, Pending>, held: &mut HeldOut) {
+    pending.retain(|group, p| {
+        let now = e
+            .raft(*group)
+            .and_then(|r| r.metrics().borrow().snapshot.map(|l| l.index));
+        if now != p.before {
+            held.claimed(*group);
+            return false;
+        }
+        if p.since.elapsed() >= CLAIM_TIMEOUT {
+            held.unclaimed(*group);
+            return false;
+        }
+        true
+    });
+    e.snap_stats
+        .in_flight
+        .store(pending.len() as u64, Ordering::Relaxed);
+}
+
+impl RaftEngine {
+    /// The driver's fields of `/__ursula/metrics`, named as the Observability page names them.
+    pub fn snapshot_metrics_into(&self, body: &mut serde_json::Value) {
+        let Some(map) = body.as_object_mut() else {
+            return;
+        };
+        let s = &self.snap_stats;
+        let load = |a: &AtomicU64| serde_json::Value::from(a.load(Ordering::Relaxed));
+        let fields = [
+            ("raft_log_bytes", load(&self.log_bytes.bytes)),
+            ("raft_log_bytes_high_watermark", load(&self.log_bytes.high)),
+            ("raft_snapshot_pressure_level", load(&s.pressure_level)),
+            ("raft_snapshot_pressure_builds", load(&s.pressure_builds)),
+            ("raft_snapshot_builds_in_flight", load(&s.in_flight)),
+            ("raft_snapshot_builds_in_flight_max", load(&s.in_flight_max)),
+            ("raft_snapshot_pressure_passes", load(&s.pressure_passes)),
+            ("raft_snapshot_pressure_groups", load(&s.pressure_groups)),
+            ("raft_snapshot_pressure_pass_ns", load(&s.pressure_pass_ns)),
+            ("raft_snapshot_builds", load(&s.builds)),
+            ("raft_snapshot_build_ns", load(&s.build_ns)),
+        ];
+        for (k, v) in fields {
+            map.insert(k.to_owned(), v);
+        }
+    }
+}
+
+/// Keeps the stats shared with the state machines alive beside the engine.
+pub fn stats(groups: u32) -> Arc<Stats> {
+    Arc::new(Stats::new(groups))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn builds_step_up_past_the_budget_as_the_configuration_page_counts_them() {
+        let b = 1000;
+        assert_eq!(builds_allowed(999, b, 2), 1);
+        assert_eq!(builds_allowed(1000, b, 2), 2);
+        assert_eq!(builds_allowed(1999, b, 2), 2);
+        assert_eq!(builds_allowed(1000, b, 4), 2);
+        assert_eq!(builds_allowed(1334, b, 4), 3);
+        assert_eq!(builds_allowed(1667, b, 4), 4);
+        assert_eq!(builds_allowed(5000, b, 4), 4);
+        assert_eq!(builds_allowed(5000, b, 1), 1);
+    }
+
+    #[test]
+    fn pressure_levels_split_at_three_quarters_and_at_the_budget() {
+        assert_eq!(pressure_level(749, 1000), 0);
+        assert_eq!(pressure_level(750, 1000), 1);
+        assert_eq!(pressure_level(1000, 1000), 1);
+        assert_eq!(pressure_level(1001, 1000), 2);
+    }
+
+    #[test]
+    fn a_group_threshold_is_its_budget_share_capped_at_16_mib_or_twice_its_snapshot() {
+        assert_eq!(group_threshold(1 << 30, 64, 0), 8 * MIB);
+        assert_eq!(group_threshold(1 << 30, 2, 0), 16 * MIB);
+        assert_eq!(group_threshold(1 << 30, 2, 20 * MIB), 40 * MIB);
+        assert_eq!(group_threshold(1000, 1, 0), 500);
+    }
+
+    #[test]
+    fn a_pass_takes_groups_past_their_threshold_then_the_largest_logs_under_pressure() {
+        let g = |group, log, last_snapshot| GroupLog {
+            group,
+            log,
+            last_snapshot,
+        };
+        // Budget 1000 over 4 groups: each group's share is 125 bytes.
+        let groups = [g(0, 130, 0), g(1, 100, 0), g(2, 300, 200), g(3, 10, 0)];
+        assert_eq!(plan(540, &groups, 1000, 4), vec![0]);
+        // 800 is past three quarters: free down to 500 by taking the largest first.
+        let groups = [g(0, 130, 0), g(1, 100, 0), g(2, 560, 400), g(3, 10, 0)];
+        assert_eq!(plan(800, &groups, 1000, 4), vec![2, 0]);
+        let none: [GroupLog; 0] = [];
+        assert!(plan(0, &none, 1000, 4).is_empty());
+    }
+}
