@@ -19,6 +19,10 @@ use std::time::Instant;
 
 use super::RaftEngine;
 use super::files;
+use super::files::GateRecord;
+use super::floor::Floor;
+use super::floor::Refused;
+use super::floor::Rpc;
 
 /// How long a gate waits for a leader's barrier or any applied entry before it reports stalled.
 pub const STALL_AFTER: Duration = Duration::from_secs(30);
@@ -51,35 +55,45 @@ struct Closed {
     /// Last time the replica applied something or obtained a barrier.
     progress_at: Instant,
     applied: Option<u64>,
+    /// What is recorded of the gate: whether the replica lost its vote, and its floor.
+    record: GateRecord,
 }
 
 impl Closed {
-    fn new() -> Closed {
+    fn new(record: GateRecord) -> Closed {
         Closed {
             stalled: false,
             progress_at: Instant::now(),
             applied: None,
+            record,
         }
     }
 }
 
-/// The node's closed gates, persisted in the WAL root.
+/// The node's closed gates, persisted in the WAL root, and the groups whose bootstrap probe
+/// has not decided yet whether the replica lost them.
 #[derive(Debug)]
 pub struct Gates {
     root: files::Root,
     closed: Mutex<BTreeMap<u32, Closed>>,
+    probing: Mutex<BTreeSet<u32>>,
 }
 
-fn lock(m: &Mutex<BTreeMap<u32, Closed>>) -> MutexGuard<'_, BTreeMap<u32, Closed>> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn records(closed: &BTreeMap<u32, Closed>) -> BTreeMap<u32, GateRecord> {
+    closed.iter().map(|(g, c)| (*g, c.record)).collect()
 }
 
 impl Gates {
     /// Gates already recorded in `root` (the caller persisted `closed`).
-    pub fn new(root: files::Root, closed: &BTreeSet<u32>) -> Gates {
+    pub fn new(root: files::Root, closed: &BTreeMap<u32, GateRecord>) -> Gates {
         Gates {
             root,
-            closed: Mutex::new(closed.iter().map(|g| (*g, Closed::new())).collect()),
+            closed: Mutex::new(closed.iter().map(|(g, r)| (*g, Closed::new(*r))).collect()),
+            probing: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -118,6 +132,23 @@ impl Gates {
             .collect()
     }
 
+    /// The groups whose replica lost its vote, each with the vote floor obtained so far.
+    pub fn wiped(&self) -> BTreeMap<u32, Option<Floor>> {
+        lock(&self.closed)
+            .iter()
+            .filter(|(_, c)| c.record.wiped)
+            .map(|(g, c)| (*g, c.record.floor))
+            .collect()
+    }
+
+    /// `Some(floor)` when `group`'s replica lost its vote, `None` when it did not.
+    pub fn lost_vote(&self, group: u32) -> Option<Option<Floor>> {
+        lock(&self.closed)
+            .get(&group)
+            .filter(|c| c.record.wiped)
+            .map(|c| c.record.floor)
+    }
+
     /// Closes `group`'s gate and records it. Returns whether it was open. The gate holds for
     /// this run even when the record fails: closed is the safe side.
     pub fn close(&self, group: u32) -> Result<bool, files::FilesError> {
@@ -125,22 +156,100 @@ impl Gates {
         if closed.contains_key(&group) {
             return Ok(false);
         }
-        closed.insert(group, Closed::new());
-        let keys: BTreeSet<u32> = closed.keys().copied().collect();
-        self.root.write_gates(&keys)?;
+        closed.insert(group, Closed::new(GateRecord::default()));
+        self.root.write_gates(&records(&closed))?;
         Ok(true)
     }
 
-    /// Opens `group`'s gate, recorded before it counts. Returns whether it was closed.
+    /// Closes `group`'s gate, if open, and marks that its replica lost its vote. Returns
+    /// whether anything changed. Like [`Gates::close`] it holds for this run even when the
+    /// record fails.
+    pub fn close_wiped(&self, group: u32) -> Result<bool, files::FilesError> {
+        let mut closed = lock(&self.closed);
+        let c = closed
+            .entry(group)
+            .or_insert_with(|| Closed::new(GateRecord::default()));
+        if c.record.wiped {
+            return Ok(false);
+        }
+        c.record.wiped = true;
+        self.root.write_gates(&records(&closed))?;
+        Ok(true)
+    }
+
+    /// Records `floor` as the vote floor of `group`'s wiped replica, before it lets any
+    /// replication through. Returns whether it was recorded: only a wiped replica without a
+    /// floor takes one.
+    pub fn set_floor(&self, group: u32, floor: Floor) -> Result<bool, files::FilesError> {
+        let mut closed = lock(&self.closed);
+        let Some(c) = closed.get(&group) else {
+            return Ok(false);
+        };
+        if !c.record.wiped || c.record.floor.is_some() {
+            return Ok(false);
+        }
+        let mut next = records(&closed);
+        next.insert(
+            group,
+            GateRecord {
+                wiped: true,
+                floor: Some(floor),
+            },
+        );
+        self.root.write_gates(&next)?;
+        if let Some(c) = closed.get_mut(&group) {
+            c.record.floor = Some(floor);
+        }
+        Ok(true)
+    }
+
+    /// Opens `group`'s gate, recorded before it counts. Returns whether it was closed. The
+    /// record of a lost vote goes with it: by then the replica's own Raft vote holds the floor.
     pub fn open(&self, group: u32) -> Result<bool, files::FilesError> {
         let mut closed = lock(&self.closed);
         if !closed.contains_key(&group) {
             return Ok(false);
         }
-        let keys: BTreeSet<u32> = closed.keys().copied().filter(|g| *g != group).collect();
-        self.root.write_gates(&keys)?;
+        let mut next = records(&closed);
+        next.remove(&group);
+        self.root.write_gates(&next)?;
         closed.remove(&group);
         Ok(true)
+    }
+
+    /// Holds `groups` until their bootstrap probe decided: a leader that reached the replica
+    /// first would otherwise hand it a vote before the probe finds it lost the group.
+    pub fn hold_for_probe(&self, groups: &BTreeSet<u32>) {
+        lock(&self.probing).extend(groups);
+    }
+
+    /// The bootstrap probe decided every group it held.
+    pub fn probed(&self) {
+        lock(&self.probing).clear();
+    }
+
+    /// Whether `group`'s replica refuses `rpc`, and why.
+    pub fn refusal(&self, group: u32, rpc: Rpc<'_>) -> Option<Refused> {
+        if lock(&self.probing).contains(&group) {
+            return Some(Refused::Probing { group });
+        }
+        let closed = lock(&self.closed);
+        let record = closed.get(&group).map(|c| c.record)?;
+        if !record.wiped {
+            return None;
+        }
+        let Some(floor) = record.floor else {
+            return Some(Refused::NoFloor { group });
+        };
+        match rpc {
+            Rpc::Replicate(vote) if !floor.admits(vote) => Some(Refused::BelowFloor {
+                group,
+                vote: Floor::of(vote),
+                floor,
+            }),
+            // A vote is refused by the closed gate itself, with the replica's own vote.
+            Rpc::Replicate(_) | Rpc::Vote => None,
+        }
     }
 
     /// Counts a barrier from the leader as progress.
@@ -402,7 +511,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ursula-gate-{}", std::process::id()));
         let root = files::Root::new(&dir);
         std::fs::create_dir_all(&root.log_dir).expect("dir");
-        let gates = Gates::new(root.clone(), &BTreeSet::from([4]));
+        let gates = Gates::new(root.clone(), &BTreeMap::from([(4, GateRecord::default())]));
         assert_eq!(gates.status(4), GateStatus::Gated);
         if let Some(c) = lock(&gates.closed).get_mut(&4) {
             c.progress_at = Instant::now()
@@ -414,7 +523,82 @@ mod tests {
         assert!(!gates.observe(4, Some(9)));
         assert_eq!(gates.status(4), GateStatus::Gated);
         assert!(gates.open(4).expect("open"));
-        assert_eq!(root.read_gates().expect("read"), Ok(BTreeSet::new()));
+        assert_eq!(root.read_gates().expect("read"), Ok(BTreeMap::new()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_wiped_replica_refuses_everything_until_its_recorded_floor_then_refuses_only_lower_leaders()
+    {
+        use openraft::Vote;
+        let dir = std::env::temp_dir().join(format!("ursula-floor-{}", std::process::id()));
+        let root = files::Root::new(&dir);
+        std::fs::create_dir_all(&root.log_dir).expect("dir");
+        let gates = Gates::new(root.clone(), &BTreeMap::new());
+        let leader = Vote::new_committed(3, 1);
+        gates.hold_for_probe(&BTreeSet::from([2]));
+        assert_eq!(
+            gates.refusal(2, Rpc::Vote),
+            Some(Refused::Probing { group: 2 })
+        );
+        gates.probed();
+        assert_eq!(gates.refusal(2, Rpc::Replicate(&leader)), None);
+
+        assert!(gates.close_wiped(2).expect("close"));
+        assert!(!gates.close_wiped(2).expect("again"));
+        for rpc in [Rpc::Vote, Rpc::Replicate(&leader)] {
+            assert_eq!(gates.refusal(2, rpc), Some(Refused::NoFloor { group: 2 }));
+        }
+        assert_eq!(gates.lost_vote(2), Some(None));
+        // A restart before the floor: still wiped, still refusing.
+        let reread = root.read_gates().expect("read").expect("valid");
+        let again = Gates::new(root.clone(), &reread);
+        assert_eq!(
+            again.refusal(2, Rpc::Replicate(&leader)),
+            Some(Refused::NoFloor { group: 2 })
+        );
+
+        let floor = Floor { term: 3, leader: 1 };
+        assert!(gates.set_floor(2, floor).expect("floor"));
+        assert!(
+            !gates
+                .set_floor(2, Floor { term: 1, leader: 1 })
+                .expect("kept"),
+            "a floor is never replaced"
+        );
+        assert_eq!(gates.refusal(2, Rpc::Replicate(&leader)), None);
+        assert_eq!(
+            gates.refusal(2, Rpc::Replicate(&Vote::new_committed(2, 3))),
+            Some(Refused::BelowFloor {
+                group: 2,
+                vote: Floor { term: 2, leader: 3 },
+                floor
+            })
+        );
+        assert_eq!(
+            gates.refusal(2, Rpc::Vote),
+            None,
+            "the closed gate refuses it"
+        );
+        let reread = root.read_gates().expect("read").expect("valid");
+        assert_eq!(
+            reread.get(&2),
+            Some(&GateRecord {
+                wiped: true,
+                floor: Some(floor)
+            })
+        );
+        assert_eq!(
+            Gates::new(root.clone(), &reread).wiped(),
+            BTreeMap::from([(2, Some(floor))])
+        );
+
+        assert!(gates.open(2).expect("open"));
+        assert_eq!(gates.lost_vote(2), None);
+        assert_eq!(
+            gates.refusal(2, Rpc::Replicate(&Vote::new_committed(1, 1))),
+            None
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
