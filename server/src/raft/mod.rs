@@ -383,6 +383,7 @@ impl RaftEngine {
             engine.spawn_on_core(*group, gate::watch(Arc::downgrade(&engine), *group));
         }
         if !opts.peers.is_empty() && !fresh.is_empty() {
+            engine.gates.hold_for_probe(&fresh);
             tokio::spawn(bootstrap::run(Arc::downgrade(&engine), fresh));
         }
         Ok(engine)
