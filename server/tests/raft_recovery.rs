@@ -262,7 +262,7 @@ fn a_single_node_without_its_run_state_stays_gated_until_the_operator_accepts_th
     let m = node.json("/__ursula/metrics").1;
     assert_eq!(
         m["recovery_gates"],
-        json!({"gated": {"0": "stalled", "1": "stalled"}, "stalled": [0, 1]})
+        json!({"gated": {"0": "stalled", "1": "stalled"}, "stalled": [0, 1], "wiped": {}})
     );
     assert!(node.log_text().contains("recovery gate stalled"));
 
@@ -344,7 +344,7 @@ fn a_follower_restarted_without_its_run_state_opens_its_gate_through_the_leaders
     assert!(!log.contains("accept-unsynced-loss"), "{log}");
     assert_eq!(
         nodes[f].json("/__ursula/metrics").1["recovery_gates"],
-        json!({"gated": {}, "stalled": []})
+        json!({"gated": {}, "stalled": [], "wiped": {}})
     );
     let all = expected(40);
     wait_for_local_prefix(&bases[f], "/demo/barrier", &all[..all.len() - 1]);

@@ -472,6 +472,10 @@ pub enum AcceptError {
     #[error("this node does not host group {0}")]
     NoGroup(u32),
     #[error(
+        "the replica of group {0} lost its vote and has not established a durable vote floor: restore connectivity to an intact quorum so the group's leader can confirm a fresh barrier; accepting unsynced data loss cannot authorize a replica to acknowledge an unknown leader"
+    )]
+    LostVote(u32),
+    #[error(
         "the recovery gate of group {0} is closed but not stalled: it may still open through a leader's barrier without losing anything; wait for recovery_stalled"
     )]
     NotStalled(u32),
@@ -500,10 +504,18 @@ impl RaftEngine {
     ) -> Result<(Accepted, super::GroupView), AcceptError> {
         let raft = self.raft(group).ok_or(AcceptError::NoGroup(group))?;
         let view = self.group_view(group).ok_or(AcceptError::NoGroup(group))?;
-        match self.gates.status(group) {
-            GateStatus::Open => return Ok((Accepted::AlreadyOpen, view)),
-            GateStatus::Gated => return Err(AcceptError::NotStalled(group)),
-            GateStatus::Stalled => {}
+        let status = self.gates.status(group);
+        if status == GateStatus::Open {
+            return Ok((Accepted::AlreadyOpen, view));
+        }
+        // Opening clears the floor's record, so the replica's own vote must hold it by then.
+        if let Some(floor) = self.gates.lost_vote(group)
+            && !floor.is_some_and(|f| self.log_view(group).vote.is_some_and(|v| f.admits(&v)))
+        {
+            return Err(AcceptError::LostVote(group));
+        }
+        if status == GateStatus::Gated {
+            return Err(AcceptError::NotStalled(group));
         }
         if (view.last_log_index, view.current_term)
             != (expected_last_log_index, expected_current_term)
