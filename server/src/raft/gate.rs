@@ -4,10 +4,14 @@
 //! the group's leader for a fresh ReadIndex barrier, applies up to it and opens: from then on
 //! it holds every write the group committed, whatever its own journal lost.
 //!
+//! A replica that also lost its vote (a wiped WAL) takes no append until the barrier gave it
+//! a vote floor ([`super::floor`]), and opens only once its own Raft vote holds that floor.
+//!
 //! A group that finds no leader and applies nothing for [`STALL_AFTER`] is `stalled`: its
 //! voters may all be gated, and only an operator can accept that the unsynced tail is gone
-//! (`accept-unsynced-loss`). Closed gates are recorded in `raft-log/recovery-gates.bin` before
-//! they take effect and removed once open, so a restart keeps a gate closed.
+//! (`accept-unsynced-loss`). Closed gates, with a lost vote and its floor, are recorded in
+//! `raft-log/recovery-gates.bin` before they take effect and removed once open, so a restart
+//! keeps a gate closed and a wiped replica wiped.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
