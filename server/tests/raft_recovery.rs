@@ -482,6 +482,18 @@ fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it
     assert_eq!(status, 409, "{text}");
     assert!(text.contains("durable vote floor"), "{text}");
     assert!(!nodes[2].log_text().contains("vote floor recorded"));
+    // A restart without a floor keeps the replica wiped: the record says so before any probe.
+    nodes[2].kill9();
+    nodes[2].spawn();
+    assert_eq!(
+        metrics(&bases[2])["recovery_gates"]["wiped"],
+        every_group(json!({"vote_floor": null}))
+    );
+    assert!(
+        nodes[2].log_text().contains("lost_vote"),
+        "{}",
+        nodes[2].log_text()
+    );
 
     // Node 2 is back: node 1 proves its leadership with it, node 3 takes node 1's vote as its
     // floor, catches up and opens its gates.
