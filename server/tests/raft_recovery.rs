@@ -2,7 +2,8 @@
 //! process, another topology, another format epoch), the run state a SIGTERM records, a
 //! single node whose lost run state gates its groups until the operator accepts the loss, a
 //! follower whose gate opens through the leader's barrier, a wiped voter that rejoins without
-//! initializing its groups again, and a cluster that bootstraps only once every voter is up.
+//! initializing its groups again and refuses replication until it obtains a vote floor, and a
+//! cluster that bootstraps only once every voter is up.
 
 mod raft_common;
 
@@ -262,7 +263,7 @@ fn a_single_node_without_its_run_state_stays_gated_until_the_operator_accepts_th
     let m = node.json("/__ursula/metrics").1;
     assert_eq!(
         m["recovery_gates"],
-        json!({"gated": {"0": "stalled", "1": "stalled"}, "stalled": [0, 1]})
+        json!({"gated": {"0": "stalled", "1": "stalled"}, "stalled": [0, 1], "wiped": {}})
     );
     assert!(node.log_text().contains("recovery gate stalled"));
 
@@ -344,7 +345,7 @@ fn a_follower_restarted_without_its_run_state_opens_its_gate_through_the_leaders
     assert!(!log.contains("accept-unsynced-loss"), "{log}");
     assert_eq!(
         nodes[f].json("/__ursula/metrics").1["recovery_gates"],
-        json!({"gated": {}, "stalled": []})
+        json!({"gated": {}, "stalled": [], "wiped": {}})
     );
     let all = expected(40);
     wait_for_local_prefix(&bases[f], "/demo/barrier", &all[..all.len() - 1]);
@@ -391,6 +392,130 @@ fn a_wiped_lowest_voter_rejoins_without_initializing_its_groups_and_catches_up()
     );
     producer_load(&bases, "/demo/wiped", 40, 5, |_| {});
     assert_eq!(read_all(&bases, "/demo/wiped"), expected(45));
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each group's `key` under `raft_groups` in `base`'s metrics.
+fn raft_groups(base: &str, key: &str) -> Vec<Value> {
+    metrics(base)["raft_groups"]
+        .as_array()
+        .expect("raft_groups")
+        .iter()
+        .map(|g| g[key].clone())
+        .collect()
+}
+
+#[test]
+fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it() {
+    let dir = tempfile_dir("floor");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node(&dir, &ports, i))
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
+    let path = "/demo/floor";
+    create_when_led(&bases, path);
+    producer_load(&bases, path, 0, 20, |_| {});
+    // Node 1 initialized every group and campaigned at once: it leads them all, so it is the
+    // leader that stays up alone below.
+    wait_for(20, "node 1 leading every group", || {
+        raft_groups(&bases[0], "current_leader")
+            .iter()
+            .all(|l| *l == json!(1))
+            .then_some(())
+    });
+
+    // Node 3 loses its disk while the others keep committing.
+    nodes[2].kill9();
+    std::fs::remove_dir_all(cluster_wal(&dir, 2)).expect("wipe");
+    producer_load(&bases[..2], path, 20, 10, |_| {});
+    // Node 2 goes down too: node 1 still leads, but no quorum can confirm it without node 3.
+    nodes[1].kill9();
+    nodes[2].spawn();
+
+    let every_group = |v: Value| -> Value { (0..4).map(|g| (g.to_string(), v.clone())).collect() };
+    let gates = wait_for(20, "node 3 gating every group as wiped", || {
+        let g = metrics(&bases[2])["recovery_gates"].clone();
+        (g["wiped"].as_object().map(|w| w.len()) == Some(4)).then_some(g)
+    });
+    assert_eq!(gates["wiped"], every_group(json!({"vote_floor": null})));
+    assert_eq!(gates["gated"], every_group(json!("gated")));
+    let (status, ready) = nodes[2].json("/__ursula/ready");
+    assert_eq!(
+        (status, &ready["reason"]),
+        (503, &json!("recovery_gate_closed"))
+    );
+
+    // No write commits: node 1 alone is no quorum, and node 3 refuses its appends.
+    let headers = [
+        ("content-type", "application/octet-stream".to_owned()),
+        ("producer-id", "load".to_owned()),
+        ("producer-epoch", "0".to_owned()),
+        ("producer-seq", "30".to_owned()),
+    ];
+    for _ in 0..2 {
+        let answer = send(&bases, 0, "POST", path, &headers, b"p000030|");
+        assert!(
+            !matches!(answer, Some((200 | 204, _, _))),
+            "a write was acknowledged without a quorum: {answer:?}"
+        );
+    }
+    let m = metrics(&bases[2]);
+    assert_eq!(
+        m["recovery_gates"]["wiped"],
+        every_group(json!({"vote_floor": null})),
+        "no floor while node 2 is down"
+    );
+    for g in m["raft_groups"].as_array().expect("raft_groups") {
+        assert_eq!(g["last_log_index"], Value::Null, "node 3 took nothing: {g}");
+        assert_eq!(g["current_term"], json!(0), "node 3 took no vote: {g}");
+    }
+    // The operator cannot accept a loss in place of the lost vote.
+    let incarnation = m["process_incarnation"].as_str().expect("incarnation");
+    let (status, text) = accept(
+        &nodes[2],
+        0,
+        Some(incarnation),
+        &json!({"expected_last_log_index": null, "expected_current_term": 0}),
+    );
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("durable vote floor"), "{text}");
+    assert!(!nodes[2].log_text().contains("vote floor recorded"));
+    // A restart without a floor keeps the replica wiped: the record says so before any probe.
+    nodes[2].kill9();
+    nodes[2].spawn();
+    assert_eq!(
+        metrics(&bases[2])["recovery_gates"]["wiped"],
+        every_group(json!({"vote_floor": null}))
+    );
+    assert!(
+        nodes[2].log_text().contains("lost_vote"),
+        "{}",
+        nodes[2].log_text()
+    );
+
+    // Node 2 is back: node 1 proves its leadership with it, node 3 takes node 1's vote as its
+    // floor, catches up and opens its gates.
+    nodes[1].spawn();
+    nodes[2].wait_ready_until(Duration::from_secs(60), |s, _| s == 200);
+    let log = nodes[2].log_text();
+    assert!(log.contains("vote floor recorded"), "{log}");
+    assert!(
+        log.contains("recovery gate opened: applied the leader's barrier"),
+        "{log}"
+    );
+    assert!(!log.contains("initialized: every voter was empty"), "{log}");
+    assert_eq!(
+        metrics(&bases[2])["recovery_gates"],
+        json!({"gated": {}, "stalled": [], "wiped": {}})
+    );
+    producer_load(&bases, path, 30, 10, |_| {});
+    let all = expected(40);
+    assert_eq!(read_all(&bases, path), all);
+    for base in &bases {
+        wait_for_local_prefix(base, path, &all[..all.len() - 1]);
+    }
     drop(nodes);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -67,7 +67,10 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
     }
     let (raft_groups, recovery_gates) = match &st.raft {
         Some(raft) => raft_view(st, raft),
-        None => (Vec::new(), json!({ "gated": {}, "stalled": [] })),
+        None => (
+            Vec::new(),
+            json!({ "gated": {}, "stalled": [], "wiped": {} }),
+        ),
     };
     let mut body = json!({
         "process_incarnation": st.process_incarnation,
@@ -112,9 +115,19 @@ fn raft_view(
         .iter()
         .map(|(g, s)| (g.to_string(), json!(s.as_str())))
         .collect();
+    // A replica that lost its vote: `vote_floor` stays null until the leader's barrier.
+    let wiped: serde_json::Map<String, serde_json::Value> = raft
+        .gates
+        .wiped()
+        .into_iter()
+        .map(|(g, floor)| {
+            let floor = floor.map(|f| json!({ "term": f.term, "leader": f.leader }));
+            (g.to_string(), json!({ "vote_floor": floor }))
+        })
+        .collect();
     (
         groups,
-        json!({ "gated": gated, "stalled": raft.gates.stalled() }),
+        json!({ "gated": gated, "stalled": raft.gates.stalled(), "wiped": wiped }),
     )
 }
 
@@ -216,7 +229,9 @@ pub fn accept_unsynced_loss(st: &AppState, group: u32, body: &[u8]) -> Result<Re
         .map_err(|e| {
             let status = match e {
                 AcceptError::NoGroup(_) => StatusCode::NOT_FOUND,
-                AcceptError::NotStalled(_) | AcceptError::Moved { .. } => StatusCode::CONFLICT,
+                AcceptError::LostVote(_)
+                | AcceptError::NotStalled(_)
+                | AcceptError::Moved { .. } => StatusCode::CONFLICT,
                 AcceptError::Persist(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };
             ApiError::new(status, e.to_string())

@@ -275,7 +275,14 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
             let body = read_body(&headers, body, 1 << 30, Marking::Unmarked).await?;
             let out = crate::raft::network::serve(raft, group, &kind, &body)
                 .await
-                .map_err(ApiError::bad_request)?;
+                .map_err(|e| {
+                    use crate::raft::network::ServeError;
+                    let status = match e {
+                        ServeError::Invalid(_) => StatusCode::BAD_REQUEST,
+                        ServeError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
+                    };
+                    ApiError::new(status, e.to_string())
+                })?;
             return Ok(reply::Reply::new(StatusCode::OK)
                 .header(header::CONTENT_TYPE, "application/msgpack")
                 .body(out)

@@ -7,7 +7,9 @@
 //!
 //! A replica that holds nothing while another voter follows a leader of the group lost its log
 //! (a wiped or replaced WAL directory): it also lost its vote, so it goes behind the recovery
-//! gate. A replica that a leader reaches first simply holds the group from then on.
+//! gate and refuses replication until it obtains a vote floor (see [`super::floor`]). Until
+//! the first probe round decided, the replica refuses every Raft RPC of the groups it probes,
+//! so no leader reaches it first and takes a vote it may already have cast.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -37,6 +39,7 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
         }
         pending.retain(|g| !e.log_view(*g).holds());
         if pending.is_empty() {
+            e.gates.probed();
             return;
         }
         let others: Vec<u64> = e
@@ -105,25 +108,32 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
             }
             pending.remove(&g);
         }
+        // Decided: lost groups are gated, the others are a fresh install (or exist elsewhere,
+        // and wait for a leader), which may take replication from now on.
+        e.gates.probed();
         drop(e);
         tokio::time::sleep(RETRY).await;
     }
 }
 
-/// Closes the gate of a group this replica lost while another voter holds it.
+/// Closes the gate of a group this replica lost while another voter holds it, and marks that
+/// the replica lost its vote with it.
 fn gate_lost_replica(e: &RaftEngine, engine: &Weak<RaftEngine>, group: u32) {
     let Some(raft) = e.raft(group) else {
         return;
     };
     raft.runtime_config().elect(false);
-    match e.gates.close(group) {
+    let was_closed = e.gates.is_closed(group);
+    match e.gates.close_wiped(group) {
         Ok(false) => return,
         Ok(true) => tracing::warn!(
             group,
-            "recovery gate closed: this replica holds nothing of a group another voter holds (a wiped WAL)"
+            "recovery gate closed: this replica holds nothing of a group another voter holds (a wiped WAL); it lost its vote and refuses replication until the leader confirms a fresh barrier with a quorum of the other voters"
         ),
         // Not recorded: the gate still holds for this run, and the next start probes again.
         Err(err) => tracing::error!(group, error = %err, "cannot record a closed recovery gate"),
     }
-    e.spawn_on_core(group, gate::watch(engine.clone(), group));
+    if !was_closed {
+        e.spawn_on_core(group, gate::watch(engine.clone(), group));
+    }
 }

@@ -6,19 +6,23 @@
 //! - `core-<i>/journal.lock`: an advisory OS lock held for the process's life, holding its PID.
 //! - `run-state.bin`: `running` from start until a graceful shutdown records `clean`, with the
 //!   host's boot id, so the next start can tell a process crash from a host crash.
-//! - `recovery-gates.bin`: the groups whose recovery gate is closed (see [`super::gate`]).
+//! - `recovery-gates.bin`: the groups whose recovery gate is closed (see [`super::gate`]), each
+//!   with whether the replica lost its vote and the vote floor it obtained since.
 //!
 //! The binary files share one shape: a 4-byte magic, a version byte, the fields, and a CRC32
-//! of everything before it, so a torn or foreign file reads as corrupt, never as a value.
+//! of everything before it, so a torn or foreign file reads as corrupt, never as a value. Each
+//! file has its own version.
 //! Every replacement is written to a temporary file, fsynced, renamed over the old one and the
 //! directory fsynced, so a crash leaves the old file or the new one.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 use std::path::PathBuf;
+
+use super::floor::Floor;
 
 /// The on-disk format this build reads and writes.
 pub const FORMAT_EPOCH: u32 = 3;
@@ -32,7 +36,16 @@ const LOCK_FILE: &str = "journal.lock";
 const TOPOLOGY_MAGIC: &[u8; 4] = b"URST";
 const RUN_STATE_MAGIC: &[u8; 4] = b"URSR";
 const GATES_MAGIC: &[u8; 4] = b"URSG";
-const VERSION: u8 = 1;
+const TOPOLOGY_VERSION: u8 = 1;
+const RUN_STATE_VERSION: u8 = 1;
+/// Version 1 listed the gated groups only; version 2 adds, per group, whether the replica
+/// lost its vote and its vote floor.
+const GATES_VERSION: u8 = 2;
+const GATES_V1: u8 = 1;
+/// A version 2 gate record: group, flags, floor term, floor leader.
+const GATE_RECORD_LEN: usize = 4 + 1 + 8 + 8;
+const GATE_WIPED: u8 = 1;
+const GATE_FLOOR: u8 = 2;
 
 /// Where the host's boot id lives: it changes on every boot, so a run that ended without a
 /// clean record under another boot id ended with the host.
@@ -85,18 +98,18 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> FilesError + '_ {
 }
 
 /// Seals `fields` behind a magic and version with a trailing CRC32.
-fn seal(magic: &[u8; 4], fields: &[u8]) -> Vec<u8> {
+fn seal(magic: &[u8; 4], version: u8, fields: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + 1 + fields.len() + 4);
     out.extend_from_slice(magic);
-    out.push(VERSION);
+    out.push(version);
     out.extend_from_slice(fields);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
-/// The fields of a sealed file, or why it is not one.
-fn unseal<'a>(magic: &[u8; 4], bytes: &'a [u8]) -> Result<&'a [u8], &'static str> {
+/// The version and fields of a sealed file, or why it is not one.
+fn unseal_any<'a>(magic: &[u8; 4], bytes: &'a [u8]) -> Result<(u8, &'a [u8]), &'static str> {
     if bytes.len() < 9 {
         return Err("too short");
     }
@@ -108,15 +121,25 @@ fn unseal<'a>(magic: &[u8; 4], bytes: &'a [u8]) -> Result<&'a [u8], &'static str
     if &body[..4] != magic {
         return Err("not this kind of file");
     }
-    if body[4] != VERSION {
-        return Err("unknown version");
+    Ok((body[4], &body[5..]))
+}
+
+/// The fields of a sealed file of exactly `version`, or why it is not one.
+fn unseal<'a>(magic: &[u8; 4], version: u8, bytes: &'a [u8]) -> Result<&'a [u8], &'static str> {
+    match unseal_any(magic, bytes)? {
+        (v, fields) if v == version => Ok(fields),
+        _ => Err("unknown version"),
     }
-    Ok(&body[5..])
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     let s = b.get(at..at + 4)?;
     Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    let s: [u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(s))
 }
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content.
@@ -250,9 +273,11 @@ impl Root {
                 Ok(false)
             };
         };
-        let fields = unseal(TOPOLOGY_MAGIC, &bytes).map_err(|why| FilesError::TopologyCorrupt {
-            path: path.clone(),
-            why,
+        let fields = unseal(TOPOLOGY_MAGIC, TOPOLOGY_VERSION, &bytes).map_err(|why| {
+            FilesError::TopologyCorrupt {
+                path: path.clone(),
+                why,
+            }
         })?;
         let (Some(stored_cores), Some(stored_groups), 8) =
             (u32_at(fields, 0), u32_at(fields, 4), fields.len())
@@ -289,7 +314,7 @@ impl Root {
             fields.extend_from_slice(&groups.to_le_bytes());
             replace(
                 &self.log_dir.join(TOPOLOGY_FILE),
-                &seal(TOPOLOGY_MAGIC, &fields),
+                &seal(TOPOLOGY_MAGIC, TOPOLOGY_VERSION, &fields),
             )?;
         }
         if !has_epoch {
@@ -317,7 +342,7 @@ impl Root {
         let Some(bytes) = read_opt(&self.log_dir.join(RUN_STATE_FILE))? else {
             return Ok(PreviousRun::Missing);
         };
-        let Ok(fields) = unseal(RUN_STATE_MAGIC, &bytes) else {
+        let Ok(fields) = unseal(RUN_STATE_MAGIC, RUN_STATE_VERSION, &bytes) else {
             return Ok(PreviousRun::Corrupt);
         };
         let parse = || -> Option<PreviousRun> {
@@ -357,32 +382,91 @@ impl Root {
         fields.extend_from_slice(&std::process::id().to_le_bytes());
         replace(
             &self.log_dir.join(RUN_STATE_FILE),
-            &seal(RUN_STATE_MAGIC, &fields),
+            &seal(RUN_STATE_MAGIC, RUN_STATE_VERSION, &fields),
         )
     }
 
     /// The groups recorded behind a closed recovery gate; `Err(())` when the record is corrupt.
-    pub fn read_gates(&self) -> Result<Result<BTreeSet<u32>, ()>, FilesError> {
+    /// A version 1 record knew nothing of lost votes: its groups read as gated, not wiped.
+    pub fn read_gates(&self) -> Result<Result<BTreeMap<u32, GateRecord>, ()>, FilesError> {
         let Some(bytes) = read_opt(&self.log_dir.join(GATES_FILE))? else {
-            return Ok(Ok(BTreeSet::new()));
+            return Ok(Ok(BTreeMap::new()));
         };
-        let Ok(fields) = unseal(GATES_MAGIC, &bytes) else {
-            return Ok(Err(()));
-        };
-        if fields.len() % 4 != 0 {
-            return Ok(Err(()));
-        }
-        Ok(Ok(fields
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()))
+        Ok(match unseal_any(GATES_MAGIC, &bytes) {
+            Ok((GATES_V1, fields)) => gates_v1(fields),
+            Ok((GATES_VERSION, fields)) => gates_v2(fields),
+            _ => Err(()),
+        })
     }
 
-    /// Records the set of gated groups, replacing the previous record.
-    pub fn write_gates(&self, gated: &BTreeSet<u32>) -> Result<(), FilesError> {
-        let fields: Vec<u8> = gated.iter().flat_map(|g| g.to_le_bytes()).collect();
-        replace(&self.log_dir.join(GATES_FILE), &seal(GATES_MAGIC, &fields))
+    /// Records the closed gates, replacing the previous record.
+    pub fn write_gates(&self, gates: &BTreeMap<u32, GateRecord>) -> Result<(), FilesError> {
+        let mut fields = Vec::with_capacity(gates.len() * GATE_RECORD_LEN);
+        for (group, r) in gates {
+            let flags = if r.wiped { GATE_WIPED } else { 0 }
+                | if r.floor.is_some() { GATE_FLOOR } else { 0 };
+            let floor = r.floor.unwrap_or(Floor { term: 0, leader: 0 });
+            fields.extend_from_slice(&group.to_le_bytes());
+            fields.push(flags);
+            fields.extend_from_slice(&floor.term.to_le_bytes());
+            fields.extend_from_slice(&floor.leader.to_le_bytes());
+        }
+        replace(
+            &self.log_dir.join(GATES_FILE),
+            &seal(GATES_MAGIC, GATES_VERSION, &fields),
+        )
     }
+}
+
+/// What `recovery-gates.bin` keeps of one closed gate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GateRecord {
+    /// The replica lost its vote with its WAL (see [`super::floor`]).
+    pub wiped: bool,
+    /// The vote floor a wiped replica obtained from the leader's barrier.
+    pub floor: Option<Floor>,
+}
+
+fn gates_v1(fields: &[u8]) -> Result<BTreeMap<u32, GateRecord>, ()> {
+    if !fields.len().is_multiple_of(4) {
+        return Err(());
+    }
+    Ok(fields
+        .chunks_exact(4)
+        .map(|c| {
+            (
+                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                GateRecord::default(),
+            )
+        })
+        .collect())
+}
+
+fn gates_v2(fields: &[u8]) -> Result<BTreeMap<u32, GateRecord>, ()> {
+    if !fields.len().is_multiple_of(GATE_RECORD_LEN) {
+        return Err(());
+    }
+    let mut out = BTreeMap::new();
+    for c in fields.chunks_exact(GATE_RECORD_LEN) {
+        let (Some(group), Some(term), Some(leader)) = (u32_at(c, 0), u64_at(c, 5), u64_at(c, 13))
+        else {
+            return Err(());
+        };
+        // A floor belongs to a wiped replica only; any other flag was not written by us.
+        let floor = match c[4] {
+            0 | GATE_WIPED => None,
+            f if f == GATE_WIPED | GATE_FLOOR => Some(Floor { term, leader }),
+            _ => return Err(()),
+        };
+        let record = GateRecord {
+            wiped: c[4] & GATE_WIPED != 0,
+            floor,
+        };
+        if out.insert(group, record).is_some() {
+            return Err(());
+        }
+    }
+    Ok(out)
 }
 
 /// This host's boot id, `None` where the kernel does not tell it.
@@ -455,7 +539,11 @@ mod tests {
             r.check_topology(true, 2, 8),
             Err(FilesError::TopologyCorrupt { .. })
         ));
-        std::fs::write(r.log_dir.join(RUN_STATE_FILE), seal(GATES_MAGIC, &[])).expect("write");
+        std::fs::write(
+            r.log_dir.join(RUN_STATE_FILE),
+            seal(GATES_MAGIC, GATES_VERSION, &[]),
+        )
+        .expect("write");
         assert_eq!(r.previous_run().expect("read"), PreviousRun::Corrupt);
         let _ = std::fs::remove_dir_all(r.log_dir.parent().expect("parent"));
     }
@@ -475,9 +563,63 @@ mod tests {
         ));
         r.record_clean(true).expect("clean");
         assert_eq!(r.previous_run().expect("read"), PreviousRun::Clean);
-        let gated = BTreeSet::from([0, 3, 7]);
+        let gated = BTreeMap::from([
+            (0, GateRecord::default()),
+            (
+                3,
+                GateRecord {
+                    wiped: true,
+                    floor: None,
+                },
+            ),
+            (
+                7,
+                GateRecord {
+                    wiped: true,
+                    floor: Some(Floor {
+                        term: 9,
+                        leader: u64::MAX,
+                    }),
+                },
+            ),
+        ]);
         r.write_gates(&gated).expect("gates");
         assert_eq!(r.read_gates().expect("read"), Ok(gated));
+        let bytes = std::fs::read(r.log_dir.join(GATES_FILE)).expect("read");
+        assert_eq!(bytes[4], GATES_VERSION, "written in the new format");
+        let _ = std::fs::remove_dir_all(r.log_dir.parent().expect("parent"));
+    }
+
+    #[test]
+    fn an_old_gates_record_reads_as_gated_not_wiped_and_a_bad_one_as_corrupt() {
+        let r = root("gates-v1");
+        let path = r.log_dir.join(GATES_FILE);
+        std::fs::create_dir_all(&r.log_dir).expect("dir");
+        let v1: Vec<u8> = [2u32, 5].iter().flat_map(|g| g.to_le_bytes()).collect();
+        std::fs::write(&path, seal(GATES_MAGIC, GATES_V1, &v1)).expect("write");
+        assert_eq!(
+            r.read_gates().expect("read"),
+            Ok(BTreeMap::from([
+                (2, GateRecord::default()),
+                (5, GateRecord::default())
+            ]))
+        );
+        std::fs::write(&path, seal(GATES_MAGIC, GATES_V1, &[1, 2, 3])).expect("write");
+        assert_eq!(r.read_gates().expect("read"), Err(()));
+        // A floor without the wiped flag, an unknown version, a torn record.
+        let mut bad = 4u32.to_le_bytes().to_vec();
+        bad.push(GATE_FLOOR);
+        bad.extend_from_slice(&[0; 16]);
+        std::fs::write(&path, seal(GATES_MAGIC, GATES_VERSION, &bad)).expect("write");
+        assert_eq!(r.read_gates().expect("read"), Err(()));
+        std::fs::write(&path, seal(GATES_MAGIC, 3, &[])).expect("write");
+        assert_eq!(r.read_gates().expect("read"), Err(()));
+        r.write_gates(&BTreeMap::from([(1, GateRecord::default())]))
+            .expect("gates");
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes.truncate(bytes.len() - 1);
+        std::fs::write(&path, &bytes).expect("write");
+        assert_eq!(r.read_gates().expect("read"), Err(()));
         let _ = std::fs::remove_dir_all(r.log_dir.parent().expect("parent"));
     }
 }

@@ -4,10 +4,14 @@
 //! the group's leader for a fresh ReadIndex barrier, applies up to it and opens: from then on
 //! it holds every write the group committed, whatever its own journal lost.
 //!
+//! A replica that also lost its vote (a wiped WAL) takes no append until the barrier gave it
+//! a vote floor ([`super::floor`]), and opens only once its own Raft vote holds that floor.
+//!
 //! A group that finds no leader and applies nothing for [`STALL_AFTER`] is `stalled`: its
 //! voters may all be gated, and only an operator can accept that the unsynced tail is gone
-//! (`accept-unsynced-loss`). Closed gates are recorded in `raft-log/recovery-gates.bin` before
-//! they take effect and removed once open, so a restart keeps a gate closed.
+//! (`accept-unsynced-loss`). Closed gates, with a lost vote and its floor, are recorded in
+//! `raft-log/recovery-gates.bin` before they take effect and removed once open, so a restart
+//! keeps a gate closed and a wiped replica wiped.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -17,8 +21,13 @@ use std::sync::Weak;
 use std::time::Duration;
 use std::time::Instant;
 
+use super::GroupRaft;
 use super::RaftEngine;
 use super::files;
+use super::files::GateRecord;
+use super::floor::Floor;
+use super::floor::Refused;
+use super::floor::Rpc;
 
 /// How long a gate waits for a leader's barrier or any applied entry before it reports stalled.
 pub const STALL_AFTER: Duration = Duration::from_secs(30);
@@ -51,35 +60,45 @@ struct Closed {
     /// Last time the replica applied something or obtained a barrier.
     progress_at: Instant,
     applied: Option<u64>,
+    /// What is recorded of the gate: whether the replica lost its vote, and its floor.
+    record: GateRecord,
 }
 
 impl Closed {
-    fn new() -> Closed {
+    fn new(record: GateRecord) -> Closed {
         Closed {
             stalled: false,
             progress_at: Instant::now(),
             applied: None,
+            record,
         }
     }
 }
 
-/// The node's closed gates, persisted in the WAL root.
+/// The node's closed gates, persisted in the WAL root, and the groups whose bootstrap probe
+/// has not decided yet whether the replica lost them.
 #[derive(Debug)]
 pub struct Gates {
     root: files::Root,
     closed: Mutex<BTreeMap<u32, Closed>>,
+    probing: Mutex<BTreeSet<u32>>,
 }
 
-fn lock(m: &Mutex<BTreeMap<u32, Closed>>) -> MutexGuard<'_, BTreeMap<u32, Closed>> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn records(closed: &BTreeMap<u32, Closed>) -> BTreeMap<u32, GateRecord> {
+    closed.iter().map(|(g, c)| (*g, c.record)).collect()
 }
 
 impl Gates {
     /// Gates already recorded in `root` (the caller persisted `closed`).
-    pub fn new(root: files::Root, closed: &BTreeSet<u32>) -> Gates {
+    pub fn new(root: files::Root, closed: &BTreeMap<u32, GateRecord>) -> Gates {
         Gates {
             root,
-            closed: Mutex::new(closed.iter().map(|g| (*g, Closed::new())).collect()),
+            closed: Mutex::new(closed.iter().map(|(g, r)| (*g, Closed::new(*r))).collect()),
+            probing: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -118,6 +137,23 @@ impl Gates {
             .collect()
     }
 
+    /// The groups whose replica lost its vote, each with the vote floor obtained so far.
+    pub fn wiped(&self) -> BTreeMap<u32, Option<Floor>> {
+        lock(&self.closed)
+            .iter()
+            .filter(|(_, c)| c.record.wiped)
+            .map(|(g, c)| (*g, c.record.floor))
+            .collect()
+    }
+
+    /// `Some(floor)` when `group`'s replica lost its vote, `None` when it did not.
+    pub fn lost_vote(&self, group: u32) -> Option<Option<Floor>> {
+        lock(&self.closed)
+            .get(&group)
+            .filter(|c| c.record.wiped)
+            .map(|c| c.record.floor)
+    }
+
     /// Closes `group`'s gate and records it. Returns whether it was open. The gate holds for
     /// this run even when the record fails: closed is the safe side.
     pub fn close(&self, group: u32) -> Result<bool, files::FilesError> {
@@ -125,22 +161,100 @@ impl Gates {
         if closed.contains_key(&group) {
             return Ok(false);
         }
-        closed.insert(group, Closed::new());
-        let keys: BTreeSet<u32> = closed.keys().copied().collect();
-        self.root.write_gates(&keys)?;
+        closed.insert(group, Closed::new(GateRecord::default()));
+        self.root.write_gates(&records(&closed))?;
         Ok(true)
     }
 
-    /// Opens `group`'s gate, recorded before it counts. Returns whether it was closed.
+    /// Closes `group`'s gate, if open, and marks that its replica lost its vote. Returns
+    /// whether anything changed. Like [`Gates::close`] it holds for this run even when the
+    /// record fails.
+    pub fn close_wiped(&self, group: u32) -> Result<bool, files::FilesError> {
+        let mut closed = lock(&self.closed);
+        let c = closed
+            .entry(group)
+            .or_insert_with(|| Closed::new(GateRecord::default()));
+        if c.record.wiped {
+            return Ok(false);
+        }
+        c.record.wiped = true;
+        self.root.write_gates(&records(&closed))?;
+        Ok(true)
+    }
+
+    /// Records `floor` as the vote floor of `group`'s wiped replica, before it lets any
+    /// replication through. Returns whether it was recorded: only a wiped replica without a
+    /// floor takes one.
+    pub fn set_floor(&self, group: u32, floor: Floor) -> Result<bool, files::FilesError> {
+        let mut closed = lock(&self.closed);
+        let Some(c) = closed.get(&group) else {
+            return Ok(false);
+        };
+        if !c.record.wiped || c.record.floor.is_some() {
+            return Ok(false);
+        }
+        let mut next = records(&closed);
+        next.insert(
+            group,
+            GateRecord {
+                wiped: true,
+                floor: Some(floor),
+            },
+        );
+        self.root.write_gates(&next)?;
+        if let Some(c) = closed.get_mut(&group) {
+            c.record.floor = Some(floor);
+        }
+        Ok(true)
+    }
+
+    /// Opens `group`'s gate, recorded before it counts. Returns whether it was closed. The
+    /// record of a lost vote goes with it: by then the replica's own Raft vote holds the floor.
     pub fn open(&self, group: u32) -> Result<bool, files::FilesError> {
         let mut closed = lock(&self.closed);
         if !closed.contains_key(&group) {
             return Ok(false);
         }
-        let keys: BTreeSet<u32> = closed.keys().copied().filter(|g| *g != group).collect();
-        self.root.write_gates(&keys)?;
+        let mut next = records(&closed);
+        next.remove(&group);
+        self.root.write_gates(&next)?;
         closed.remove(&group);
         Ok(true)
+    }
+
+    /// Holds `groups` until their bootstrap probe decided: a leader that reached the replica
+    /// first would otherwise hand it a vote before the probe finds it lost the group.
+    pub fn hold_for_probe(&self, groups: &BTreeSet<u32>) {
+        lock(&self.probing).extend(groups);
+    }
+
+    /// The bootstrap probe decided every group it held.
+    pub fn probed(&self) {
+        lock(&self.probing).clear();
+    }
+
+    /// Whether `group`'s replica refuses `rpc`, and why.
+    pub fn refusal(&self, group: u32, rpc: Rpc<'_>) -> Option<Refused> {
+        if lock(&self.probing).contains(&group) {
+            return Some(Refused::Probing { group });
+        }
+        let closed = lock(&self.closed);
+        let record = closed.get(&group).map(|c| c.record)?;
+        if !record.wiped {
+            return None;
+        }
+        let Some(floor) = record.floor else {
+            return Some(Refused::NoFloor { group });
+        };
+        match rpc {
+            Rpc::Replicate(vote) if !floor.admits(vote) => Some(Refused::BelowFloor {
+                group,
+                vote: Floor::of(vote),
+                floor,
+            }),
+            // A vote is refused by the closed gate itself, with the replica's own vote.
+            Rpc::Replicate(_) | Rpc::Vote => None,
+        }
     }
 
     /// Counts a barrier from the leader as progress.
@@ -239,39 +353,9 @@ pub(super) async fn watch(engine: Weak<RaftEngine>, group: u32) {
             raft.runtime_config().elect(true);
             return;
         }
-        let m = raft.metrics().borrow().clone();
-        if let Some(leader) = m.current_leader.filter(|l| *l != e.node_id) {
-            match e.peers.barrier(leader, group).await {
-                Ok(Ok(index)) => {
-                    e.gates.progressed(group);
-                    let applied = match index {
-                        None => true,
-                        Some(i) => raft
-                            .wait(Some(APPLY_WAIT))
-                            .applied_index_at_least(Some(i), "recovery barrier")
-                            .await
-                            .is_ok(),
-                    };
-                    if applied {
-                        match e.gates.open(group) {
-                            Ok(_) => {
-                                raft.runtime_config().elect(true);
-                                tracing::info!(
-                                    group,
-                                    leader,
-                                    barrier = index,
-                                    "recovery gate opened: applied the leader's barrier"
-                                );
-                                return;
-                            }
-                            Err(err) => {
-                                tracing::error!(group, error = %err, "cannot record an open recovery gate")
-                            }
-                        }
-                    }
-                }
-                Ok(Err(why)) => tracing::debug!(group, leader, %why, "no recovery barrier"),
-                Err(err) => tracing::debug!(group, leader, error = %err, "no recovery barrier"),
+        for leader in leaders(&e, &raft, group).await {
+            if barrier_opens(&e, &raft, group, leader).await {
+                return;
             }
         }
         let applied = raft.metrics().borrow().last_applied.map(|l| l.index);
@@ -280,6 +364,102 @@ pub(super) async fn watch(engine: Weak<RaftEngine>, group: u32) {
                 group,
                 "recovery gate stalled: no leader barrier and nothing applied for 30s; writes acknowledged after the last fsync may be lost, and only POST /__ursula/raft/{group}/recovery/accept-unsynced-loss on the voters with the most up-to-date logs can open it"
             );
+        }
+    }
+}
+
+/// Whom to ask for a barrier: the leader this replica follows. A wiped replica without a
+/// floor follows nobody, since it refuses every leader's appends, so it asks the leaders the
+/// other voters report.
+async fn leaders(e: &RaftEngine, raft: &GroupRaft, group: u32) -> Vec<u64> {
+    let own = raft
+        .metrics()
+        .borrow()
+        .current_leader
+        .filter(|l| *l != e.node_id);
+    if e.gates.lost_vote(group) != Some(None) {
+        return own.into_iter().collect();
+    }
+    let asks = e
+        .peers
+        .urls
+        .keys()
+        .filter(|id| **id != e.node_id)
+        .map(|node| e.peers.probe(*node, group));
+    let mut out: BTreeSet<u64> = futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .filter_map(|p| p.ok()?.leader)
+        .filter(|l| *l != e.node_id)
+        .collect();
+    out.extend(own);
+    out.into_iter().collect()
+}
+
+/// Asks `leader` for a fresh barrier; a wiped replica records the leader's vote as its floor
+/// first. Opens the gate once the replica applied the barrier. Returns whether it opened.
+async fn barrier_opens(e: &RaftEngine, raft: &GroupRaft, group: u32, leader: u64) -> bool {
+    let confirmed = match e.peers.barrier(leader, group).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(why)) => {
+            tracing::debug!(group, leader, %why, "no recovery barrier");
+            return false;
+        }
+        Err(err) => {
+            tracing::debug!(group, leader, error = %err, "no recovery barrier");
+            return false;
+        }
+    };
+    e.gates.progressed(group);
+    if e.gates.lost_vote(group) == Some(None) {
+        match e.gates.set_floor(group, confirmed.vote) {
+            Ok(true) => tracing::info!(
+                group,
+                leader,
+                floor = %confirmed.vote,
+                barrier = confirmed.index,
+                "vote floor recorded: the leader confirmed a fresh barrier with a quorum of the other voters; replication from it is accepted"
+            ),
+            Ok(false) => {}
+            Err(err) => {
+                tracing::error!(group, error = %err, "cannot record the vote floor: replication stays refused");
+                return false;
+            }
+        }
+    }
+    let applied = match confirmed.index {
+        None => true,
+        Some(i) => raft
+            .wait(Some(APPLY_WAIT))
+            .applied_index_at_least(Some(i), "recovery barrier")
+            .await
+            .is_ok(),
+    };
+    if !applied {
+        return false;
+    }
+    // The floor's record goes with the gate: before that, the replica's own Raft vote must
+    // hold it, so openraft keeps refusing the leaders the floor refused.
+    if let Some(Some(floor)) = e.gates.lost_vote(group)
+        && !e.log_view(group).vote.is_some_and(|v| floor.admits(&v))
+    {
+        tracing::debug!(group, %floor, "the replica's vote does not hold its vote floor yet");
+        return false;
+    }
+    match e.gates.open(group) {
+        Ok(_) => {
+            raft.runtime_config().elect(true);
+            tracing::info!(
+                group,
+                leader,
+                barrier = confirmed.index,
+                "recovery gate opened: applied the leader's barrier"
+            );
+            true
+        }
+        Err(err) => {
+            tracing::error!(group, error = %err, "cannot record an open recovery gate");
+            false
         }
     }
 }
@@ -295,6 +475,10 @@ pub enum Accepted {
 pub enum AcceptError {
     #[error("this node does not host group {0}")]
     NoGroup(u32),
+    #[error(
+        "the replica of group {0} lost its vote and has not established a durable vote floor: restore connectivity to an intact quorum so the group's leader can confirm a fresh barrier; accepting unsynced data loss cannot authorize a replica to acknowledge an unknown leader"
+    )]
+    LostVote(u32),
     #[error(
         "the recovery gate of group {0} is closed but not stalled: it may still open through a leader's barrier without losing anything; wait for recovery_stalled"
     )]
@@ -324,10 +508,18 @@ impl RaftEngine {
     ) -> Result<(Accepted, super::GroupView), AcceptError> {
         let raft = self.raft(group).ok_or(AcceptError::NoGroup(group))?;
         let view = self.group_view(group).ok_or(AcceptError::NoGroup(group))?;
-        match self.gates.status(group) {
-            GateStatus::Open => return Ok((Accepted::AlreadyOpen, view)),
-            GateStatus::Gated => return Err(AcceptError::NotStalled(group)),
-            GateStatus::Stalled => {}
+        let status = self.gates.status(group);
+        if status == GateStatus::Open {
+            return Ok((Accepted::AlreadyOpen, view));
+        }
+        // Opening clears the floor's record, so the replica's own vote must hold it by then.
+        if let Some(floor) = self.gates.lost_vote(group)
+            && !floor.is_some_and(|f| self.log_view(group).vote.is_some_and(|v| f.admits(&v)))
+        {
+            return Err(AcceptError::LostVote(group));
+        }
+        if status == GateStatus::Gated {
+            return Err(AcceptError::NotStalled(group));
         }
         if (view.last_log_index, view.current_term)
             != (expected_last_log_index, expected_current_term)
@@ -402,7 +594,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ursula-gate-{}", std::process::id()));
         let root = files::Root::new(&dir);
         std::fs::create_dir_all(&root.log_dir).expect("dir");
-        let gates = Gates::new(root.clone(), &BTreeSet::from([4]));
+        let gates = Gates::new(root.clone(), &BTreeMap::from([(4, GateRecord::default())]));
         assert_eq!(gates.status(4), GateStatus::Gated);
         if let Some(c) = lock(&gates.closed).get_mut(&4) {
             c.progress_at = Instant::now()
@@ -414,7 +606,82 @@ mod tests {
         assert!(!gates.observe(4, Some(9)));
         assert_eq!(gates.status(4), GateStatus::Gated);
         assert!(gates.open(4).expect("open"));
-        assert_eq!(root.read_gates().expect("read"), Ok(BTreeSet::new()));
+        assert_eq!(root.read_gates().expect("read"), Ok(BTreeMap::new()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_wiped_replica_refuses_everything_until_its_recorded_floor_then_refuses_only_lower_leaders()
+    {
+        use openraft::Vote;
+        let dir = std::env::temp_dir().join(format!("ursula-floor-{}", std::process::id()));
+        let root = files::Root::new(&dir);
+        std::fs::create_dir_all(&root.log_dir).expect("dir");
+        let gates = Gates::new(root.clone(), &BTreeMap::new());
+        let leader = Vote::new_committed(3, 1);
+        gates.hold_for_probe(&BTreeSet::from([2]));
+        assert_eq!(
+            gates.refusal(2, Rpc::Vote),
+            Some(Refused::Probing { group: 2 })
+        );
+        gates.probed();
+        assert_eq!(gates.refusal(2, Rpc::Replicate(&leader)), None);
+
+        assert!(gates.close_wiped(2).expect("close"));
+        assert!(!gates.close_wiped(2).expect("again"));
+        for rpc in [Rpc::Vote, Rpc::Replicate(&leader)] {
+            assert_eq!(gates.refusal(2, rpc), Some(Refused::NoFloor { group: 2 }));
+        }
+        assert_eq!(gates.lost_vote(2), Some(None));
+        // A restart before the floor: still wiped, still refusing.
+        let reread = root.read_gates().expect("read").expect("valid");
+        let again = Gates::new(root.clone(), &reread);
+        assert_eq!(
+            again.refusal(2, Rpc::Replicate(&leader)),
+            Some(Refused::NoFloor { group: 2 })
+        );
+
+        let floor = Floor { term: 3, leader: 1 };
+        assert!(gates.set_floor(2, floor).expect("floor"));
+        assert!(
+            !gates
+                .set_floor(2, Floor { term: 1, leader: 1 })
+                .expect("kept"),
+            "a floor is never replaced"
+        );
+        assert_eq!(gates.refusal(2, Rpc::Replicate(&leader)), None);
+        assert_eq!(
+            gates.refusal(2, Rpc::Replicate(&Vote::new_committed(2, 3))),
+            Some(Refused::BelowFloor {
+                group: 2,
+                vote: Floor { term: 2, leader: 3 },
+                floor
+            })
+        );
+        assert_eq!(
+            gates.refusal(2, Rpc::Vote),
+            None,
+            "the closed gate refuses it"
+        );
+        let reread = root.read_gates().expect("read").expect("valid");
+        assert_eq!(
+            reread.get(&2),
+            Some(&GateRecord {
+                wiped: true,
+                floor: Some(floor)
+            })
+        );
+        assert_eq!(
+            Gates::new(root.clone(), &reread).wiped(),
+            BTreeMap::from([(2, Some(floor))])
+        );
+
+        assert!(gates.open(2).expect("open"));
+        assert_eq!(gates.lost_vote(2), None);
+        assert_eq!(
+            gates.refusal(2, Rpc::Replicate(&Vote::new_committed(1, 1))),
+            None
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -5,6 +5,7 @@
 pub mod batch;
 mod bootstrap;
 pub mod files;
+pub mod floor;
 pub mod gate;
 pub mod network;
 pub mod snapdrive;
@@ -203,12 +204,16 @@ impl RaftEngine {
             damaged,
         } = scan(rt, &root)?;
         let boot_id = files::boot_id();
+        let recorded_groups = recorded
+            .as_ref()
+            .ok()
+            .map(|r| r.keys().copied().collect::<BTreeSet<u32>>());
         let gated = gate::decide(&gate::Evidence {
             previous: &previous,
             boot_id: boot_id.as_deref(),
             held: &held,
             damaged: &damaged,
-            recorded: recorded.as_ref().ok(),
+            recorded: recorded_groups.as_ref(),
         });
 
         // Every check passed: from here on the node writes.
@@ -220,11 +225,27 @@ impl RaftEngine {
             })
         })?;
         let gated_set: BTreeSet<u32> = gated.keys().copied().collect();
-        if recorded.as_ref().ok() != Some(&gated_set) {
-            root.write_gates(&gated_set)?;
+        // A gate recorded closed keeps what it knew of a lost vote and its floor.
+        let gate_records: BTreeMap<u32, files::GateRecord> = gated_set
+            .iter()
+            .map(|g| {
+                let r = recorded.as_ref().ok().and_then(|r| r.get(g)).copied();
+                (*g, r.unwrap_or_default())
+            })
+            .collect();
+        if recorded.as_ref().ok() != Some(&gate_records) {
+            root.write_gates(&gate_records)?;
         }
         for (group, why) in &gated {
-            tracing::warn!(group, reason = why, "recovery gate closed");
+            let r = gate_records.get(group).copied().unwrap_or_default();
+            let floor = r.floor.map(|f| f.to_string());
+            tracing::warn!(
+                group,
+                reason = why,
+                lost_vote = r.wiped,
+                vote_floor = floor.as_deref(),
+                "recovery gate closed"
+            );
         }
         // The damage was recorded as closed gates: now the frames after it can go.
         for (core, r) in scans.iter().enumerate() {
@@ -362,7 +383,7 @@ impl RaftEngine {
             peers,
             logs: stores,
             journals,
-            gates: gate::Gates::new(root.clone(), &gated_set),
+            gates: gate::Gates::new(root.clone(), &gate_records),
             root,
             fsync_always: opts.fsync_always,
             stopping: AtomicBool::new(false),
@@ -376,6 +397,7 @@ impl RaftEngine {
             tokio::spawn(snapdrive::run(Arc::downgrade(&engine), opts.snapshot));
         }
         if !opts.peers.is_empty() && !fresh.is_empty() {
+            engine.gates.hold_for_probe(&fresh);
             tokio::spawn(bootstrap::run(Arc::downgrade(&engine), fresh));
         }
         Ok(engine)

@@ -1,8 +1,12 @@
 //! Peer traffic: every group's Raft RPCs travel as MessagePack over one keep-alive HTTP
 //! connection pool per node, tagged with the group in the path
 //! (`POST /__ursula/raft-rpc/{group}/{append|vote|snapshot}`). Two RPCs of Ursula's own ride
-//! the same path: `barrier` (a gated replica asks the leader for a fresh ReadIndex barrier) and
-//! `probe` (the bootstrap asks a voter whether it holds the group and sees a leader).
+//! the same path: `barrier` (a gated replica asks the leader for a fresh ReadIndex barrier and
+//! the leader's vote) and `probe` (the bootstrap asks a voter whether it holds the group and
+//! sees a leader).
+//!
+//! A replica that refuses an RPC (see [`super::floor`]) answers `503`, which the sender maps
+//! to openraft's `Unreachable`: the leader backs off and retries, as for a node that is down.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,7 +36,11 @@ use openraft::raft::VoteResponse;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::GroupRaft;
 use super::TypeConfig;
+use super::floor::Floor;
+use super::floor::Refused;
+use super::floor::Rpc;
 
 /// Shared by every group's network factory.
 #[derive(Debug, Clone)]
@@ -78,11 +86,25 @@ impl Peers {
             .await
             .map_err(|_| late())?
             .map_err(|e| PeerError::Unreachable(e.to_string()))?;
-        Ok(tokio::time::timeout(timeout, resp.into_body().collect())
+        let status = resp.status();
+        let body = tokio::time::timeout(timeout, resp.into_body().collect())
             .await
             .map_err(|_| late())?
             .map_err(|e| PeerError::Network(e.to_string()))?
-            .to_bytes())
+            .to_bytes();
+        if status.is_success() {
+            return Ok(body);
+        }
+        let why = format!(
+            "node {target} answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        // A refusal is temporary, like a node that is down: openraft backs off and retries.
+        Err(if status == hyper::StatusCode::SERVICE_UNAVAILABLE {
+            PeerError::Unreachable(why)
+        } else {
+            PeerError::Network(why)
+        })
     }
 
     /// One of Ursula's own RPCs: MessagePack both ways.
@@ -126,7 +148,8 @@ impl Peers {
     }
 
     /// Asks `leader` for a fresh ReadIndex barrier of `group`: the index a replica must apply
-    /// to hold every write the group committed before the call.
+    /// to hold every write the group committed before the call, and the vote it was confirmed
+    /// under.
     pub async fn barrier(&self, leader: u64, group: u32) -> Result<Barrier, PeerError> {
         self.ask(leader, group, "barrier", &(), RPC_TIMEOUT).await
     }
@@ -150,9 +173,30 @@ pub enum PeerError {
     Network(String),
 }
 
-/// A leader's answer to `barrier`: the barrier's log index (`None` for an empty log), or why
-/// it gave none (not the leader, no quorum, its own gate closed).
-pub type Barrier = Result<Option<u64>, String>;
+/// A leader's answer to `barrier`, or why it gave none (not the leader, no quorum, its own
+/// gate closed, its vote moved meanwhile).
+pub type Barrier = Result<Confirmed, String>;
+
+/// A barrier a quorum confirmed.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Confirmed {
+    /// The barrier's log index, `None` for an empty log.
+    pub index: Option<u64>,
+    /// The leader's vote a quorum of voters acknowledged for the barrier: a wiped replica's
+    /// vote floor.
+    pub vote: Floor,
+}
+
+/// Why [`serve`] answers no Raft reply.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The request is not one this node can read (`400`).
+    #[error("{0}")]
+    Invalid(String),
+    /// This replica refuses the RPC for now (`503`): the sender treats it as unavailable.
+    #[error(transparent)]
+    Refused(#[from] Refused),
+}
 
 /// A voter's answer to `probe`.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
@@ -228,18 +272,28 @@ pub async fn serve(
     group: u32,
     kind: &str,
     body: &[u8],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, ServeError> {
     let raft = engine
         .raft(group)
-        .ok_or_else(|| format!("no group {group}"))?;
+        .ok_or_else(|| ServeError::Invalid(format!("no group {group}")))?;
+    let invalid = |e: rmp_serde::decode::Error| ServeError::Invalid(e.to_string());
+    let refuse = |rpc: Rpc<'_>| match engine.gates.refusal(group, rpc) {
+        Some(why) => {
+            tracing::debug!(group, kind, %why, "Raft RPC refused");
+            Err(ServeError::Refused(why))
+        }
+        None => Ok(()),
+    };
     let out = match kind {
         "append" => {
             let req: AppendEntriesRequest<TypeConfig> =
-                rmp_serde::from_slice(body).map_err(|e| e.to_string())?;
+                rmp_serde::from_slice(body).map_err(invalid)?;
+            refuse(Rpc::Replicate(&req.vote))?;
             rmp_serde::to_vec(&raft.append_entries(req).await)
         }
         "vote" => {
-            let req: VoteRequest<u64> = rmp_serde::from_slice(body).map_err(|e| e.to_string())?;
+            let req: VoteRequest<u64> = rmp_serde::from_slice(body).map_err(invalid)?;
+            refuse(Rpc::Vote)?;
             if engine.gates.is_closed(group) {
                 // A gated replica may have lost the entries that make a candidate's log look
                 // up to date: its vote could elect a leader without them.
@@ -262,11 +316,7 @@ pub async fn serve(
                     engine.node_id
                 ))
             } else {
-                match tokio::time::timeout(BARRIER_TIMEOUT, raft.get_read_log_id()).await {
-                    Ok(Ok((read, _))) => Ok(read.map(|l| l.index)),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err("no quorum confirmed the leadership in time".into()),
-                }
+                confirm_barrier(engine.node_id, raft).await
             };
             rmp_serde::to_vec(&answer)
         }
@@ -276,10 +326,40 @@ pub async fn serve(
         }),
         "snapshot" => {
             let req: InstallSnapshotRequest<TypeConfig> =
-                rmp_serde::from_slice(body).map_err(|e| e.to_string())?;
+                rmp_serde::from_slice(body).map_err(invalid)?;
+            refuse(Rpc::Replicate(&req.vote))?;
             rmp_serde::to_vec(&raft.install_snapshot(req).await)
         }
-        other => return Err(format!("unknown Raft RPC {other:?}")),
+        other => return Err(ServeError::Invalid(format!("unknown Raft RPC {other:?}"))),
     };
-    out.map_err(|e| e.to_string())
+    out.map_err(|e| ServeError::Invalid(e.to_string()))
+}
+
+/// Confirms a fresh ReadIndex barrier as the leader and names the vote it was confirmed
+/// under. openraft's `get_read_log_id` sends a heartbeat round and answers once a quorum
+/// acknowledged it (a replica that refuses the heartbeat does not count), but does not say
+/// under which vote. The core handles requests in order and its vote only grows, so the same
+/// committed vote of this node read before and after the round is the vote the quorum
+/// acknowledged.
+async fn confirm_barrier(node: u64, raft: &GroupRaft) -> Barrier {
+    let vote = || raft.with_raft_state(|st| *st.vote_ref());
+    let before = vote().await.map_err(|e| e.to_string())?;
+    if !before.is_committed() || before.leader_id.node_id != node {
+        return Err(format!("node {node} does not lead the group"));
+    }
+    let index = match tokio::time::timeout(BARRIER_TIMEOUT, raft.get_read_log_id()).await {
+        Ok(Ok((read, _))) => read.map(|l| l.index),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("no quorum confirmed the leadership in time".into()),
+    };
+    let after = vote().await.map_err(|e| e.to_string())?;
+    if after != before {
+        return Err(format!(
+            "node {node}'s vote moved from {before} to {after} during the barrier"
+        ));
+    }
+    Ok(Confirmed {
+        index,
+        vote: Floor::of(&before),
+    })
 }
