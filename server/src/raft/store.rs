@@ -401,10 +401,53 @@ pub struct StateMachine {
     rt: runtime::Runtime,
     applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, openraft::BasicNode>,
-    current: Option<StoredSnapshot>,
-    path: PathBuf,
+    current: Shelf,
     /// Where the snapshot driver learns each build's size and time.
     stats: Arc<snapdrive::Stats>,
+}
+
+/// A group's newest snapshot and its file, shared by the state machine and the builders that
+/// write it from a blocking thread: writing and syncing a large snapshot on the core stalled
+/// every group of the core for its duration.
+#[derive(Debug, Clone)]
+struct Shelf {
+    path: PathBuf,
+    snap: Arc<Mutex<Option<StoredSnapshot>>>,
+    /// Held while the file is written, so an older snapshot never overwrites a newer one.
+    file: Arc<Mutex<()>>,
+}
+
+impl Shelf {
+    fn get(&self) -> Option<StoredSnapshot> {
+        lock(&self.snap).clone()
+    }
+
+    /// Writes `snap` and makes it current unless a newer one already is. Returns whether it did.
+    fn store(&self, snap: StoredSnapshot) -> Result<bool, Se> {
+        let _file = lock(&self.file);
+        let newer = lock(&self.snap)
+            .as_ref()
+            .is_some_and(|c| c.meta.last_log_id > snap.meta.last_log_id);
+        if newer {
+            return Ok(false);
+        }
+        let bytes = enc(&snap)?;
+        let tmp = self.path.with_extension("tmp");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        *lock(&self.snap) = Some(snap);
+        Ok(true)
+    }
 }
 
 fn on_group<R>(
@@ -431,11 +474,14 @@ impl StateMachine {
             rt: rt.clone(),
             applied: None,
             membership: StoredMembership::default(),
-            current: None,
-            path,
+            current: Shelf {
+                path,
+                snap: Arc::new(Mutex::new(None)),
+                file: Arc::new(Mutex::new(())),
+            },
             stats,
         };
-        match std::fs::read(&sm.path) {
+        match std::fs::read(&sm.current.path) {
             Ok(bytes) => {
                 let snap: StoredSnapshot = rmp_serde::from_slice(&bytes)
                     .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
@@ -445,7 +491,7 @@ impl StateMachine {
                 sm.applied = snap.meta.last_log_id;
                 sm.membership = snap.meta.last_membership.clone();
                 sm.stats.built(group, snap.data.len() as u64, None);
-                sm.current = Some(snap);
+                *lock(&sm.current.snap) = Some(snap);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(StorageIOError::read_snapshot(None, &e).into()),
@@ -453,25 +499,8 @@ impl StateMachine {
         Ok(sm)
     }
 
-    fn persist(&self, snap: &StoredSnapshot) -> Result<(), Se> {
-        let bytes = enc(snap)?;
-        let tmp = self.path.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)?;
-            if let Some(dir) = self.path.parent() {
-                std::fs::File::open(dir)?.sync_all()?;
-            }
-            Ok(())
-        };
-        write().map_err(|e| StorageIOError::write_snapshot(None, &e).into())
-    }
-
-    fn build(&mut self) -> Result<StoredSnapshot, Se> {
-        let started = std::time::Instant::now();
+    /// Captures the group's state at the applied point, on the core.
+    fn capture(&self) -> Result<StoredSnapshot, Se> {
         let data = on_group(&self.rt, self.group, |g| rmp_serde::to_vec(&g.state))?
             .map_err(|e| StorageIOError::read_state_machine(&e))?;
         let id = format!(
@@ -484,32 +513,44 @@ impl StateMachine {
             last_membership: self.membership.clone(),
             snapshot_id: id,
         };
-        let snap = StoredSnapshot { meta, data };
-        self.persist(&snap)?;
-        self.stats
-            .built(self.group, snap.data.len() as u64, Some(started.elapsed()));
-        self.current = Some(snap.clone());
-        Ok(snap)
+        Ok(StoredSnapshot { meta, data })
     }
 }
 
-/// Builds snapshots; shares the machine through its core.
+/// Writes a captured snapshot off the core; openraft purges the log only after it returns.
 #[derive(Debug)]
 pub struct Builder {
     snap: Result<StoredSnapshot, String>,
+    shelf: Shelf,
+    group: u32,
+    stats: Arc<snapdrive::Stats>,
+    started: std::time::Instant,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, Se> {
-        match &self.snap {
-            Ok(s) => Ok(Snapshot {
-                meta: s.meta.clone(),
-                snapshot: Box::new(Cursor::new(s.data.clone())),
-            }),
+        let snap = match &self.snap {
+            Ok(s) => s.clone(),
             Err(e) => {
-                Err(StorageIOError::read_state_machine(&std::io::Error::other(e.clone())).into())
+                return Err(
+                    StorageIOError::read_state_machine(&std::io::Error::other(e.clone())).into(),
+                );
             }
-        }
+        };
+        let shelf = self.shelf.clone();
+        let stored = snap.clone();
+        tokio::task::spawn_blocking(move || shelf.store(stored))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e)))??;
+        self.stats.built(
+            self.group,
+            snap.data.len() as u64,
+            Some(self.started.elapsed()),
+        );
+        Ok(Snapshot {
+            meta: snap.meta,
+            snapshot: Box::new(Cursor::new(snap.data)),
+        })
     }
 }
 
@@ -555,9 +596,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        // Built here, on the core, at the applied point; the builder only hands it over.
+        // Captured here, on the core, at the applied point; the builder writes it elsewhere.
+        let started = std::time::Instant::now();
         Builder {
-            snap: self.build().map_err(|e| e.to_string()),
+            snap: self.capture().map_err(|e| e.to_string()),
+            shelf: self.current.clone(),
+            group: self.group,
+            stats: self.stats.clone(),
+            started,
         }
     }
 
@@ -580,16 +626,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: meta.clone(),
             data,
         };
-        self.persist(&snap)?;
-        self.stats.built(self.group, snap.data.len() as u64, None);
-        self.current = Some(snap);
+        let len = snap.data.len() as u64;
+        self.current.store(snap)?;
+        self.stats.built(self.group, len, None);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, Se> {
-        Ok(self.current.as_ref().map(|s| Snapshot {
-            meta: s.meta.clone(),
-            snapshot: Box::new(Cursor::new(s.data.clone())),
+        Ok(self.current.get().map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
         }))
     }
 }
