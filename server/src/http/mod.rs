@@ -265,7 +265,7 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
         (Route::Ready, &Method::GET) => admin::ready(st),
         (Route::Metrics | Route::Ready, _) => return Err(ApiError::method_not_allowed("GET")),
-        (Route::RaftRpc(group, kind), &Method::POST) => {
+        (route @ (Route::RaftRpc(..) | Route::RaftRpcBatch), &Method::POST) => {
             let Some(raft) = &st.raft else {
                 return Err(ApiError::new(
                     StatusCode::NOT_FOUND,
@@ -273,22 +273,28 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
                 ));
             };
             let body = read_body(&headers, body, 1 << 30, Marking::Unmarked).await?;
-            let out = crate::raft::network::serve(raft, group, &kind, &body)
-                .await
-                .map_err(|e| {
-                    use crate::raft::network::ServeError;
-                    let status = match e {
-                        ServeError::Invalid(_) => StatusCode::BAD_REQUEST,
-                        ServeError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
-                    };
-                    ApiError::new(status, e.to_string())
-                })?;
+            let out = match route {
+                Route::RaftRpc(group, kind) => {
+                    crate::raft::network::serve(raft, group, &kind, &body).await
+                }
+                _ => crate::raft::network::serve_batch(raft, &body).await,
+            }
+            .map_err(|e| {
+                use crate::raft::network::ServeError;
+                let status = match e {
+                    ServeError::Invalid(_) => StatusCode::BAD_REQUEST,
+                    ServeError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                ApiError::new(status, e.to_string())
+            })?;
             return Ok(reply::Reply::new(StatusCode::OK)
                 .header(header::CONTENT_TYPE, "application/msgpack")
                 .body(out)
                 .into_response());
         }
-        (Route::RaftRpc(..), _) => return Err(ApiError::method_not_allowed("POST")),
+        (Route::RaftRpc(..) | Route::RaftRpcBatch, _) => {
+            return Err(ApiError::method_not_allowed("POST"));
+        }
         (Route::AcceptUnsyncedLoss(group), &Method::POST) => {
             admin::require_incarnation(st, &headers)?;
             let body = read_body(&headers, body, 64 << 10, Marking::Unmarked).await?;

@@ -23,6 +23,8 @@ pub enum Route {
     Ready,
     /// A peer's Raft RPC for one group: `/__ursula/raft-rpc/{group}/{kind}`.
     RaftRpc(u32, String),
+    /// Peers' `append` RPCs of many groups in one request: `/__ursula/raft-rpc-batch`.
+    RaftRpcBatch,
     /// `/__ursula/raft/{group}/recovery/accept-unsynced-loss`.
     AcceptUnsyncedLoss(u32),
     /// `/__ursula/flush-cold/{bucket}/{stream}`.
@@ -52,6 +54,7 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
     match raw.as_slice() {
         ["__ursula", "metrics"] => return Ok(Route::Metrics),
         ["__ursula", "ready"] => return Ok(Route::Ready),
+        ["__ursula", "raft-rpc-batch"] => return Ok(Route::RaftRpcBatch),
         ["__ursula", "raft-rpc", group, kind] => {
             return Ok(group
                 .parse()

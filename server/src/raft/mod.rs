@@ -7,6 +7,7 @@ mod bootstrap;
 pub mod files;
 pub mod floor;
 pub mod gate;
+mod lanes;
 pub mod network;
 pub mod snapdrive;
 pub mod store;

@@ -41,6 +41,10 @@ use super::TypeConfig;
 use super::floor::Floor;
 use super::floor::Refused;
 use super::floor::Rpc;
+use super::lanes::Answer;
+use super::lanes::Item;
+use super::lanes::Lane;
+use super::lanes::SendFn;
 
 /// Shared by every group's network factory.
 #[derive(Debug, Clone)]
@@ -48,6 +52,46 @@ pub struct Peers {
     client: Client<HttpConnector, Full<Bytes>>,
     /// node id -> base URL.
     pub urls: Arc<BTreeMap<u64, String>>,
+    /// node id -> the lane its `append` RPCs share ([`super::lanes`]).
+    lanes: Arc<BTreeMap<u64, Lane>>,
+}
+
+/// POSTs `body` to `url` and returns the answer's body; `503` reads as unreachable.
+async fn post(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    target: u64,
+    url: String,
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<Bytes, PeerError> {
+    let request = hyper::Request::post(url)
+        .header("content-type", "application/msgpack")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| PeerError::Network(e.to_string()))?;
+    let late = || PeerError::Unreachable(format!("node {target} did not answer in time"));
+    let resp = tokio::time::timeout(timeout, client.request(request))
+        .await
+        .map_err(|_| late())?
+        .map_err(|e| PeerError::Unreachable(e.to_string()))?;
+    let status = resp.status();
+    let body = tokio::time::timeout(timeout, resp.into_body().collect())
+        .await
+        .map_err(|_| late())?
+        .map_err(|e| PeerError::Network(e.to_string()))?
+        .to_bytes();
+    if status.is_success() {
+        return Ok(body);
+    }
+    let why = format!(
+        "node {target} answered {status}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    // A refusal is temporary, like a node that is down: openraft backs off and retries.
+    Err(if status == hyper::StatusCode::SERVICE_UNAVAILABLE {
+        PeerError::Unreachable(why)
+    } else {
+        PeerError::Network(why)
+    })
 }
 
 impl Peers {
@@ -58,9 +102,25 @@ impl Peers {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
+        let lanes = urls
+            .iter()
+            .map(|(id, base)| {
+                let (client, url, target) = (
+                    client.clone(),
+                    format!("{base}/__ursula/raft-rpc-batch"),
+                    *id,
+                );
+                let send: SendFn = Arc::new(move |body| {
+                    let (client, url) = (client.clone(), url.clone());
+                    Box::pin(async move { post(&client, target, url, body, LANE_TIMEOUT).await })
+                });
+                (*id, Lane::start(*id, send))
+            })
+            .collect();
         Peers {
             client,
             urls: Arc::new(urls),
+            lanes: Arc::new(lanes),
         }
     }
 
@@ -73,38 +133,17 @@ impl Peers {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<Bytes, PeerError> {
+        if kind == "append"
+            && let Some(lane) = self.lanes.get(&target)
+        {
+            return lane.append(target, group, body, timeout).await;
+        }
         let base = self
             .urls
             .get(&target)
             .ok_or_else(|| PeerError::Unreachable(format!("no URL for node {target}")))?;
-        let request = hyper::Request::post(format!("{base}/__ursula/raft-rpc/{group}/{kind}"))
-            .header("content-type", "application/msgpack")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| PeerError::Network(e.to_string()))?;
-        let late = || PeerError::Unreachable(format!("node {target} did not answer in time"));
-        let resp = tokio::time::timeout(timeout, self.client.request(request))
-            .await
-            .map_err(|_| late())?
-            .map_err(|e| PeerError::Unreachable(e.to_string()))?;
-        let status = resp.status();
-        let body = tokio::time::timeout(timeout, resp.into_body().collect())
-            .await
-            .map_err(|_| late())?
-            .map_err(|e| PeerError::Network(e.to_string()))?
-            .to_bytes();
-        if status.is_success() {
-            return Ok(body);
-        }
-        let why = format!(
-            "node {target} answered {status}: {}",
-            String::from_utf8_lossy(&body)
-        );
-        // A refusal is temporary, like a node that is down: openraft backs off and retries.
-        Err(if status == hyper::StatusCode::SERVICE_UNAVAILABLE {
-            PeerError::Unreachable(why)
-        } else {
-            PeerError::Network(why)
-        })
+        let url = format!("{base}/__ursula/raft-rpc/{group}/{kind}");
+        post(&self.client, target, url, body, timeout).await
     }
 
     /// One of Ursula's own RPCs: MessagePack both ways.
@@ -160,6 +199,8 @@ impl Peers {
     }
 }
 
+/// How long a batch of appends may take on the wire; each RPC keeps its own deadline too.
+const LANE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long Ursula's own RPCs wait for a peer; a barrier needs a heartbeat round of the leader.
 const RPC_TIMEOUT: Duration = Duration::from_secs(4);
 /// The leader gives up on a barrier before the asker gives up on the answer.
@@ -333,6 +374,31 @@ pub async fn serve(
         other => return Err(ServeError::Invalid(format!("unknown Raft RPC {other:?}"))),
     };
     out.map_err(|e| ServeError::Invalid(e.to_string()))
+}
+
+/// Answers a batch of `append` RPCs ([`super::lanes`]), run concurrently, each answered with
+/// the status it would have had alone.
+pub async fn serve_batch(engine: &super::RaftEngine, body: &[u8]) -> Result<Vec<u8>, ServeError> {
+    let items: Vec<Item> =
+        rmp_serde::from_slice(body).map_err(|e| ServeError::Invalid(e.to_string()))?;
+    let runs = items
+        .iter()
+        .map(|i| serve(engine, i.group, "append", &i.body));
+    let answers: Vec<Answer> = futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .map(|r| match r {
+            Ok(body) => Answer { status: 200, body },
+            Err(e) => Answer {
+                status: match e {
+                    ServeError::Invalid(_) => 400,
+                    ServeError::Refused(_) => 503,
+                },
+                body: e.to_string().into_bytes(),
+            },
+        })
+        .collect();
+    rmp_serde::to_vec(&answers).map_err(|e| ServeError::Invalid(e.to_string()))
 }
 
 /// Confirms a fresh ReadIndex barrier as the leader and names the vote it was confirmed
