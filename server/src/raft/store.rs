@@ -499,10 +499,10 @@ impl StateMachine {
         Ok(sm)
     }
 
-    /// Captures the group's state at the applied point, on the core.
-    fn capture(&self) -> Result<StoredSnapshot, Se> {
-        let data = on_group(&self.rt, self.group, |g| rmp_serde::to_vec(&g.state))?
-            .map_err(|e| StorageIOError::read_state_machine(&e))?;
+    /// Captures the group's state at the applied point, on the core: a clone that shares the
+    /// stream bytes, encoded later by the builder.
+    fn capture(&self) -> Result<Captured, Se> {
+        let state = on_group(&self.rt, self.group, |g| g.state.clone())?;
         let id = format!(
             "{}-{}",
             self.applied.map_or(0, |l| l.index),
@@ -513,14 +513,37 @@ impl StateMachine {
             last_membership: self.membership.clone(),
             snapshot_id: id,
         };
-        Ok(StoredSnapshot { meta, data })
+        Ok(Captured { meta, state })
     }
 }
 
-/// Writes a captured snapshot off the core; openraft purges the log only after it returns.
+/// A group's state as a snapshot captured it, not yet encoded.
+#[derive(Debug)]
+struct Captured {
+    meta: SnapshotMeta<u64, openraft::BasicNode>,
+    state: GroupState,
+}
+
+impl Captured {
+    fn encode(self) -> Result<StoredSnapshot, Se> {
+        // Sized up front: growing a buffer of many megabytes by doubling cost more than the
+        // encoding itself.
+        let guess = self.state.held_bytes() as usize + 1024 * (self.state.len() + 64);
+        let mut data = Vec::with_capacity(guess);
+        rmp_serde::encode::write(&mut data, &self.state)
+            .map_err(|e| StorageIOError::read_state_machine(&e))?;
+        Ok(StoredSnapshot {
+            meta: self.meta,
+            data,
+        })
+    }
+}
+
+/// Encodes and writes a captured snapshot off the core; openraft purges the log only after it
+/// returns.
 #[derive(Debug)]
 pub struct Builder {
-    snap: Result<StoredSnapshot, String>,
+    captured: Option<Result<Captured, String>>,
     shelf: Shelf,
     group: u32,
     stats: Arc<snapdrive::Stats>,
@@ -529,19 +552,22 @@ pub struct Builder {
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, Se> {
-        let snap = match &self.snap {
-            Ok(s) => s.clone(),
-            Err(e) => {
-                return Err(
-                    StorageIOError::read_state_machine(&std::io::Error::other(e.clone())).into(),
-                );
-            }
+        let failed = |m: String| -> Se {
+            StorageIOError::read_state_machine(&std::io::Error::other(m)).into()
+        };
+        let captured = match self.captured.take() {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => return Err(failed(e)),
+            None => return Err(failed("the snapshot was already built".into())),
         };
         let shelf = self.shelf.clone();
-        let stored = snap.clone();
-        tokio::task::spawn_blocking(move || shelf.store(stored))
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e)))??;
+        let snap = tokio::task::spawn_blocking(move || -> Result<StoredSnapshot, Se> {
+            let snap = captured.encode()?;
+            shelf.store(snap.clone())?;
+            Ok(snap)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e)))??;
         self.stats.built(
             self.group,
             snap.data.len() as u64,
@@ -598,8 +624,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         // Captured here, on the core, at the applied point; the builder writes it elsewhere.
         let started = std::time::Instant::now();
+        let captured = self.capture().map_err(|e| e.to_string());
+        tracing::debug!(
+            group = self.group,
+            took_us = started.elapsed().as_micros() as u64,
+            "snapshot captured on the core"
+        );
         Builder {
-            snap: self.capture().map_err(|e| e.to_string()),
+            captured: Some(captured),
             shelf: self.current.clone(),
             group: self.group,
             stats: self.stats.clone(),

@@ -49,8 +49,10 @@ const SEGMENT_BYTES: usize = 1 << 20;
 pub struct StreamData {
     /// Offset of the first byte of `segments[0]`.
     base: u64,
+    /// Shared so that cloning the state for a snapshot costs reference counts, not a copy of
+    /// the hot window; the growing last segment is copied on write while a clone holds it.
     #[serde(with = "byte_segments")]
-    segments: VecDeque<Vec<u8>>,
+    segments: VecDeque<Arc<Vec<u8>>>,
     /// Offset after the last stored byte.
     tail: u64,
     /// Flushed ranges in offset order; the last one ends where the hot ring starts (`base`),
@@ -67,21 +69,24 @@ pub struct StreamData {
 /// integer arrays older snapshots hold.
 mod byte_segments {
     use std::collections::VecDeque;
+    use std::sync::Arc;
 
     use serde::Deserialize;
     use serde::Deserializer;
     use serde::Serializer;
 
-    pub fn serialize<S: Serializer>(segs: &VecDeque<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(
+        segs: &VecDeque<Arc<Vec<u8>>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.collect_seq(segs.iter().map(|b| serde_bytes::Bytes::new(b)))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<VecDeque<Vec<u8>>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<VecDeque<Arc<Vec<u8>>>, D::Error> {
         let bufs = Vec::<serde_bytes::ByteBuf>::deserialize(d)?;
-        Ok(bufs
-            .into_iter()
-            .map(serde_bytes::ByteBuf::into_vec)
-            .collect())
+        Ok(bufs.into_iter().map(|b| Arc::new(b.into_vec())).collect())
     }
 }
 
@@ -125,8 +130,8 @@ impl StreamData {
             .back()
             .is_some_and(|last| last.len() + bytes.len() <= SEGMENT_BYTES);
         match self.segments.back_mut() {
-            Some(last) if fits => last.extend_from_slice(bytes),
-            _ => self.segments.push_back(bytes.to_vec()),
+            Some(last) if fits => Arc::make_mut(last).extend_from_slice(bytes),
+            _ => self.segments.push_back(Arc::new(bytes.to_vec())),
         }
         self.tail += bytes.len() as u64;
     }
@@ -189,6 +194,7 @@ impl StreamData {
             && self.base < offset
         {
             let cut = (offset - self.base) as usize;
+            let first = Arc::make_mut(first);
             first.drain(..cut.min(first.len()));
             first.shrink_to_fit();
             self.base = offset;

@@ -106,8 +106,9 @@ impl Stream {
     }
 }
 
-/// The state of every stream in one group.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+/// The state of every stream in one group. Cloning it is cheap next to its size (stream bytes
+/// are shared segments): a snapshot clones on the core and encodes elsewhere.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct GroupState {
     streams: HashMap<Box<str>, Stream>,
     last_incarnation: u64,
