@@ -190,10 +190,14 @@ pub enum PreviousRun {
         boot_id: Option<String>,
         fsync_always: bool,
     },
+    /// The run stopped because a journal write or sync failed: what it had written may not be
+    /// on disk, whatever the boot id says.
+    IoError,
 }
 
 const STATE_RUNNING: u8 = 1;
 const STATE_CLEAN: u8 = 2;
+const STATE_IO_ERROR: u8 = 3;
 
 impl Root {
     pub fn new(wal_dir: &Path) -> Root {
@@ -353,6 +357,7 @@ impl Root {
             let boot_id = (!boot.is_empty()).then(|| String::from_utf8_lossy(boot).into_owned());
             match state {
                 STATE_CLEAN => Some(PreviousRun::Clean),
+                STATE_IO_ERROR => Some(PreviousRun::IoError),
                 STATE_RUNNING => Some(PreviousRun::Unclean {
                     boot_id,
                     fsync_always: fsync_always == 1,
@@ -371,6 +376,11 @@ impl Root {
     /// Records that every journal was synced and the run ended gracefully.
     pub fn record_clean(&self, fsync_always: bool) -> Result<(), FilesError> {
         self.write_run_state(STATE_CLEAN, fsync_always)
+    }
+
+    /// Records that the run stops on a journal I/O error, so the next start gates the groups.
+    pub fn record_io_error(&self, fsync_always: bool) -> Result<(), FilesError> {
+        self.write_run_state(STATE_IO_ERROR, fsync_always)
     }
 
     fn write_run_state(&self, state: u8, fsync_always: bool) -> Result<(), FilesError> {
@@ -563,6 +573,8 @@ mod tests {
         ));
         r.record_clean(true).expect("clean");
         assert_eq!(r.previous_run().expect("read"), PreviousRun::Clean);
+        r.record_io_error(false).expect("io error");
+        assert_eq!(r.previous_run().expect("read"), PreviousRun::IoError);
         let gated = BTreeMap::from([
             (0, GateRecord::default()),
             (

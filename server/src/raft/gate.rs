@@ -321,6 +321,7 @@ pub fn decide(ev: &Evidence<'_>) -> BTreeMap<u32, &'static str> {
             "run-state.bin is missing while the journals hold records",
         ),
         PreviousRun::Corrupt if journals_hold_records => add(ev.held, "run-state.bin is corrupt"),
+        PreviousRun::IoError => add(ev.held, "the previous run stopped on a journal I/O error"),
         // Under `never` a process crash loses nothing (the page cache outlives the process);
         // only a host crash, seen as another boot id, can have dropped the unsynced tail.
         PreviousRun::Unclean {
@@ -583,6 +584,8 @@ mod tests {
             Vec::<u32>::new()
         );
         assert_eq!(gated(PreviousRun::Missing, Some("a"), &[2]), vec![2]);
+        // A failed journal write may have lost what the page cache held, on the same boot too.
+        assert_eq!(gated(PreviousRun::IoError, Some("a"), &[1, 2]), vec![1, 2]);
         assert_eq!(
             gated(PreviousRun::Missing, Some("a"), &[]),
             Vec::<u32>::new()

@@ -293,9 +293,16 @@ impl RaftEngine {
                     recovered_max.insert(group, last);
                 }
             }
+            let fatal_root = root.clone();
+            let fsync_always = opts.fsync_always;
             let wal_opts = wal::Options {
                 fsync_always: opts.fsync_always,
                 segment_size: opts.segment_size,
+                on_fatal: Some(Arc::new(move || {
+                    if let Err(e) = fatal_root.record_io_error(fsync_always) {
+                        tracing::error!(error = %e, "cannot record the journal I/O error in run-state.bin");
+                    }
+                })),
             };
             journals.push(wal::Journal::start(
                 root.core_dir(core),

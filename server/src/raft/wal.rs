@@ -18,6 +18,7 @@ use std::io::Read;
 use std::io::Write;
 use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::mpsc;
 
 pub const KIND_ENTRIES: u8 = 1;
@@ -234,9 +235,13 @@ fn lock_writer(m: &std::sync::Mutex<Writer>) -> std::sync::MutexGuard<'_, Writer
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+#[derive(Clone)]
 pub struct Options {
     pub fsync_always: bool,
     pub segment_size: u64,
+    /// Called once before the process stops on a journal I/O error: it records the run state
+    /// that gates the groups at the next start.
+    pub on_fatal: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 /// What the journal restates at the start of a segment so that older segments are needed
@@ -368,14 +373,23 @@ impl Writer {
         }
         if let Err(e) = &result {
             tracing::error!(error = %e, "journal write failed; the process stops");
-            std::process::abort();
+            self.fatal();
         }
         if self.size >= self.opts.segment_size
             && let Err(e) = self.rotate()
         {
             tracing::error!(error = %e, "cannot start a journal segment; the process stops");
-            std::process::abort();
+            self.fatal();
         }
+    }
+
+    /// Stops the process after recording why, so the next start does not trust the journal's
+    /// tail to the page cache.
+    fn fatal(&self) -> ! {
+        if let Some(f) = &self.opts.on_fatal {
+            f();
+        }
+        std::process::abort();
     }
 }
 
@@ -561,6 +575,7 @@ mod tests {
             Options {
                 fsync_always: false,
                 segment_size: 256,
+                on_fatal: None,
             },
             Vec::new(),
             HashMap::new(),
