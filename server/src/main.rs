@@ -102,6 +102,14 @@ fn main() -> ExitCode {
         tokio::spawn(async move {
             wait_for_signal().await;
             let _ = tx.send(true);
+            // On its own thread: a shutdown stuck on the runtime must not hold the deadline up.
+            std::thread::spawn(|| {
+                std::thread::sleep(SHUTDOWN_DEADLINE);
+                tracing::error!(
+                    "shutdown did not finish within 20 s of the signal: exiting without recording a clean shutdown; the next start treats the run as a crash"
+                );
+                std::process::exit(1);
+            });
         });
         ursula::node::run(cfg, rx).await
     });
@@ -113,6 +121,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// The Operations page's deadline for a graceful shutdown, from the first signal.
+const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
 
 async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

@@ -199,6 +199,39 @@ fn sigterm_records_a_clean_run_state_and_neither_it_nor_a_process_crash_gates_th
 }
 
 #[test]
+fn a_shutdown_past_its_20_s_deadline_exits_without_recording_a_clean_run() {
+    let dir = tempfile_dir("deadline");
+    let port = free_port();
+    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 2", "fsync = \"never\"");
+    let stall = vec![(
+        "URSULA_TEST_SHUTDOWN_STALL_MS".to_owned(),
+        "60000".to_owned(),
+    )];
+    let mut node = Proc::start_with_env(port, args, stall, dir.join("node.log"));
+    let wal = dir.join("wal");
+    let bases = vec![node.url("")];
+    create_when_led(&bases, "/demo/deadline");
+    producer_load(&bases, "/demo/deadline", 0, 5, |_| {});
+    let started = Instant::now();
+    let status = node.sigterm();
+    let took = started.elapsed();
+    assert!(!status.success(), "a shutdown cut by its deadline fails");
+    assert!(
+        took >= Duration::from_secs(19) && took < Duration::from_secs(29),
+        "the process exited at the deadline, 20 s after the signal: {took:?}"
+    );
+    assert_eq!(run_state(&wal), 1, "no clean shutdown recorded");
+    assert!(
+        node.log_text()
+            .contains("shutdown did not finish within 20 s"),
+        "{}",
+        node.log_text()
+    );
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_single_node_without_its_run_state_stays_gated_until_the_operator_accepts_the_loss() {
     let dir = tempfile_dir("single-gate");
     let port = free_port();

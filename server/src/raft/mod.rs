@@ -474,6 +474,17 @@ impl RaftEngine {
     /// knows nothing unsynced was lost.
     pub async fn shutdown(&self) {
         self.stopping.store(true, Ordering::Release);
+        // Drained: a node on its way out must not win an election it could not serve.
+        for r in &self.rafts {
+            r.runtime_config().elect(false);
+        }
+        if let Some(ms) = std::env::var("URSULA_TEST_SHUTDOWN_STALL_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            // Test knob: a shutdown stuck before its journals are synced (the 20 s deadline).
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         for r in &self.rafts {
             let _ = r.shutdown().await;
         }
