@@ -7,9 +7,15 @@
 //!
 //! A replica that holds nothing while another voter follows a leader of the group lost its log
 //! (a wiped or replaced WAL directory): it also lost its vote, so it goes behind the recovery
-//! gate and refuses replication until it obtains a vote floor (see [`super::floor`]). Until
-//! the first probe round decided, the replica refuses every Raft RPC of the groups it probes,
-//! so no leader reaches it first and takes a vote it may already have cast.
+//! gate and refuses replication until it obtains a vote floor (see [`super::floor`]).
+//!
+//! A replica that once saw every voter answer empty is part of a fresh install, not wiped:
+//! every vote it cast since is in its own journal, and before it the group existed nowhere. It
+//! is never gated for the group, however late the initializer's leader reaches it. The probe
+//! does not hold replication while it runs ([`super::gate::Gates::hold_for_probe`] is not
+//! used): under load the hold made fresh replicas refuse the initializer's first election and
+//! then find a leader before they held anything, so they were taken for wiped ones and a
+//! leader lost right after the bootstrap left the group without a quorum.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -30,6 +36,8 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
     let mut told_waiting = BTreeSet::new();
     // Groups another voter holds: never initialized here, whatever later answers say.
     let mut exists = BTreeSet::new();
+    // Groups this replica saw empty on every voter: a fresh install, never gated as lost.
+    let mut seen_empty = BTreeSet::new();
     loop {
         let Some(e) = engine.upgrade() else {
             return;
@@ -68,7 +76,17 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
             }
             // Only a leader seen elsewhere gates: during a fresh install the initializer
             // holds the group before anyone leads it, and it needs the others' votes.
+            let everyone_empty = answers
+                .iter()
+                .all(|a| a.is_some_and(|p| !p.holds && p.leader.is_none()));
+            if everyone_empty {
+                seen_empty.insert(g);
+            }
             if answers.iter().flatten().any(|p| p.leader.is_some()) {
+                if seen_empty.contains(&g) {
+                    // Fresh: it waits for the leader's first append, probed again meanwhile.
+                    continue;
+                }
                 pending.remove(&g);
                 gate_lost_replica(&e, &engine, g);
                 continue;

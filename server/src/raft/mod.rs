@@ -405,7 +405,6 @@ impl RaftEngine {
             tokio::spawn(snapdrive::run(Arc::downgrade(&engine), opts.snapshot));
         }
         if !opts.peers.is_empty() && !fresh.is_empty() {
-            engine.gates.hold_for_probe(&fresh);
             tokio::spawn(bootstrap::run(Arc::downgrade(&engine), fresh));
         }
         Ok(engine)
