@@ -12,10 +12,10 @@
 //! A replica that once saw every voter answer empty is part of a fresh install, not wiped:
 //! every vote it cast since is in its own journal, and before it the group existed nowhere. It
 //! is never gated for the group, however late the initializer's leader reaches it. The probe
-//! does not hold replication while it runs ([`super::gate::Gates::hold_for_probe`] is not
-//! used): under load the hold made fresh replicas refuse the initializer's first election and
-//! then find a leader before they held anything, so they were taken for wiped ones and a
-//! leader lost right after the bootstrap left the group without a quorum.
+//! does not hold replication while it runs: under load an earlier hold made fresh replicas
+//! refuse the initializer's first election and then find a leader before they held anything,
+//! so they were taken for wiped ones and a leader lost right after the bootstrap left the
+//! group without a quorum.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -47,7 +47,6 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
         }
         pending.retain(|g| !e.log_view(*g).holds());
         if pending.is_empty() {
-            e.gates.probed();
             return;
         }
         let others: Vec<u64> = e
@@ -126,9 +125,6 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
             }
             pending.remove(&g);
         }
-        // Decided: lost groups are gated, the others are a fresh install (or exist elsewhere,
-        // and wait for a leader), which may take replication from now on.
-        e.gates.probed();
         drop(e);
         tokio::time::sleep(RETRY).await;
     }

@@ -55,10 +55,6 @@ pub enum Rpc<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     #[error(
-        "group {group}: the bootstrap probe has not yet decided whether this replica lost the group"
-    )]
-    Probing { group: u32 },
-    #[error(
         "group {group}: this replica lost its vote with its WAL and has no vote floor yet; it waits for the leader to confirm a fresh barrier with a quorum of the other voters"
     )]
     NoFloor { group: u32 },

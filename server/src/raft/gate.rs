@@ -75,13 +75,11 @@ impl Closed {
     }
 }
 
-/// The node's closed gates, persisted in the WAL root, and the groups whose bootstrap probe
-/// has not decided yet whether the replica lost them.
+/// The node's closed gates, persisted in the WAL root.
 #[derive(Debug)]
 pub struct Gates {
     root: files::Root,
     closed: Mutex<BTreeMap<u32, Closed>>,
-    probing: Mutex<BTreeSet<u32>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -98,7 +96,6 @@ impl Gates {
         Gates {
             root,
             closed: Mutex::new(closed.iter().map(|(g, r)| (*g, Closed::new(*r))).collect()),
-            probing: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -222,22 +219,8 @@ impl Gates {
         Ok(true)
     }
 
-    /// Holds `groups` until their bootstrap probe decided: a leader that reached the replica
-    /// first would otherwise hand it a vote before the probe finds it lost the group.
-    pub fn hold_for_probe(&self, groups: &BTreeSet<u32>) {
-        lock(&self.probing).extend(groups);
-    }
-
-    /// The bootstrap probe decided every group it held.
-    pub fn probed(&self) {
-        lock(&self.probing).clear();
-    }
-
     /// Whether `group`'s replica refuses `rpc`, and why.
     pub fn refusal(&self, group: u32, rpc: Rpc<'_>) -> Option<Refused> {
-        if lock(&self.probing).contains(&group) {
-            return Some(Refused::Probing { group });
-        }
         let closed = lock(&self.closed);
         let record = closed.get(&group).map(|c| c.record)?;
         if !record.wiped {
@@ -622,12 +605,6 @@ mod tests {
         std::fs::create_dir_all(&root.log_dir).expect("dir");
         let gates = Gates::new(root.clone(), &BTreeMap::new());
         let leader = Vote::new_committed(3, 1);
-        gates.hold_for_probe(&BTreeSet::from([2]));
-        assert_eq!(
-            gates.refusal(2, Rpc::Vote),
-            Some(Refused::Probing { group: 2 })
-        );
-        gates.probed();
         assert_eq!(gates.refusal(2, Rpc::Replicate(&leader)), None);
 
         assert!(gates.close_wiped(2).expect("close"));

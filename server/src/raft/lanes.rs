@@ -169,17 +169,8 @@ async fn deliver(target: u64, batch: Vec<Queued>, send: &SendFn) {
             }
         }
         Err(e) => {
-            let (unreachable, why) = match e {
-                PeerError::Unreachable(m) => (true, m),
-                PeerError::Network(m) => (false, m),
-            };
             for r in replies {
-                let err = if unreachable {
-                    PeerError::Unreachable(why.clone())
-                } else {
-                    PeerError::Network(why.clone())
-                };
-                let _ = r.send(Err(err));
+                let _ = r.send(Err(e.clone()));
             }
         }
     }

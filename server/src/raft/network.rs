@@ -206,7 +206,7 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(4);
 /// The leader gives up on a barrier before the asker gives up on the answer.
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(3);
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PeerError {
     #[error("peer unreachable: {0}")]
     Unreachable(String),

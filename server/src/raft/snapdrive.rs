@@ -9,7 +9,6 @@
 //! keeps the node's log under the budget that `RaftLogPressure` enforces.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::Weak;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
@@ -152,32 +151,32 @@ pub struct GroupLog {
 pub fn plan(node_log: u64, groups: &[GroupLog], budget: u64, group_count: u32) -> Vec<u32> {
     let mut by_log: Vec<GroupLog> = groups.iter().copied().filter(|g| g.log > 0).collect();
     by_log.sort_by(|a, b| b.log.cmp(&a.log).then(a.group.cmp(&b.group)));
-    let mut out: Vec<u32> = by_log
-        .iter()
-        .filter(|g| g.log >= group_threshold(budget, group_count, g.last_snapshot))
-        .map(|g| g.group)
-        .collect();
+    let due = |g: &GroupLog| g.log >= group_threshold(budget, group_count, g.last_snapshot);
+    let mut chosen: Vec<bool> = by_log.iter().map(due).collect();
     if pressure_level(node_log, budget) >= 1 {
         let target = node_log.saturating_sub(budget / 2);
-        let mut freed: u64 = out
+        let mut freed: u64 = by_log
             .iter()
-            .filter_map(|id| by_log.iter().find(|g| g.group == *id))
-            .map(|g| g.log)
+            .zip(&chosen)
+            .filter(|(_, c)| **c)
+            .map(|(g, _)| g.log)
             .sum();
-        for g in &by_log {
+        for (g, c) in by_log.iter().zip(chosen.iter_mut()) {
             if freed >= target {
                 break;
             }
-            if !out.contains(&g.group) {
-                out.push(g.group);
+            if !*c {
+                *c = true;
                 freed += g.log;
             }
         }
-        out.sort_by_key(|id| {
-            std::cmp::Reverse(by_log.iter().find(|g| g.group == *id).map_or(0, |g| g.log))
-        });
     }
-    out
+    by_log
+        .iter()
+        .zip(chosen)
+        .filter(|(_, c)| *c)
+        .map(|(g, _)| g.group)
+        .collect()
 }
 
 /// A build the driver triggered and waits to see.
@@ -355,11 +354,6 @@ impl RaftEngine {
             map.insert(k.to_owned(), v);
         }
     }
-}
-
-/// Keeps the stats shared with the state machines alive beside the engine.
-pub fn stats(groups: u32) -> Arc<Stats> {
-    Arc::new(Stats::new(groups))
 }
 
 #[cfg(test)]

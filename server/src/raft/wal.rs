@@ -235,7 +235,6 @@ fn lock_writer(m: &std::sync::Mutex<Writer>) -> std::sync::MutexGuard<'_, Writer
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[derive(Clone)]
 pub struct Options {
     pub fsync_always: bool,
     pub segment_size: u64,
