@@ -2,8 +2,9 @@
 //! process, another topology, another format epoch), the run state a SIGTERM records, a
 //! single node whose lost run state gates its groups until the operator accepts the loss, a
 //! follower whose gate opens through the leader's barrier, a wiped voter that rejoins without
-//! initializing its groups again and refuses replication until it obtains a vote floor, and a
-//! cluster that bootstraps only once every voter is up.
+//! initializing its groups again and refuses replication until it obtains a vote floor, one
+//! that restarts during an election and withholds its vote, and a cluster that bootstraps only
+//! once every voter is up.
 
 mod raft_common;
 
@@ -545,6 +546,95 @@ fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it
     );
     producer_load(&bases, path, 30, 10, |_| {});
     let all = expected(40);
+    assert_eq!(read_all(&bases, path), all);
+    for base in &bases {
+        wait_for_local_prefix(base, path, &all[..all.len() - 1]);
+    }
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wiped_voter_restarting_without_a_leader_in_sight_withholds_its_vote_from_a_lagging_candidate()
+{
+    let dir = tempfile_dir("no-leader");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node(&dir, &ports, i))
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
+    let path = "/demo/lagging";
+    create_when_led(&bases, path);
+    producer_load(&bases, path, 0, 20, |_| {});
+    wait_for(20, "node 1 leading every group", || {
+        raft_groups(&bases[0], "current_leader")
+            .iter()
+            .all(|l| *l == json!(1))
+            .then_some(())
+    });
+    // Node 3 misses ten acknowledged writes; nodes 1 and 2 hold them.
+    nodes[2].kill9();
+    producer_load(&bases[..2], path, 20, 10, |_| {});
+    // The leader dies and node 2 loses its disk: node 3, the only voter up that holds the group,
+    // lacks those writes, and node 2's empty log would grant it a vote.
+    nodes[0].kill9();
+    nodes[1].kill9();
+    std::fs::remove_dir_all(cluster_wal(&dir, 1)).expect("wipe");
+    nodes[2].spawn();
+    // Node 3 restarts following its old leader's vote, then campaigns: no voter reports a
+    // leader by the time node 2 comes back.
+    wait_for(20, "node 3 campaigning in every group", || {
+        raft_groups(&bases[2], "current_leader")
+            .iter()
+            .all(Value::is_null)
+            .then_some(())
+    });
+    nodes[1].spawn();
+
+    let every_group = |v: Value| -> Value { (0..4).map(|g| (g.to_string(), v.clone())).collect() };
+    wait_for(20, "node 2 gating every group as wiped", || {
+        let g = metrics(&bases[1])["recovery_gates"].clone();
+        (g["wiped"] == every_group(json!({"vote_floor": null}))).then_some(())
+    });
+    assert!(
+        nodes[1]
+            .log_text()
+            .contains("holds nothing of a group another voter holds"),
+        "{}",
+        nodes[1].log_text()
+    );
+    // Several election timeouts (1.5-3 s each): node 3 campaigns and is never elected, so
+    // nothing is acknowledged either.
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        for base in &bases[1..] {
+            let leaders = raft_groups(base, "current_leader");
+            assert!(
+                leaders.iter().all(Value::is_null),
+                "a leader was elected without the writes nodes 1 and 2 acknowledged: {leaders:?} at {base}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let headers = [
+        ("content-type", "application/octet-stream".to_owned()),
+        ("producer-id", "load".to_owned()),
+        ("producer-epoch", "0".to_owned()),
+        ("producer-seq", "30".to_owned()),
+    ];
+    let answer = send(&bases, 2, "POST", path, &headers, b"p000030|");
+    assert!(
+        !matches!(answer, Some((200 | 204, _, _))),
+        "a write was acknowledged by a leader missing acknowledged writes: {answer:?}"
+    );
+
+    // Node 1 is back: it leads with node 3's vote, node 2 takes its floor and catches up, and
+    // every acknowledged write is there exactly once.
+    nodes[0].spawn();
+    nodes[1].wait_ready_until(Duration::from_secs(60), |s, _| s == 200);
+    assert_eq!(read_all(&bases, path), expected(30));
+    producer_load(&bases, path, 30, 5, |_| {});
+    let all = expected(35);
     assert_eq!(read_all(&bases, path), all);
     for base in &bases {
         wait_for_local_prefix(base, path, &all[..all.len() - 1]);

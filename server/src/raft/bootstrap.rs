@@ -5,9 +5,14 @@
 //! missing voter may be the one that holds the group. So a fresh install with a voter that
 //! never comes up stays uninitialized.
 //!
-//! A replica that holds nothing while another voter follows a leader of the group lost its log
-//! (a wiped or replaced WAL directory): it also lost its vote, so it goes behind the recovery
-//! gate and refuses replication until it obtains a vote floor (see [`super::floor`]).
+//! A replica that holds nothing while another voter follows a leader of the group, or holds
+//! entries past the initial membership (index 0, so the group had a leader), lost its log (a
+//! wiped or replaced WAL directory): it also lost its vote, so it goes behind the recovery gate
+//! and refuses replication until it obtains a vote floor (see [`super::floor`]). Entries count
+//! without a leader in sight: a wiped replica restarting during an election must not hand its
+//! empty log's vote to a candidate missing writes it had acknowledged. Until its first probe
+//! round decided, a replica holding nothing grants no vote to a candidate past index 0 (the
+//! initializer's first election, at index 0, is never held up).
 //!
 //! A replica that once saw every voter answer empty is part of a fresh install, not wiped:
 //! every vote it cast since is in its own journal, and before it the group existed nowhere. It
@@ -19,6 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -29,6 +35,29 @@ use super::gate;
 
 /// How often the groups still empty everywhere are probed again.
 const RETRY: Duration = Duration::from_secs(1);
+
+/// The groups whose replica holds nothing and whose first probe round is not done: they vote
+/// for no candidate past index 0 yet.
+#[derive(Debug, Default)]
+pub struct VoteHold(Mutex<BTreeSet<u32>>);
+
+impl VoteHold {
+    pub fn new(groups: &BTreeSet<u32>) -> VoteHold {
+        VoteHold(Mutex::new(groups.clone()))
+    }
+
+    pub fn holds(&self, group: u32) -> bool {
+        self.lock().contains(&group)
+    }
+
+    fn release(&self, group: u32) {
+        self.lock().remove(&group);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// Probes the other voters about `pending` (the groups this replica held nothing of at start)
 /// until each is initialized, found to exist elsewhere, or replicated here.
@@ -45,7 +74,13 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
         if e.stopping() {
             return;
         }
-        pending.retain(|g| !e.log_view(*g).holds());
+        pending.retain(|g| {
+            let holds = e.log_view(*g).holds();
+            if holds {
+                e.vote_hold.release(*g);
+            }
+            !holds
+        });
         if pending.is_empty() {
             return;
         }
@@ -64,24 +99,32 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
                 (*g, answer)
             })
         });
-        let mut answers: BTreeMap<u32, Vec<Option<super::network::Probe>>> = BTreeMap::new();
+        // Every pending group is decided this round, even with nobody to ask (one voter).
+        let mut answers: BTreeMap<u32, Vec<Option<super::network::Probe>>> =
+            pending.iter().map(|g| (*g, Vec::new())).collect();
         for (g, a) in futures_util::future::join_all(asks).await {
             answers.entry(g).or_default().push(a);
         }
         for (g, answers) in answers {
+            // Decided below, whatever the answers: gated, fresh, or waiting for its first entry.
+            e.vote_hold.release(g);
             if e.log_view(g).holds() {
                 pending.remove(&g);
                 continue;
             }
-            // Only a leader seen elsewhere gates: during a fresh install the initializer
-            // holds the group before anyone leads it, and it needs the others' votes.
             let everyone_empty = answers
                 .iter()
                 .all(|a| a.is_some_and(|p| !p.holds && p.leader.is_none()));
             if everyone_empty {
                 seen_empty.insert(g);
             }
-            if answers.iter().flatten().any(|p| p.leader.is_some()) {
+            // A holder of the initial membership alone does not gate: during a fresh install
+            // the initializer holds it before anyone leads, and it needs the others' votes.
+            if answers
+                .iter()
+                .flatten()
+                .any(|p| p.leader.is_some() || past_bootstrap(p))
+            {
                 if seen_empty.contains(&g) {
                     // Fresh: it waits for the leader's first append, probed again meanwhile.
                     continue;
@@ -128,6 +171,12 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
         drop(e);
         tokio::time::sleep(RETRY).await;
     }
+}
+
+/// Whether a voter's log shows that the group had a leader: entries past the initial
+/// membership at index 0.
+fn past_bootstrap(p: &super::network::Probe) -> bool {
+    p.last_log_index.is_some_and(|i| i >= 1)
 }
 
 /// Closes the gate of a group this replica lost while another voter holds it, and marks that

@@ -97,6 +97,8 @@ pub struct RaftEngine {
     logs: Vec<store::LogStore>,
     journals: Vec<wal::Journal>,
     pub gates: gate::Gates,
+    /// Groups this replica held nothing of at start, until their first probe round decided.
+    pub vote_hold: bootstrap::VoteHold,
     root: files::Root,
     fsync_always: bool,
     stopping: AtomicBool,
@@ -392,6 +394,11 @@ impl RaftEngine {
             logs: stores,
             journals,
             gates: gate::Gates::new(root.clone(), &gate_records),
+            vote_hold: if opts.peers.is_empty() {
+                bootstrap::VoteHold::default()
+            } else {
+                bootstrap::VoteHold::new(&fresh)
+            },
             root,
             fsync_always: opts.fsync_always,
             stopping: AtomicBool::new(false),

@@ -245,6 +245,10 @@ pub struct Probe {
     /// It holds a vote, entries or a purge point of the group.
     pub holds: bool,
     pub leader: Option<u64>,
+    /// Its last log index (the purge point once every entry is purged). Past `0`, the initial
+    /// membership, the group had a leader. Absent from a node of an older build.
+    #[serde(default)]
+    pub last_log_index: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -335,7 +339,12 @@ pub async fn serve(
         "vote" => {
             let req: VoteRequest<u64> = rmp_serde::from_slice(body).map_err(invalid)?;
             refuse(Rpc::Vote)?;
-            if engine.gates.is_closed(group) {
+            // A candidate past the initial membership (index 0) is no fresh install's first
+            // election: a replica holding nothing waits for its first probe round to tell
+            // whether it was wiped before it votes for one.
+            let held =
+                engine.vote_hold.holds(group) && req.last_log_id.is_some_and(|l| l.index >= 1);
+            if engine.gates.is_closed(group) || held {
                 // A gated replica may have lost the entries that make a candidate's log look
                 // up to date: its vote could elect a leader without them.
                 let view = engine.log_view(group);
@@ -344,7 +353,7 @@ pub async fn serve(
                     vote_granted: false,
                     last_log_id: view.last,
                 });
-                tracing::debug!(group, candidate = %req.vote, "vote refused: recovery gate closed");
+                tracing::debug!(group, candidate = %req.vote, "vote refused: recovery gate closed or first probe round pending");
                 rmp_serde::to_vec(&refused)
             } else {
                 rmp_serde::to_vec(&raft.vote(req).await)
@@ -361,10 +370,14 @@ pub async fn serve(
             };
             rmp_serde::to_vec(&answer)
         }
-        "probe" => rmp_serde::to_vec(&Probe {
-            holds: engine.log_view(group).holds(),
-            leader: engine.leader_of(group),
-        }),
+        "probe" => {
+            let view = engine.log_view(group);
+            rmp_serde::to_vec(&Probe {
+                holds: view.holds(),
+                leader: engine.leader_of(group),
+                last_log_index: view.last.map(|l| l.index),
+            })
+        }
         "snapshot" => {
             let req: InstallSnapshotRequest<TypeConfig> =
                 rmp_serde::from_slice(body).map_err(invalid)?;
