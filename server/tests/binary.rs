@@ -4,7 +4,6 @@
 
 use std::io::Read;
 use std::io::Write;
-use std::net::TcpListener;
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Child;
@@ -55,10 +54,8 @@ struct Node {
     scratch: Scratch,
 }
 
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
-}
+mod ports;
+use ports::free_port;
 
 fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ursula"));

@@ -16,12 +16,8 @@ use std::time::Instant;
 const MARKER: &str = "x-ursula-not-applied";
 const VOUCH: &str = "x-ursula-not-applied-checked";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
+mod ports;
+use ports::free_port;
 
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()

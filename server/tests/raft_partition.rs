@@ -18,12 +18,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
+mod ports;
+use ports::free_port;
 
 /// A TCP forwarder that can be switched off, which also cuts its open connections.
 struct Link {

@@ -31,12 +31,8 @@ fn ursulactl() -> PathBuf {
     bin
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
+mod ports;
+use ports::free_port;
 
 /// A scratch directory for one test, removed on drop.
 struct Scratch(PathBuf);

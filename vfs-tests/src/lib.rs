@@ -26,10 +26,7 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+// The server's test binaries pick their ports the same way; one copy serves both crates.
+#[path = "../../server/tests/ports/mod.rs"]
+mod ports;
+pub use ports::free_port;

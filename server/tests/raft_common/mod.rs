@@ -17,12 +17,9 @@ use std::time::Instant;
 /// The log filter of every node: warnings, and the Raft engine's own decisions.
 const RUST_LOG: &str = "warn,ursula::raft=info";
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
+#[path = "../ports/mod.rs"]
+mod ports;
+pub use ports::free_port;
 
 pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
