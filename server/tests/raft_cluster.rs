@@ -1,6 +1,6 @@
 //! The Raft engine with real processes on loopback ports: a durable single node that survives
 //! SIGKILL, and a 3-voter cluster from one TOML file that keeps every acknowledged append
-//! exactly once through the SIGKILL of its leader.
+//! exactly once through the SIGKILL of its leader, and peer RPCs that reach the wrong node.
 
 mod raft_common;
 
@@ -257,5 +257,80 @@ fn a_raft_log_past_twice_its_budget_refuses_bodies_but_not_closes() {
     .expect("close");
     assert_eq!(close.0, 204, "a write without a body still passes");
     drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_peer_rpc_addressed_to_another_node_or_sent_by_an_unknown_one_is_refused_as_misdirected() {
+    let dir = tempfile_dir("misdirected");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    // Node 1 alone: the others need not run for its peer endpoint to answer.
+    let node = start_cluster_node(&dir, &ports, 0);
+    let probe = |headers: &[(&str, &str)]| {
+        let url = node.url("/__ursula/raft-rpc/0/probe");
+        let (status, _, body) = send_url("POST", &url, headers, b"").expect("answer");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    let from = "x-ursula-raft-from";
+    let to = "x-ursula-raft-to";
+    assert_eq!(probe(&[(from, "2"), (to, "1")]).0, 200);
+    assert_eq!(probe(&[]).0, 200, "an older sender without the headers");
+    let (status, text) = probe(&[(from, "2"), (to, "3")]);
+    assert_eq!(status, 421, "{text}");
+    assert!(
+        text.contains("addressed to node 3, but this is node 1"),
+        "{text}"
+    );
+    for sender in ["1", "9"] {
+        let (status, text) = probe(&[(from, sender), (to, "1")]);
+        assert_eq!(status, 421, "{text}");
+        assert!(
+            text.contains(&format!("comes from node {sender}")),
+            "{text}"
+        );
+    }
+    assert_eq!(probe(&[(from, "two"), (to, "1")]).0, 421);
+    let batch = node.url("/__ursula/raft-rpc-batch");
+    let (status, _, _) =
+        send_url("POST", &batch, &[(from, "3"), (to, "2")], b"\x90").expect("answer");
+    assert_eq!(status, 421, "a batch is checked like a single RPC");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_peer_list_pointing_at_the_wrong_node_is_refused_and_the_others_keep_a_quorum() {
+    let dir = tempfile_dir("wrong-peer");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut nodes: Vec<Proc> = (0..2)
+        .map(|i| start_cluster_node(&dir, &ports, i))
+        .collect();
+    // Node 3's own copy of the peer list names node 1's address for node 2 too: without the
+    // check, node 1's answers would count as node 2's votes and acknowledgements.
+    let mut args = cluster_node_args(&dir, &ports, 2);
+    let own = std::path::PathBuf::from(&args[2]);
+    let text = std::fs::read_to_string(&own).expect("toml");
+    let wrong = text.replace(
+        &format!("url = \"http://127.0.0.1:{}\"", ports[1]),
+        &format!("url = \"http://127.0.0.1:{}\"", ports[0]),
+    );
+    assert_ne!(text, wrong);
+    let bad = dir.join("n3-wrong.toml");
+    std::fs::write(&bad, wrong).expect("toml");
+    args[2] = bad.display().to_string();
+    nodes.push(Proc::start(ports[2], args, dir.join("n3.log")));
+    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
+    create_when_led(&bases[..2], "/demo/wrong");
+    producer_load(&bases[..2], "/demo/wrong", 0, 20, |_| {});
+    wait_for(30, "node 1 refusing node 3's RPCs meant for node 2", || {
+        nodes[0]
+            .log_text()
+            .contains(
+                "misdirected Raft RPC refused: this RPC is addressed to node 2, but this is node 1",
+            )
+            .then_some(())
+    });
+    assert_eq!(read_all(&bases[..2], "/demo/wrong"), expected(20));
+    drop(nodes);
     let _ = std::fs::remove_dir_all(&dir);
 }

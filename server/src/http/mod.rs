@@ -272,6 +272,13 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
                     "this node runs no Raft",
                 ));
             };
+            let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+            let (from, to) = (
+                header(crate::raft::network::FROM_HEADER),
+                header(crate::raft::network::TO_HEADER),
+            );
+            crate::raft::network::check_addressing(raft, from, to)
+                .map_err(|why| ApiError::new(StatusCode::MISDIRECTED_REQUEST, why))?;
             let body = read_body(&headers, body, 1 << 30, Marking::Unmarked).await?;
             let out = match route {
                 Route::RaftRpc(group, kind) => {

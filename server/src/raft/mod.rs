@@ -319,7 +319,7 @@ impl RaftEngine {
             .map_err(|message| StartError::Group { group: 0, message })?;
         let gated_config = raft_config(false, backstop)
             .map_err(|message| StartError::Group { group: 0, message })?;
-        let peers = network::Peers::new(opts.peers.clone());
+        let peers = network::Peers::new(opts.peers.clone(), opts.node_id);
         let log_bytes = Arc::new(store::NodeLog::default());
         let snap_stats = Arc::new(snapdrive::Stats::new(groups));
         let mut rafts = Vec::with_capacity(groups as usize);

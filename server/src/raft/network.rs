@@ -50,22 +50,36 @@ use super::lanes::SendFn;
 #[derive(Debug, Clone)]
 pub struct Peers {
     client: Client<HttpConnector, Full<Bytes>>,
+    /// This node's id, sent with every RPC.
+    me: u64,
+    /// When each misdirected sender/addressee pair was last logged.
+    warned: Arc<std::sync::Mutex<BTreeMap<(String, String), std::time::Instant>>>,
     /// node id -> base URL.
     pub urls: Arc<BTreeMap<u64, String>>,
     /// node id -> the lane its `append` RPCs share ([`super::lanes`]).
     lanes: Arc<BTreeMap<u64, Lane>>,
 }
 
-/// POSTs `body` to `url` and returns the answer's body; `503` reads as unreachable.
+/// Headers naming the sending and the addressed node of a peer RPC: a node refuses an RPC
+/// addressed to another node or sent by itself or a node it does not know (`421`), so a
+/// `[[raft.peers]]` URL that reaches the wrong process cannot have one node's answer counted
+/// as another's.
+pub const FROM_HEADER: &str = "x-ursula-raft-from";
+pub const TO_HEADER: &str = "x-ursula-raft-to";
+
+/// POSTs `body` from node `me` to node `target` at `url` and returns the answer's body; `503`
+/// and `421` read as unreachable.
 async fn post(
     client: &Client<HttpConnector, Full<Bytes>>,
-    target: u64,
+    (me, target): (u64, u64),
     url: String,
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<Bytes, PeerError> {
     let request = hyper::Request::post(url)
         .header("content-type", "application/msgpack")
+        .header(FROM_HEADER, me)
+        .header(TO_HEADER, target)
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| PeerError::Network(e.to_string()))?;
     let late = || PeerError::Unreachable(format!("node {target} did not answer in time"));
@@ -86,16 +100,21 @@ async fn post(
         "node {target} answered {status}: {}",
         String::from_utf8_lossy(&body)
     );
-    // A refusal is temporary, like a node that is down: openraft backs off and retries.
-    Err(if status == hyper::StatusCode::SERVICE_UNAVAILABLE {
-        PeerError::Unreachable(why)
-    } else {
-        PeerError::Network(why)
-    })
+    // A refusal is temporary, like a node that is down: openraft backs off and retries. So is
+    // a misdirected RPC, until the operator mends the peer list.
+    Err(
+        if status == hyper::StatusCode::SERVICE_UNAVAILABLE
+            || status == hyper::StatusCode::MISDIRECTED_REQUEST
+        {
+            PeerError::Unreachable(why)
+        } else {
+            PeerError::Network(why)
+        },
+    )
 }
 
 impl Peers {
-    pub fn new(urls: BTreeMap<u64, String>) -> Peers {
+    pub fn new(urls: BTreeMap<u64, String>, me: u64) -> Peers {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
@@ -104,6 +123,7 @@ impl Peers {
             .build(connector);
         let lanes = urls
             .iter()
+            .filter(|(id, _)| **id != me)
             .map(|(id, base)| {
                 let (client, url, target) = (
                     client.clone(),
@@ -112,13 +132,17 @@ impl Peers {
                 );
                 let send: SendFn = Arc::new(move |body| {
                     let (client, url) = (client.clone(), url.clone());
-                    Box::pin(async move { post(&client, target, url, body, LANE_TIMEOUT).await })
+                    Box::pin(
+                        async move { post(&client, (me, target), url, body, LANE_TIMEOUT).await },
+                    )
                 });
                 (*id, Lane::start(*id, send))
             })
             .collect();
         Peers {
             client,
+            me,
+            warned: Arc::default(),
             urls: Arc::new(urls),
             lanes: Arc::new(lanes),
         }
@@ -143,7 +167,7 @@ impl Peers {
             .get(&target)
             .ok_or_else(|| PeerError::Unreachable(format!("no URL for node {target}")))?;
         let url = format!("{base}/__ursula/raft-rpc/{group}/{kind}");
-        post(&self.client, target, url, body, timeout).await
+        post(&self.client, (self.me, target), url, body, timeout).await
     }
 
     /// One of Ursula's own RPCs: MessagePack both ways.
@@ -196,6 +220,20 @@ impl Peers {
     /// Asks `node` whether it holds anything of `group` and whom it sees leading it.
     pub async fn probe(&self, node: u64, group: u32) -> Result<Probe, PeerError> {
         self.ask(node, group, "probe", &(), RPC_TIMEOUT).await
+    }
+}
+
+impl Peers {
+    fn warn_misdirected(&self, from: Option<&str>, to: Option<&str>, why: &str) {
+        let key = (from.unwrap_or("").to_owned(), to.unwrap_or("").to_owned());
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        let due = warned
+            .get(&key)
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
+        if due {
+            warned.insert(key, std::time::Instant::now());
+            tracing::warn!(from, to, "misdirected Raft RPC refused: {why}");
+        }
     }
 }
 
@@ -309,6 +347,31 @@ impl RaftNetwork<TypeConfig> for Connection {
             .call(self.target, self.group, "vote", &rpc, option.hard_ttl())
             .await
     }
+}
+
+/// Refuses a peer RPC that names another node as its addressee, or this node or a node
+/// outside `[[raft.peers]]` as its sender: a peer URL that reaches the wrong process. An RPC
+/// without the headers (an older build) passes. Each sender and addressee pair is logged at
+/// most once a minute.
+pub fn check_addressing(
+    engine: &super::RaftEngine,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<(), String> {
+    let me = engine.node_id;
+    let id = |v: Option<&str>| v.map(|s| s.trim().parse::<u64>().map_err(|_| s.to_owned()));
+    let why = match (id(from), id(to)) {
+        (_, Some(Err(bad))) | (Some(Err(bad)), _) => format!("unreadable node id {bad:?}"),
+        (_, Some(Ok(to))) if to != me => format!(
+            "this RPC is addressed to node {to}, but this is node {me}: the sender's [[raft.peers]] URL for node {to} reaches node {me}"
+        ),
+        (Some(Ok(from)), _) if from == me || !engine.peers.urls.contains_key(&from) => format!(
+            "this RPC comes from node {from}, which is this node or not one of its [[raft.peers]]: another cluster's node, or a peer list that differs between nodes"
+        ),
+        _ => return Ok(()),
+    };
+    engine.peers.warn_misdirected(from, to, &why);
+    Err(why)
 }
 
 /// Answers a peer's RPC for `group` with this node's Raft.
