@@ -334,3 +334,86 @@ fn a_peer_list_pointing_at_the_wrong_node_is_refused_and_the_others_keep_a_quoru
     drop(nodes);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_peer_rpc_of_another_raft_protocol_is_refused_and_leaves_the_node_unready_until_it_restarts() {
+    let dir = tempfile_dir("protocol");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut node = start_cluster_node(&dir, &ports, 0);
+    let (status, _, body) =
+        send_url("GET", &node.url("/__ursula/raft-protocol"), &[], b"").expect("answer");
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).into_owned()),
+        (200, r#"{"raft_protocol":3}"#.to_owned())
+    );
+    let reason = |node: &Proc| node.json("/__ursula/ready").1["reason"].clone();
+    assert_ne!(reason(&node), "format_epoch_mismatch");
+
+    let rpc = node.url("/__ursula/raft-rpc/0/probe");
+    let (status, headers, body) =
+        send_url("POST", &rpc, &[("x-ursula-raft-protocol", "2")], b"").expect("answer");
+    let text = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("speaks Raft protocol \"2\""), "{text}");
+    assert_eq!(
+        headers.get("x-ursula-raft-protocol").map(String::as_str),
+        Some("3")
+    );
+    assert_eq!(node.json("/__ursula/ready").0, 503);
+    assert_eq!(reason(&node), "format_epoch_mismatch");
+    assert!(node.log_text().contains("Raft protocol mismatch"));
+    // Protocol 3 RPCs are still served; readiness waits for a restart.
+    let (status, _, _) =
+        send_url("POST", &rpc, &[("x-ursula-raft-protocol", "3")], b"").expect("answer");
+    assert_eq!(status, 200);
+    assert_eq!(reason(&node), "format_epoch_mismatch");
+
+    node.kill9();
+    node.spawn();
+    assert_ne!(reason(&node), "format_epoch_mismatch");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A peer of another release: every request gets `{"raft_protocol": 2}`.
+fn protocol_2_peer() -> u16 {
+    use std::io::Read;
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let body = r#"{"raft_protocol":2}"#;
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn a_node_whose_peer_speaks_another_raft_protocol_refuses_to_start_before_writing_anything() {
+    let dir = tempfile_dir("protocol-start");
+    // Node 2 runs another release; node 3 is down, which the probe skips.
+    let ports = vec![free_port(), protocol_2_peer(), free_port()];
+    let args = cluster_node_args(&dir, &ports, 0);
+    let (code, stderr) = refused_start(&args);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "peer 2 (http://127.0.0.1:{}) refused Raft protocol 3: it speaks protocol 2",
+            ports[1]
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !cluster_wal(&dir, 0).join("raft-log/FORMAT_EPOCH").exists(),
+        "nothing written before the refusal"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

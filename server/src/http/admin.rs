@@ -135,7 +135,9 @@ fn raft_view(
 /// order the Troubleshooting page lists them.
 pub fn ready(st: &AppState) -> Reply {
     let mut body = json!({ "ready": true });
-    if st.admission.disk_pressure() {
+    if st.raft.as_ref().is_some_and(|r| r.peers.mismatch.seen()) {
+        body = json!({ "ready": false, "reason": "format_epoch_mismatch" });
+    } else if st.admission.disk_pressure() {
         body = json!({ "ready": false, "reason": "wal_disk_pressure" });
     } else if let Some(raft) = &st.raft {
         let stalled = raft.gates.stalled();

@@ -264,7 +264,17 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
     let reply = match (route, &method) {
         (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
         (Route::Ready, &Method::GET) => admin::ready(st),
-        (Route::Metrics | Route::Ready, _) => return Err(ApiError::method_not_allowed("GET")),
+        (Route::RaftProtocol, &Method::GET) => {
+            use crate::raft::protocol;
+            return Ok(reply::Reply::new(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(protocol::HEADER, protocol::PROTOCOL.to_string())
+                .body(serde_json::json!({ "raft_protocol": protocol::PROTOCOL }).to_string())
+                .into_response());
+        }
+        (Route::Metrics | Route::Ready | Route::RaftProtocol, _) => {
+            return Err(ApiError::method_not_allowed("GET"));
+        }
         (route @ (Route::RaftRpc(..) | Route::RaftRpcBatch), &Method::POST) => {
             let Some(raft) = &st.raft else {
                 return Err(ApiError::new(
@@ -272,7 +282,15 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
                     "this node runs no Raft",
                 ));
             };
+            use crate::raft::protocol;
             let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+            if let Err(why) = protocol::check(header(protocol::HEADER)) {
+                raft.peers.mismatch.record(&why);
+                return Ok(reply::Reply::new(StatusCode::CONFLICT)
+                    .header(protocol::HEADER, protocol::PROTOCOL.to_string())
+                    .body(why)
+                    .into_response());
+            }
             let (from, to) = (
                 header(crate::raft::network::FROM_HEADER),
                 header(crate::raft::network::TO_HEADER),
@@ -296,6 +314,7 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
             })?;
             return Ok(reply::Reply::new(StatusCode::OK)
                 .header(header::CONTENT_TYPE, "application/msgpack")
+                .header(protocol::HEADER, protocol::PROTOCOL.to_string())
                 .body(out)
                 .into_response());
         }

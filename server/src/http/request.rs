@@ -21,6 +21,8 @@ pub const COMPAT_BUCKET: &str = "__v1";
 pub enum Route {
     Metrics,
     Ready,
+    /// `/__ursula/raft-protocol`: the Raft protocol this node speaks, for a starting peer.
+    RaftProtocol,
     /// A peer's Raft RPC for one group: `/__ursula/raft-rpc/{group}/{kind}`.
     RaftRpc(u32, String),
     /// Peers' `append` RPCs of many groups in one request: `/__ursula/raft-rpc-batch`.
@@ -54,6 +56,7 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
     match raw.as_slice() {
         ["__ursula", "metrics"] => return Ok(Route::Metrics),
         ["__ursula", "ready"] => return Ok(Route::Ready),
+        ["__ursula", "raft-protocol"] => return Ok(Route::RaftProtocol),
         ["__ursula", "raft-rpc-batch"] => return Ok(Route::RaftRpcBatch),
         ["__ursula", "raft-rpc", group, kind] => {
             return Ok(group

@@ -9,6 +9,7 @@ pub mod floor;
 pub mod gate;
 mod lanes;
 pub mod network;
+pub mod protocol;
 pub mod snapdrive;
 pub mod store;
 pub mod wal;
@@ -65,6 +66,9 @@ pub enum StartError {
     Recover { core: usize, message: String },
     #[error("group {group}: {message}")]
     Group { group: u32, message: String },
+    /// A peer answered the startup probe with another Raft protocol.
+    #[error("{0}")]
+    Protocol(String),
 }
 
 /// How the engine is configured.
@@ -220,6 +224,12 @@ impl RaftEngine {
         });
 
         // Every check passed: from here on the node writes.
+        // Before the markers: a node that joins a cluster of another release writes nothing.
+        if !opts.peers.is_empty() {
+            protocol::probe_peers(opts.node_id, &opts.peers)
+                .await
+                .map_err(StartError::Protocol)?;
+        }
         root.write_markers(cores, groups, has_topology, has_epoch)?;
         std::fs::create_dir_all(&root.snap_dir).map_err(|e| {
             StartError::Wal(wal::WalError::Io {

@@ -45,6 +45,7 @@ use super::lanes::Answer;
 use super::lanes::Item;
 use super::lanes::Lane;
 use super::lanes::SendFn;
+use super::protocol;
 
 /// Shared by every group's network factory.
 #[derive(Debug, Clone)]
@@ -52,6 +53,8 @@ pub struct Peers {
     client: Client<HttpConnector, Full<Bytes>>,
     /// This node's id, sent with every RPC.
     me: u64,
+    /// Set once an RPC met a peer of another Raft protocol, either way.
+    pub mismatch: Arc<protocol::Mismatch>,
     /// When each misdirected sender/addressee pair was last logged.
     warned: Arc<std::sync::Mutex<BTreeMap<(String, String), std::time::Instant>>>,
     /// node id -> base URL.
@@ -72,12 +75,14 @@ pub const TO_HEADER: &str = "x-ursula-raft-to";
 async fn post(
     client: &Client<HttpConnector, Full<Bytes>>,
     (me, target): (u64, u64),
+    mismatch: &protocol::Mismatch,
     url: String,
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<Bytes, PeerError> {
     let request = hyper::Request::post(url)
         .header("content-type", "application/msgpack")
+        .header(protocol::HEADER, protocol::PROTOCOL)
         .header(FROM_HEADER, me)
         .header(TO_HEADER, target)
         .body(Full::new(Bytes::from(body)))
@@ -88,6 +93,15 @@ async fn post(
         .map_err(|_| late())?
         .map_err(|e| PeerError::Unreachable(e.to_string()))?;
     let status = resp.status();
+    let spoken = resp
+        .headers()
+        .get(protocol::HEADER)
+        .map(|v| v.to_str().unwrap_or("?"));
+    if let Err(why) = protocol::check(spoken) {
+        let why = format!("node {target}: {why}");
+        mismatch.record(&why);
+        return Err(PeerError::Network(why));
+    }
     let body = tokio::time::timeout(timeout, resp.into_body().collect())
         .await
         .map_err(|_| late())?
@@ -121,6 +135,7 @@ impl Peers {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
+        let mismatch = Arc::new(protocol::Mismatch::default());
         let lanes = urls
             .iter()
             .filter(|(id, _)| **id != me)
@@ -130,11 +145,12 @@ impl Peers {
                     format!("{base}/__ursula/raft-rpc-batch"),
                     *id,
                 );
+                let mismatch = mismatch.clone();
                 let send: SendFn = Arc::new(move |body| {
-                    let (client, url) = (client.clone(), url.clone());
-                    Box::pin(
-                        async move { post(&client, (me, target), url, body, LANE_TIMEOUT).await },
-                    )
+                    let (client, url, mismatch) = (client.clone(), url.clone(), mismatch.clone());
+                    Box::pin(async move {
+                        post(&client, (me, target), &mismatch, url, body, LANE_TIMEOUT).await
+                    })
                 });
                 (*id, Lane::start(*id, send))
             })
@@ -142,6 +158,7 @@ impl Peers {
         Peers {
             client,
             me,
+            mismatch,
             warned: Arc::default(),
             urls: Arc::new(urls),
             lanes: Arc::new(lanes),
@@ -167,7 +184,15 @@ impl Peers {
             .get(&target)
             .ok_or_else(|| PeerError::Unreachable(format!("no URL for node {target}")))?;
         let url = format!("{base}/__ursula/raft-rpc/{group}/{kind}");
-        post(&self.client, (self.me, target), url, body, timeout).await
+        post(
+            &self.client,
+            (self.me, target),
+            &self.mismatch,
+            url,
+            body,
+            timeout,
+        )
+        .await
     }
 
     /// One of Ursula's own RPCs: MessagePack both ways.
