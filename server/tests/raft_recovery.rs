@@ -440,25 +440,46 @@ fn raft_groups(base: &str, key: &str) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it() {
-    let dir = tempfile_dir("floor");
+/// A 3-voter cluster with `path` created and 20 producer records acknowledged, once node 1
+/// (which initialized every group and campaigned at once) leads every group.
+fn cluster_led_by_node_1(name: &str, path: &str) -> (std::path::PathBuf, Vec<Proc>, Vec<String>) {
+    let dir = tempfile_dir(name);
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..3)
+    let nodes: Vec<Proc> = (0..3)
         .map(|i| start_cluster_node(&dir, &ports, i))
         .collect();
     let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
-    let path = "/demo/floor";
     create_when_led(&bases, path);
     producer_load(&bases, path, 0, 20, |_| {});
-    // Node 1 initialized every group and campaigned at once: it leads them all, so it is the
-    // leader that stays up alone below.
     wait_for(20, "node 1 leading every group", || {
         raft_groups(&bases[0], "current_leader")
             .iter()
             .all(|l| *l == json!(1))
             .then_some(())
     });
+    (dir, nodes, bases)
+}
+
+/// Producer record 30, sent through `bases[start]` (following redirects), is not acknowledged.
+fn assert_seq_30_not_acknowledged(bases: &[String], start: usize, path: &str, how: &str) {
+    let headers = [
+        ("content-type", "application/octet-stream".to_owned()),
+        ("producer-id", "load".to_owned()),
+        ("producer-epoch", "0".to_owned()),
+        ("producer-seq", "30".to_owned()),
+    ];
+    let answer = send(bases, start, "POST", path, &headers, b"p000030|");
+    assert!(
+        !matches!(answer, Some((200 | 204, _, _))),
+        "a write was acknowledged {how}: {answer:?}"
+    );
+}
+
+#[test]
+fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it() {
+    let path = "/demo/floor";
+    // Node 1 leads every group: it is the leader that stays up alone below.
+    let (dir, mut nodes, bases) = cluster_led_by_node_1("floor", path);
 
     // Node 3 loses its disk while the others keep committing.
     nodes[2].kill9();
@@ -482,18 +503,8 @@ fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it
     );
 
     // No write commits: node 1 alone is no quorum, and node 3 refuses its appends.
-    let headers = [
-        ("content-type", "application/octet-stream".to_owned()),
-        ("producer-id", "load".to_owned()),
-        ("producer-epoch", "0".to_owned()),
-        ("producer-seq", "30".to_owned()),
-    ];
     for _ in 0..2 {
-        let answer = send(&bases, 0, "POST", path, &headers, b"p000030|");
-        assert!(
-            !matches!(answer, Some((200 | 204, _, _))),
-            "a write was acknowledged without a quorum: {answer:?}"
-        );
+        assert_seq_30_not_acknowledged(&bases, 0, path, "without a quorum");
     }
     let m = metrics(&bases[2]);
     assert_eq!(
@@ -557,21 +568,8 @@ fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it
 #[test]
 fn a_wiped_voter_restarting_without_a_leader_in_sight_withholds_its_vote_from_a_lagging_candidate()
 {
-    let dir = tempfile_dir("no-leader");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
     let path = "/demo/lagging";
-    create_when_led(&bases, path);
-    producer_load(&bases, path, 0, 20, |_| {});
-    wait_for(20, "node 1 leading every group", || {
-        raft_groups(&bases[0], "current_leader")
-            .iter()
-            .all(|l| *l == json!(1))
-            .then_some(())
-    });
+    let (dir, mut nodes, bases) = cluster_led_by_node_1("no-leader", path);
     // Node 3 misses ten acknowledged writes; nodes 1 and 2 hold them.
     nodes[2].kill9();
     producer_load(&bases[..2], path, 20, 10, |_| {});
@@ -616,17 +614,7 @@ fn a_wiped_voter_restarting_without_a_leader_in_sight_withholds_its_vote_from_a_
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let headers = [
-        ("content-type", "application/octet-stream".to_owned()),
-        ("producer-id", "load".to_owned()),
-        ("producer-epoch", "0".to_owned()),
-        ("producer-seq", "30".to_owned()),
-    ];
-    let answer = send(&bases, 2, "POST", path, &headers, b"p000030|");
-    assert!(
-        !matches!(answer, Some((200 | 204, _, _))),
-        "a write was acknowledged by a leader missing acknowledged writes: {answer:?}"
-    );
+    assert_seq_30_not_acknowledged(&bases, 2, path, "by a leader missing acknowledged writes");
 
     // Node 1 is back: it leads with node 3's vote, node 2 takes its floor and catches up, and
     // every acknowledged write is there exactly once.
