@@ -283,20 +283,12 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
                 ));
             };
             use crate::raft::protocol;
-            let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-            if let Err(why) = protocol::check(header(protocol::HEADER)) {
-                raft.peers.mismatch.record(&why);
-                return Ok(reply::Reply::new(StatusCode::CONFLICT)
+            if let Err((status, why)) = crate::raft::network::admit(raft, &headers) {
+                return Ok(reply::Reply::new(status)
                     .header(protocol::HEADER, protocol::PROTOCOL.to_string())
                     .body(why)
                     .into_response());
             }
-            let (from, to) = (
-                header(crate::raft::network::FROM_HEADER),
-                header(crate::raft::network::TO_HEADER),
-            );
-            crate::raft::network::check_addressing(raft, from, to)
-                .map_err(|why| ApiError::new(StatusCode::MISDIRECTED_REQUEST, why))?;
             let body = read_body(&headers, body, 1 << 30, Marking::Unmarked).await?;
             let out = match route {
                 Route::RaftRpc(group, kind) => {

@@ -165,6 +165,18 @@ impl Peers {
         }
     }
 
+    fn warn_misdirected(&self, from: Option<&str>, to: Option<&str>, why: &str) {
+        let key = (from.unwrap_or("").to_owned(), to.unwrap_or("").to_owned());
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        let due = warned
+            .get(&key)
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
+        if due {
+            warned.insert(key, std::time::Instant::now());
+            tracing::warn!(from, to, "misdirected Raft RPC refused: {why}");
+        }
+    }
+
     /// Sends one RPC and returns the peer's answer bytes.
     async fn exchange(
         &self,
@@ -245,20 +257,6 @@ impl Peers {
     /// Asks `node` whether it holds anything of `group` and whom it sees leading it.
     pub async fn probe(&self, node: u64, group: u32) -> Result<Probe, PeerError> {
         self.ask(node, group, "probe", &(), RPC_TIMEOUT).await
-    }
-}
-
-impl Peers {
-    fn warn_misdirected(&self, from: Option<&str>, to: Option<&str>, why: &str) {
-        let key = (from.unwrap_or("").to_owned(), to.unwrap_or("").to_owned());
-        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
-        let due = warned
-            .get(&key)
-            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
-        if due {
-            warned.insert(key, std::time::Instant::now());
-            tracing::warn!(from, to, "misdirected Raft RPC refused: {why}");
-        }
     }
 }
 
@@ -374,15 +372,21 @@ impl RaftNetwork<TypeConfig> for Connection {
     }
 }
 
-/// Refuses a peer RPC that names another node as its addressee, or this node or a node
-/// outside `[[raft.peers]]` as its sender: a peer URL that reaches the wrong process. An RPC
-/// without the headers (an older build) passes. Each sender and addressee pair is logged at
-/// most once a minute.
-pub fn check_addressing(
+/// Whether this node takes a peer RPC with these headers, before reading its body: `409` for
+/// another Raft protocol (recorded as a mismatch), `421` when it names another node as its
+/// addressee, or this node or a node outside `[[raft.peers]]` as its sender (a peer URL that
+/// reaches the wrong process; each pair logged at most once a minute). An RPC without the
+/// headers (an older build) passes.
+pub fn admit(
     engine: &super::RaftEngine,
-    from: Option<&str>,
-    to: Option<&str>,
-) -> Result<(), String> {
+    headers: &hyper::HeaderMap,
+) -> Result<(), (hyper::StatusCode, String)> {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(why) = protocol::check(header(protocol::HEADER)) {
+        engine.peers.mismatch.record(&why);
+        return Err((hyper::StatusCode::CONFLICT, why));
+    }
+    let (from, to) = (header(FROM_HEADER), header(TO_HEADER));
     let me = engine.node_id;
     let id = |v: Option<&str>| v.map(|s| s.trim().parse::<u64>().map_err(|_| s.to_owned()));
     let why = match (id(from), id(to)) {
@@ -396,7 +400,7 @@ pub fn check_addressing(
         _ => return Ok(()),
     };
     engine.peers.warn_misdirected(from, to, &why);
-    Err(why)
+    Err((hyper::StatusCode::MISDIRECTED_REQUEST, why))
 }
 
 /// Answers a peer's RPC for `group` with this node's Raft.
