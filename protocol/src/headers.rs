@@ -31,3 +31,13 @@ stream-ttl, stream-expires-at, stream-seq, stream-incarnation, stream-retained-o
 stream-snapshot-offset, stream-snapshot-digest, stream-data-content-type, stream-sse-data-encoding, \
 producer-epoch, producer-seq, producer-expected-seq, producer-received-seq, etag, location, \
 content-type, retry-after, x-ursula-not-applied";
+
+/// Admin mutations: the `process_incarnation` the operator observed in the metrics (`428`
+/// without it, `412` when the process restarted since).
+pub const PROCESS_INCARNATION: &str = "x-ursula-process-incarnation";
+/// Peer RPCs and their answers: the Raft protocol the sender speaks.
+pub const RAFT_PROTOCOL: &str = "x-ursula-raft-protocol";
+/// Peer RPCs: the node id of the sender.
+pub const RAFT_FROM: &str = "x-ursula-raft-from";
+/// Peer RPCs: the node id the sender meant the RPC for.
+pub const RAFT_TO: &str = "x-ursula-raft-to";

@@ -9,13 +9,21 @@
 //! - [`lifetime`]: `Stream-TTL` and `Stream-Expires-At` parsing.
 //! - [`cursor`]: the live-read cursor algorithm.
 //! - [`refusal`]: `x-ursula-not-applied` tokens.
+//! - [`path`]: which bucket, stream or internal route a request path names.
+//! - [`incarnation`]: stream and process incarnations, 16 hex digits.
+//! - [`format`]: the format epoch and the Raft protocol version.
+//! - [`metrics`]: the `/__ursula/metrics` document the server writes and `ursulactl` reads.
 
 pub mod content_type;
 pub mod cursor;
+pub mod format;
 pub mod headers;
 pub mod ids;
+pub mod incarnation;
 pub mod lifetime;
+pub mod metrics;
 pub mod offset;
+pub mod path;
 pub mod refusal;
 pub mod seq;
 

@@ -1,0 +1,250 @@
+//! The `/__ursula/metrics` document as types: the server builds a [`NodeMetrics`] and
+//! serializes it, `ursulactl` deserializes the same type. Field names are the wire names (the
+//! spec's Observability page where it names them). Sections that exist only on some nodes (the
+//! Raft engine's snapshot driver, the cold tier's counters) are `Option`s, left out of the
+//! document when absent; readers tolerate any field they do not know.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeMetrics {
+    /// This process's identity, required on admin mutations (see [`crate::incarnation`]).
+    #[serde(default)]
+    pub process_incarnation: String,
+    #[serde(default)]
+    pub node_id: u64,
+    /// `memory` or `raft`.
+    #[serde(default)]
+    pub engine: String,
+    #[serde(default)]
+    pub core_count: u64,
+    #[serde(default)]
+    pub group_count: u64,
+    /// Streams on this node, every group.
+    #[serde(default)]
+    pub streams: u64,
+    #[serde(default)]
+    pub cores: Vec<CoreMetrics>,
+    #[serde(default)]
+    pub groups: Vec<GroupMetrics>,
+    /// Each Raft group as this replica sees it; empty on the in-memory engine.
+    #[serde(default)]
+    pub raft_groups: Vec<RaftGroupView>,
+    #[serde(default)]
+    pub recovery_gates: RecoveryGates,
+    /// Write admission's budgets in use now.
+    #[serde(default)]
+    pub admission: AdmissionMetrics,
+    /// The snapshot driver and the Raft log; only on the Raft engine.
+    #[serde(flatten, default)]
+    pub raft_log: Option<RaftLogMetrics>,
+    #[serde(flatten, default)]
+    pub cold: ColdMetrics,
+    /// Config keys this build parses but does not act on yet (named at start as well).
+    #[serde(default)]
+    pub config_ignored_keys: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoreMetrics {
+    pub core: u64,
+    #[serde(default)]
+    pub groups: u64,
+    #[serde(default)]
+    pub streams: u64,
+    #[serde(default)]
+    pub appends_accepted: u64,
+    #[serde(default)]
+    pub hot_bytes: u64,
+    #[serde(default)]
+    pub live_waiters: u64,
+}
+
+/// One group as this node holds it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupMetrics {
+    pub group: u32,
+    #[serde(default)]
+    pub core: u64,
+    #[serde(default)]
+    pub streams: u64,
+    #[serde(default)]
+    pub appends_accepted: u64,
+    /// The leader this node knows of, `None` while it knows none. In memory, the node itself.
+    #[serde(default)]
+    pub leader: Option<u64>,
+    #[serde(default)]
+    pub term: u64,
+    /// The Raft log index last applied; in memory, the commands applied.
+    #[serde(default)]
+    pub applied_index: u64,
+    #[serde(default)]
+    pub hot_bytes: u64,
+}
+
+/// A Raft group as this replica sees it (the spec's `raft_groups[]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RaftGroupView {
+    pub raft_group_id: u32,
+    #[serde(default)]
+    pub node_id: u64,
+    #[serde(default)]
+    pub current_leader: Option<u64>,
+    #[serde(default)]
+    pub current_term: u64,
+    #[serde(default)]
+    pub last_applied_index: Option<u64>,
+    #[serde(default)]
+    pub committed_index: Option<u64>,
+    #[serde(default)]
+    pub last_log_index: Option<u64>,
+    #[serde(default)]
+    pub last_log_term: Option<u64>,
+    #[serde(default)]
+    pub voter_ids: Vec<u64>,
+}
+
+/// Closed recovery gates, by group id (as text: JSON object keys).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryGates {
+    /// Group -> `recovering` or `stalled`.
+    #[serde(default)]
+    pub gated: BTreeMap<String, String>,
+    #[serde(default)]
+    pub stalled: Vec<u32>,
+    /// Groups whose replica lost its vote, with the floor it waits for.
+    #[serde(default)]
+    pub wiped: BTreeMap<String, Wiped>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Wiped {
+    /// `None` until the leader's barrier set it.
+    #[serde(default)]
+    pub vote_floor: Option<VoteFloor>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VoteFloor {
+    pub term: u64,
+    pub leader: u64,
+}
+
+/// Budgets write admission holds for requests in progress. Each returns to zero when nothing
+/// is in flight, however the requests ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdmissionMetrics {
+    /// Write body bytes admitted and not yet answered, against `server.http_inflight_body_size`.
+    #[serde(default)]
+    pub inflight_body_bytes: u64,
+    /// Proposed and not yet applied write bytes, every group, against
+    /// `raft.max_uncommitted_size_per_group` each.
+    #[serde(default)]
+    pub uncommitted_bytes: u64,
+    #[serde(default)]
+    pub per_group_uncommitted_bytes: Vec<u64>,
+}
+
+/// The Raft log and the snapshot driver (Observability: "Metrics").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RaftLogMetrics {
+    pub raft_log_bytes: u64,
+    pub raft_log_bytes_high_watermark: u64,
+    pub raft_snapshot_pressure_level: u64,
+    pub raft_snapshot_pressure_builds: u64,
+    pub raft_snapshot_builds_in_flight: u64,
+    pub raft_snapshot_builds_in_flight_max: u64,
+    pub raft_snapshot_pressure_passes: u64,
+    pub raft_snapshot_pressure_groups: u64,
+    pub raft_snapshot_pressure_pass_ns: u64,
+    pub raft_snapshot_builds: u64,
+    pub raft_snapshot_build_ns: u64,
+}
+
+/// Hot bytes (with or without a cold backend) and the cold tier's counters (with one).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ColdMetrics {
+    #[serde(default)]
+    pub cold_hot_bytes: u64,
+    #[serde(default)]
+    pub per_group_cold_hot_bytes: Vec<u64>,
+    /// The store, e.g. `s3://bucket/root`; `None` without a cold backend.
+    #[serde(default)]
+    pub cold_backend: Option<String>,
+    #[serde(default)]
+    pub cold_backpressure_events: u64,
+    #[serde(default)]
+    pub cold_flush_write_errors: u64,
+    #[serde(flatten, default)]
+    pub tier: Option<ColdTierMetrics>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ColdTierMetrics {
+    pub per_group_cold_backpressure_events: Vec<u64>,
+    pub cold_flushes: u64,
+    pub cold_flushed_bytes: u64,
+    pub cold_reads: u64,
+    pub cold_read_bytes: u64,
+    pub cold_read_errors: u64,
+    pub cold_deleted_objects: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optional_sections_are_left_out_and_read_back_as_absent() {
+        let m = NodeMetrics {
+            node_id: 1,
+            engine: "memory".into(),
+            ..NodeMetrics::default()
+        };
+        let text = serde_json::to_string(&m).expect("encode");
+        assert!(!text.contains("raft_log_bytes"), "{text}");
+        assert!(!text.contains("cold_flushes"), "{text}");
+        assert!(text.contains("\"cold_backend\":null"), "{text}");
+        let back: NodeMetrics = serde_json::from_str(&text).expect("decode");
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn present_sections_flatten_into_the_top_level_and_read_back() {
+        let m = NodeMetrics {
+            engine: "raft".into(),
+            raft_log: Some(RaftLogMetrics {
+                raft_log_bytes: 7,
+                ..RaftLogMetrics::default()
+            }),
+            cold: ColdMetrics {
+                cold_backend: Some("memory".into()),
+                tier: Some(ColdTierMetrics {
+                    cold_flushes: 3,
+                    ..ColdTierMetrics::default()
+                }),
+                ..ColdMetrics::default()
+            },
+            ..NodeMetrics::default()
+        };
+        let v: serde_json::Value = serde_json::to_value(&m).expect("encode");
+        assert_eq!(v["raft_log_bytes"], 7);
+        assert_eq!(v["cold_flushes"], 3);
+        let back: NodeMetrics = serde_json::from_value(v).expect("decode");
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn a_document_with_unknown_fields_still_reads() {
+        let m: NodeMetrics = serde_json::from_str(
+            r#"{"node_id":2,"engine":"raft","future_field":{"x":1},
+                "groups":[{"group":0,"leader":null,"term":3}]}"#,
+        )
+        .expect("decode");
+        assert_eq!(m.node_id, 2);
+        assert_eq!(m.groups[0].leader, None);
+    }
+}
