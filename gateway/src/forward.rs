@@ -206,7 +206,9 @@ impl Inner {
     async fn forward(&self, out: &Outgoing) -> Response<GatewayBody> {
         let ups = &self.upstreams;
         let route = route_key(out.target.split('?').next().unwrap_or_default());
-        let first = ups.first(route.as_deref(), Instant::now());
+        // The hold gives a probe slot back if this future is dropped before an outcome.
+        let held = ups.first(route.as_deref(), Instant::now());
+        let first = held.i;
         let resp = match self.send(first, &out.target, out).await {
             Attempt::Answer(r) => r,
             Attempt::ConnectFailed(why) => {
@@ -223,6 +225,7 @@ impl Inner {
             Attempt::Broken(why) => return self.broken(first, &why),
         };
         ups.answered(first);
+        drop(held);
         let Some(location) = leader_location(&resp) else {
             return pass_through(resp, true);
         };
@@ -241,19 +244,21 @@ impl Inner {
             }
             let named = ups
                 .named_by(&location)
-                .filter(|&i| !tried[i] && ups.try_take(i, now));
-            let (next, target) = match named {
-                Some(i) => (
-                    i,
+                .filter(|&i| !tried[i])
+                .and_then(|i| ups.try_take(i, now));
+            let (held, target) = match named {
+                Some(t) => (
+                    t,
                     location
                         .path_and_query()
                         .map_or_else(|| out.target.clone(), |pq| pq.as_str().to_owned()),
                 ),
                 None => match ups.next_untried(from, &tried, now) {
-                    Some(i) => (i, out.target.clone()),
+                    Some(t) => (t, out.target.clone()),
                     None => break,
                 },
             };
+            let next = held.i;
             tried[next] = true;
             Counters::bump(&ups.counters.leader_redirects);
             let resp = match self.send(next, &target, out).await {
@@ -272,6 +277,7 @@ impl Inner {
                 Attempt::Broken(why) => return self.broken(next, &why),
             };
             ups.answered(next);
+            drop(held);
             match leader_location(&resp) {
                 Some(loc) => {
                     all_marked &= resp.headers().contains_key(h::NOT_APPLIED);

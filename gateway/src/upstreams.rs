@@ -58,19 +58,29 @@ impl Upstream {
         self.health.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether a request may go here now; takes the probe slot of an expired window.
-    fn try_take(&self, now: Instant, probe_span: Duration) -> bool {
+    /// Whether a request may go here now: `None` if not, else `Some(probe)` where `probe` is
+    /// the probe slot of an expired window it took (its end), if it took one.
+    fn try_take(&self, now: Instant, probe_span: Duration) -> Option<Option<Instant>> {
         let mut h = self.health();
         match h.ejected_until {
-            None => true,
-            Some(until) if now < until => false,
+            None => Some(None),
+            Some(until) if now < until => None,
             Some(_) => {
                 if h.probe_until.is_some_and(|p| now < p) {
-                    return false;
+                    return None;
                 }
-                h.probe_until = Some(now + probe_span);
-                true
+                let end = now + probe_span;
+                h.probe_until = Some(end);
+                Some(Some(end))
             }
+        }
+    }
+
+    /// Gives back a probe slot whose request ended without an outcome.
+    fn release_probe(&self, end: Instant) {
+        let mut h = self.health();
+        if h.probe_until == Some(end) {
+            h.probe_until = None;
         }
     }
 
@@ -104,6 +114,24 @@ impl Counters {
     }
 }
 
+/// One request's hold on an upstream. A hold that took the probe slot of an expired ejection
+/// window gives it back when dropped, so a request that ends without an outcome (its client
+/// went away mid-exchange) does not keep the upstream skipped until the slot times out.
+#[derive(Debug)]
+pub struct Taken<'a> {
+    ups: &'a Upstreams,
+    pub i: usize,
+    probe: Option<Instant>,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let (Some(end), Some(u)) = (self.probe, self.ups.list.get(self.i)) {
+            u.release_probe(end);
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Upstreams {
     pub list: Vec<Upstream>,
@@ -129,29 +157,35 @@ impl Upstreams {
         self.routes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn try_take(&self, i: usize, now: Instant) -> bool {
-        self.list
-            .get(i)
-            .is_some_and(|u| u.try_take(now, self.probe_span))
+    /// Takes upstream `i` for one request if it may go there now.
+    pub fn try_take(&self, i: usize, now: Instant) -> Option<Taken<'_>> {
+        let probe = self.list.get(i)?.try_take(now, self.probe_span)?;
+        Some(Taken {
+            ups: self,
+            i,
+            probe,
+        })
     }
 
     /// The upstream a request starts at.
-    pub fn first(&self, route: Option<&str>, now: Instant) -> usize {
+    pub fn first(&self, route: Option<&str>, now: Instant) -> Taken<'_> {
         let n = self.list.len().max(1);
         let learned = route.and_then(|r| self.routes().get(r).copied());
-        if let Some(i) = learned
-            && self.try_take(i, now)
-        {
-            return i;
+        if let Some(t) = learned.and_then(|i| self.try_take(i, now)) {
+            return t;
         }
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         for k in 0..n {
-            let i = (start + k) % n;
-            if self.try_take(i, now) {
-                return i;
+            if let Some(t) = self.try_take((start + k) % n, now) {
+                return t;
             }
         }
-        learned.unwrap_or(start % n)
+        // Every upstream is skipped: the request still goes out, along its learned route first.
+        Taken {
+            ups: self,
+            i: learned.unwrap_or(start % n),
+            probe: None,
+        }
     }
 
     /// The upstream a redirect's `Location` names, if it is one of them.
@@ -161,11 +195,12 @@ impl Upstreams {
 
     /// The next upstream in configured order after `from` that this request has not tried
     /// and that is not ejected.
-    pub fn next_untried(&self, from: usize, tried: &[bool], now: Instant) -> Option<usize> {
+    pub fn next_untried(&self, from: usize, tried: &[bool], now: Instant) -> Option<Taken<'_>> {
         let n = self.list.len();
         (1..=n)
             .map(|k| (from + k) % n)
-            .find(|&i| !tried.get(i).copied().unwrap_or(true) && self.try_take(i, now))
+            .filter(|&i| !tried.get(i).copied().unwrap_or(true))
+            .find_map(|i| self.try_take(i, now))
     }
 
     /// Any response from the node: it is healthy again.
@@ -205,16 +240,10 @@ impl Upstreams {
     }
 }
 
-/// The learned-route key of a request path: `bucket/stream` of the stream routes, `None` for
-/// anything else (bucket creates, `/__ursula/*`).
+/// The learned-route key of a request path: the stream it names (`bucket/stream`, decoded as
+/// the nodes decode it), `None` for anything else (bucket creates, `/__ursula/*`).
 pub fn route_key(path: &str) -> Option<String> {
-    let mut parts = path.trim_start_matches('/').split('/');
-    let bucket = parts.next().filter(|b| !b.is_empty())?;
-    let stream = parts.next().filter(|s| !s.is_empty())?;
-    if bucket.starts_with("__") {
-        return None;
-    }
-    Some(format!("{bucket}/{stream}"))
+    ursula_protocol::path::stream_key(path)
 }
 
 #[cfg(test)]
@@ -232,10 +261,10 @@ mod tests {
     fn first_picks_rotate_and_skip_ejected_nodes() {
         let u = set(3);
         let now = Instant::now();
-        let picks: Vec<usize> = (0..3).map(|_| u.first(None, now)).collect();
+        let picks: Vec<usize> = (0..3).map(|_| u.first(None, now).i).collect();
         assert_eq!(picks, vec![0, 1, 2]);
         u.failed(1, now);
-        let picks: Vec<usize> = (0..4).map(|_| u.first(None, now)).collect();
+        let picks: Vec<usize> = (0..4).map(|_| u.first(None, now).i).collect();
         assert!(!picks.contains(&1), "{picks:?}");
     }
 
@@ -245,7 +274,7 @@ mod tests {
         let now = Instant::now();
         u.failed(0, now);
         u.failed(1, now);
-        let i = u.first(None, now);
+        let i = u.first(None, now).i;
         assert!(i < 2);
     }
 
@@ -254,15 +283,22 @@ mod tests {
         let u = set(1);
         let t0 = Instant::now();
         u.failed(0, t0);
-        assert!(!u.try_take(0, t0 + Duration::from_secs(9)));
+        assert!(u.try_take(0, t0 + Duration::from_secs(9)).is_none());
         let t1 = t0 + Duration::from_secs(11);
-        assert!(u.try_take(0, t1), "the probe");
-        assert!(!u.try_take(0, t1), "others keep skipping it");
+        let probe = u.try_take(0, t1);
+        assert!(probe.is_some(), "the probe");
+        assert!(u.try_take(0, t1).is_none(), "others keep skipping it");
         u.failed(0, t1);
-        assert!(!u.try_take(0, t1 + Duration::from_secs(19)), "20 s window");
-        assert!(u.try_take(0, t1 + Duration::from_secs(21)));
+        drop(probe);
+        assert!(
+            u.try_take(0, t1 + Duration::from_secs(19)).is_none(),
+            "20 s window"
+        );
+        let probe = u.try_take(0, t1 + Duration::from_secs(21));
+        assert!(probe.is_some());
         u.answered(0);
-        assert!(u.try_take(0, t1 + Duration::from_secs(21)));
+        drop(probe);
+        assert!(u.try_take(0, t1 + Duration::from_secs(21)).is_some());
         assert_eq!(u.counters.upstream_ejections.load(Ordering::Relaxed), 2);
     }
 
@@ -271,11 +307,12 @@ mod tests {
         let u = set(4);
         let now = Instant::now();
         let tried = [false, true, false, true];
-        assert_eq!(u.next_untried(1, &tried, now), Some(2));
-        assert_eq!(u.next_untried(3, &tried, now), Some(0));
+        let next = |from, tried: &[bool]| u.next_untried(from, tried, now).map(|t| t.i);
+        assert_eq!(next(1, &tried), Some(2));
+        assert_eq!(next(3, &tried), Some(0));
         u.failed(0, now);
-        assert_eq!(u.next_untried(3, &tried, now), Some(2));
-        assert_eq!(u.next_untried(3, &[true, true, true, true], now), None);
+        assert_eq!(next(3, &tried), Some(2));
+        assert_eq!(next(3, &[true, true, true, true]), None);
     }
 
     #[test]
@@ -283,10 +320,10 @@ mod tests {
         let u = set(3);
         let now = Instant::now();
         u.learn("demo/s", 2);
-        assert_eq!(u.first(Some("demo/s"), now), 2);
-        assert_eq!(u.first(Some("demo/s"), now), 2);
+        assert_eq!(u.first(Some("demo/s"), now).i, 2);
+        assert_eq!(u.first(Some("demo/s"), now).i, 2);
         u.failed(2, now);
-        assert_ne!(u.first(Some("demo/s"), now), 2);
+        assert_ne!(u.first(Some("demo/s"), now).i, 2);
     }
 
     #[test]
@@ -295,5 +332,44 @@ mod tests {
         assert_eq!(route_key("/demo/s/snapshot/1").as_deref(), Some("demo/s"));
         assert_eq!(route_key("/demo"), None);
         assert_eq!(route_key("/__ursula/metrics"), None);
+        assert_eq!(
+            route_key("/v1/stream/x").as_deref(),
+            Some("__v1/x"),
+            "the compatibility family is keyed as the nodes key it"
+        );
+        assert_eq!(
+            route_key("/demo/a%2Fb"),
+            None,
+            "an invalid stream ID names none"
+        );
+    }
+
+    #[test]
+    fn a_probe_whose_request_ended_without_an_outcome_gives_its_slot_back() {
+        let u = set(1);
+        let t0 = Instant::now();
+        u.failed(0, t0);
+        let t1 = t0 + Duration::from_secs(11);
+        let probe = u.try_take(0, t1).expect("the probe");
+        assert!(u.try_take(0, t1).is_none());
+        // The client went away mid-exchange: neither answered nor failed was recorded.
+        drop(probe);
+        assert!(
+            u.try_take(0, t1).is_some(),
+            "the next request probes at once instead of waiting out the slot"
+        );
+    }
+
+    #[test]
+    fn dropping_a_hold_does_not_release_another_requests_probe() {
+        let u = set(1);
+        let normal = u.try_take(0, Instant::now()).expect("healthy");
+        let t0 = Instant::now();
+        u.failed(0, t0);
+        let t1 = t0 + Duration::from_secs(11);
+        let probe = u.try_take(0, t1).expect("the probe");
+        drop(normal);
+        assert!(u.try_take(0, t1).is_none(), "the probe is still held");
+        drop(probe);
     }
 }

@@ -1,14 +1,26 @@
-//! Write admission: refusals a node makes before anything of a write is proposed, each marked
-//! with `x-ursula-not-applied` (API overview, "Refusals that applied nothing").
+//! Write admission: every refusal a node makes before anything of a write is proposed, each
+//! marked with `x-ursula-not-applied` (API overview, "Refusals that applied nothing"), and the
+//! budgets an admitted write holds, in one place. The checks run in this order:
 //!
-//! - `WalDiskPressure`: the WAL filesystem is below `raft.wal.min_available_size`; writes pass
-//!   again once it reaches `raft.wal.resume_available_size`.
-//! - `RaftLogPressure`: the node's unsnapshotted Raft log is over twice
-//!   `raft.snapshot_log_budget`; writes with a body pass again below 1.5 times the budget.
-//! - `IngressBodyBytesLimitReached`: write bodies in flight would pass
-//!   `server.http_inflight_body_size`.
-//! - `RaftUncommittedBackpressure`: a group's proposed but unapplied write bytes would pass
-//!   `raft.max_uncommitted_size_per_group` (checked by the Raft engine).
+//! 1. From the request head ([`Admission::admit`]):
+//!    - `WalDiskPressure`: the WAL filesystem is below `raft.wal.min_available_size`; writes
+//!      pass again once it reaches `raft.wal.resume_available_size`.
+//!    - `RaftLogPressure`: the node's unsnapshotted Raft log is over twice
+//!      `raft.snapshot_log_budget`; writes with a body pass again below 1.5 times the budget.
+//!    - `IngressBodyBytesLimitReached`: write bodies in flight would pass
+//!      `server.http_inflight_body_size`.
+//! 2. Once the body is read and its group known ([`WritePermit::charge`]):
+//!    - `ColdBackpressure`: with a cold tier, the group holds more unflushed bytes than
+//!      `storage.cold.max_hot_size_per_group`.
+//!    - `RaftUncommittedBackpressure`: the group's proposed but unapplied write bytes would
+//!      pass `raft.max_uncommitted_size_per_group` (under Raft).
+//!
+//! Every budget is held by an RAII value, so it comes back when the request ends however it
+//! ends: answered, refused, or dropped mid-await because the client went away (hyper drops the
+//! handler's future then). The body bytes are held by the [`WritePermit`] for as long as the
+//! handler runs; the group's uncommitted bytes by a [`GroupCharge`] that travels with the
+//! proposal and is released when the write was applied or failed, not when the client left:
+//! the bytes stay in the group's queue and log until then.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +28,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use crate::runtime::GroupId;
 
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -26,16 +40,26 @@ pub struct Limits {
     pub resume_available: u64,
     /// `raft.snapshot_log_budget`.
     pub log_budget: u64,
+    /// `raft.max_uncommitted_size_per_group`; `None` when no engine queues writes (in memory).
+    pub max_uncommitted_per_group: Option<u64>,
+    /// `storage.cold.max_hot_size_per_group` with a cold tier; `None` or 0 turns it off.
+    pub max_hot_per_group: Option<u64>,
+    pub group_count: u32,
 }
 
 #[derive(Debug)]
 pub struct Admission {
     limits: Limits,
     inflight: AtomicU64,
+    /// Per group: proposed but not yet applied write bytes.
+    uncommitted: Vec<AtomicU64>,
     disk_pressure: AtomicBool,
     log_pressure: AtomicBool,
     pub available: AtomicU64,
     pub disk_stat_errors: AtomicU64,
+    /// `ColdBackpressure` refusals, in all and per group.
+    cold_refusals: AtomicU64,
+    cold_group_refusals: Vec<AtomicU64>,
 }
 
 /// Why a write was refused at admission.
@@ -44,32 +68,65 @@ pub enum Refused {
     WalDiskPressure,
     RaftLogPressure,
     IngressBodyBytesLimitReached,
+    ColdBackpressure,
+    RaftUncommittedBackpressure,
 }
 
-/// Holds a body's bytes in the in-flight budget until dropped.
+/// An admitted write: holds its body's bytes in the in-flight budget until dropped, and the
+/// group charge until it is handed to the engine.
 #[derive(Debug)]
-pub struct BodyPermit {
+pub struct WritePermit {
     admission: Arc<Admission>,
+    body: u64,
+    charge: Option<GroupCharge>,
+}
+
+/// A write's bytes in its group's uncommitted budget, released on drop.
+#[derive(Debug)]
+pub struct GroupCharge {
+    admission: Arc<Admission>,
+    group: GroupId,
     bytes: u64,
 }
 
-impl Drop for BodyPermit {
+impl Drop for WritePermit {
     fn drop(&mut self) {
-        self.admission
-            .inflight
-            .fetch_sub(self.bytes, Ordering::AcqRel);
+        if self.body > 0 {
+            self.admission
+                .inflight
+                .fetch_sub(self.body, Ordering::AcqRel);
+        }
     }
+}
+
+impl Drop for GroupCharge {
+    fn drop(&mut self) {
+        if let Some(c) = self.admission.uncommitted.get(self.group as usize) {
+            c.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Budgets held now, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    pub inflight_body_bytes: u64,
+    pub per_group_uncommitted_bytes: Vec<u64>,
 }
 
 impl Admission {
     pub fn new(limits: Limits) -> Arc<Admission> {
+        let groups = limits.group_count as usize;
         Arc::new(Admission {
             limits,
             inflight: AtomicU64::new(0),
+            uncommitted: (0..groups).map(|_| AtomicU64::new(0)).collect(),
             disk_pressure: AtomicBool::new(false),
             log_pressure: AtomicBool::new(false),
             available: AtomicU64::new(u64::MAX),
             disk_stat_errors: AtomicU64::new(0),
+            cold_refusals: AtomicU64::new(0),
+            cold_group_refusals: (0..groups).map(|_| AtomicU64::new(0)).collect(),
         })
     }
 
@@ -77,18 +134,23 @@ impl Admission {
         self.disk_pressure.load(Ordering::Acquire)
     }
 
-    /// Admits a write carrying `body` bytes (0 for a bodiless write); `raft_log` is the
-    /// node's unsnapshotted Raft log bytes under the Raft engine.
+    /// Admits a write from its head: `body` is its declared length (0 for a bodiless write),
+    /// `raft_log` the node's unsnapshotted Raft log bytes under the Raft engine.
     pub fn admit(
         self: &Arc<Self>,
         body: u64,
         raft_log: Option<u64>,
-    ) -> Result<Option<BodyPermit>, Refused> {
+    ) -> Result<WritePermit, Refused> {
         if self.disk_pressure() {
             return Err(Refused::WalDiskPressure);
         }
+        let permit = |body| WritePermit {
+            admission: self.clone(),
+            body,
+            charge: None,
+        };
         if body == 0 {
-            return Ok(None);
+            return Ok(permit(0));
         }
         if let Some(log) = raft_log {
             let budget = self.limits.log_budget;
@@ -107,10 +169,30 @@ impl Admission {
             self.inflight.fetch_sub(body, Ordering::AcqRel);
             return Err(Refused::IngressBodyBytesLimitReached);
         }
-        Ok(Some(BodyPermit {
-            admission: self.clone(),
-            bytes: body,
-        }))
+        Ok(permit(body))
+    }
+
+    /// Budgets held now.
+    pub fn held(&self) -> Held {
+        Held {
+            inflight_body_bytes: self.inflight.load(Ordering::Acquire),
+            per_group_uncommitted_bytes: self
+                .uncommitted
+                .iter()
+                .map(|c| c.load(Ordering::Acquire))
+                .collect(),
+        }
+    }
+
+    /// `ColdBackpressure` refusals: in all, and per group.
+    pub fn cold_refusals(&self) -> (u64, Vec<u64>) {
+        (
+            self.cold_refusals.load(Ordering::Relaxed),
+            self.cold_group_refusals
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
+        )
     }
 
     /// Samples the WAL filesystem's free space and moves the pressure flag with hysteresis.
@@ -163,6 +245,55 @@ impl Admission {
     }
 }
 
+impl WritePermit {
+    /// Admits the write into its group: `body` is its body's length once read, `hot` the
+    /// group's unflushed bytes now. On success the permit holds the group charge, to be handed
+    /// to the engine with the proposal ([`WritePermit::take_charge`]).
+    pub fn charge(
+        &mut self,
+        group: GroupId,
+        body: u64,
+        hot: impl FnOnce() -> u64,
+    ) -> Result<(), Refused> {
+        if body == 0 {
+            return Ok(());
+        }
+        let a = &self.admission;
+        if let Some(cap) = a.limits.max_hot_per_group.filter(|c| *c > 0)
+            && hot().saturating_add(body) > cap
+        {
+            a.cold_refusals.fetch_add(1, Ordering::Relaxed);
+            if let Some(c) = a.cold_group_refusals.get(group as usize) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            return Err(Refused::ColdBackpressure);
+        }
+        let (Some(max), Some(budget)) = (
+            a.limits.max_uncommitted_per_group,
+            a.uncommitted.get(group as usize),
+        ) else {
+            return Ok(());
+        };
+        let before = budget.fetch_add(body, Ordering::AcqRel);
+        // One write alone always fits, as with the in-flight budget.
+        if before > 0 && before.saturating_add(body) > max {
+            budget.fetch_sub(body, Ordering::AcqRel);
+            return Err(Refused::RaftUncommittedBackpressure);
+        }
+        self.charge = Some(GroupCharge {
+            admission: a.clone(),
+            group,
+            bytes: body,
+        });
+        Ok(())
+    }
+
+    /// The group charge, for the engine to hold until the write applied or failed.
+    pub fn take_charge(&mut self) -> Option<GroupCharge> {
+        self.charge.take()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +305,9 @@ mod tests {
             min_available: min,
             resume_available: min.saturating_mul(2),
             log_budget: 1000,
+            max_uncommitted_per_group: Some(100),
+            max_hot_per_group: Some(1000),
+            group_count: 2,
         })
     }
 
@@ -187,7 +321,8 @@ mod tests {
         );
         drop(first);
         assert!(a.admit(30, None).is_ok());
-        assert!(a.admit(0, None).expect("bodiless").is_none());
+        assert_eq!(a.held().inflight_body_bytes, 0);
+        assert!(a.admit(0, None).is_ok());
         let big = a.admit(1000, None);
         assert!(big.is_ok(), "one body alone always fits");
     }
@@ -221,5 +356,45 @@ mod tests {
             "hysteresis"
         );
         assert!(a.admit(10, Some(1400)).is_ok());
+    }
+
+    #[test]
+    fn a_groups_uncommitted_budget_is_held_by_the_charge_and_released_however_it_ends() {
+        let a = admission(1 << 20, 0);
+        let mut p = a.admit(60, None).expect("admitted");
+        p.charge(0, 60, || 0).expect("charged");
+        let charge = p.take_charge().expect("a charge");
+        drop(p);
+        assert_eq!(
+            a.held().inflight_body_bytes,
+            0,
+            "the body budget left with the request"
+        );
+        assert_eq!(a.held().per_group_uncommitted_bytes, vec![60, 0]);
+        let mut q = a.admit(60, None).expect("admitted");
+        assert_eq!(
+            q.charge(0, 60, || 0).err(),
+            Some(Refused::RaftUncommittedBackpressure)
+        );
+        assert!(
+            q.charge(1, 60, || 0).is_ok(),
+            "another group has its own budget"
+        );
+        drop(q);
+        drop(charge);
+        assert_eq!(a.held().per_group_uncommitted_bytes, vec![0, 0]);
+    }
+
+    #[test]
+    fn a_group_over_its_hot_cap_is_refused_and_counted() {
+        let a = admission(1 << 20, 0);
+        let mut p = a.admit(10, None).expect("admitted");
+        assert_eq!(
+            p.charge(1, 10, || 995).err(),
+            Some(Refused::ColdBackpressure)
+        );
+        assert_eq!(a.cold_refusals(), (1, vec![0, 1]));
+        assert_eq!(a.held().per_group_uncommitted_bytes, vec![0, 0]);
+        assert!(p.charge(1, 10, || 990).is_ok());
     }
 }

@@ -6,6 +6,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::admission::GroupCharge;
 use crate::runtime::GroupId;
 use crate::runtime::Runtime;
 use crate::runtime::RuntimeError;
@@ -30,14 +31,19 @@ pub enum EngineError {
     },
     #[error("the group cannot take writes now: {0}")]
     Unavailable(String),
-    /// Refused before proposal because the group is over a write budget.
-    #[error("the stream's group is over its write budget")]
-    Backpressure(ursula_protocol::refusal::NotApplied),
 }
 
 pub trait GroupEngine: Send + Sync + Debug {
     /// Proposes a write and resolves once it was applied (or refused by the state machine).
-    fn propose(&self, group: GroupId, cmd: Command) -> Proposal;
+    /// `charge` holds the write's bytes in its group's uncommitted budget: the engine keeps it
+    /// until the write was applied or failed, whether or not anyone still awaits the answer.
+    fn submit(&self, group: GroupId, cmd: Command, charge: Option<GroupCharge>) -> Proposal;
+    /// A write of the node's own (sweeps, cold-tier commits), outside admission.
+    fn propose(&self, group: GroupId, cmd: Command) -> Proposal {
+        self.submit(group, cmd, None)
+    }
+    /// The node's unsnapshotted Raft log bytes, for `RaftLogPressure`; `None` without a log.
+    fn log_bytes(&self) -> Option<u64>;
     /// Name shown in metrics.
     fn name(&self) -> &'static str;
 }
@@ -55,14 +61,19 @@ impl MemoryEngine {
 }
 
 impl GroupEngine for MemoryEngine {
-    fn propose(&self, group: GroupId, cmd: Command) -> Proposal {
+    fn submit(&self, group: GroupId, cmd: Command, charge: Option<GroupCharge>) -> Proposal {
         let rt = self.rt.clone();
         Box::pin(async move {
             let result = rt
                 .with_group(group, move |g| g.apply(cmd, now_ms()))
                 .await?;
+            drop(charge);
             Ok(result)
         })
+    }
+
+    fn log_bytes(&self) -> Option<u64> {
+        None
     }
 
     fn name(&self) -> &'static str {

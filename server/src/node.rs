@@ -47,7 +47,7 @@ pub async fn attach_cold(state: &mut AppState, config: &Config) -> Result<(), No
     let Some(settings) = &config.cold else {
         return Ok(());
     };
-    let tier = crate::coldtier::ColdTier::open(settings.clone(), state.rt.group_count()).await?;
+    let tier = crate::coldtier::ColdTier::open(settings.clone()).await?;
     crate::coldtier::flush::spawn(
         &state.rt,
         state.engine.clone(),
@@ -66,13 +66,17 @@ fn runtime(config: &Config) -> Result<Runtime, NodeError> {
     )?)
 }
 
+/// Admission's limits; `wal_dir` is the Raft engine's, whose writes queue behind its log.
 fn limits(config: &Config, wal_dir: Option<PathBuf>) -> crate::admission::Limits {
     crate::admission::Limits {
         inflight_body_bytes: config.http_inflight_body_size,
+        max_uncommitted_per_group: wal_dir.as_ref().map(|_| config.max_uncommitted_per_group),
         wal_dir,
         min_available: config.wal_min_available,
         resume_available: config.wal_resume_available,
         log_budget: config.snapshot_log_budget,
+        max_hot_per_group: config.cold.as_ref().map(|c| c.max_hot_per_group),
+        group_count: config.group_count,
     }
 }
 
@@ -138,7 +142,6 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
         fsync_always: *fsync_always,
         segment_size: *segment_size,
         peers: peers.clone(),
-        max_uncommitted: config.max_uncommitted_per_group,
         snapshot: config.snapshot_driver,
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;

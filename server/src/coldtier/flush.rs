@@ -309,7 +309,7 @@ async fn upload_and_commit(
             tracing::warn!(group, object = %object, outcome = ?other, "cold flush answered unexpectedly");
             0
         }
-        Err(EngineError::NotLeader { .. } | EngineError::Backpressure(_)) => {
+        Err(EngineError::NotLeader { .. }) => {
             // Refused before it was proposed: nothing references the object.
             if let Err(e) = tier.store.delete(&object).await {
                 tracing::warn!(group, object = %object, error = %e, "cannot delete an uncommitted cold object");

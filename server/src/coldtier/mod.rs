@@ -28,7 +28,6 @@ pub struct ColdCounters {
     pub flushes: AtomicU64,
     pub flushed_bytes: AtomicU64,
     pub flush_write_errors: AtomicU64,
-    pub backpressure_events: AtomicU64,
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
     pub read_errors: AtomicU64,
@@ -41,8 +40,6 @@ pub struct ColdTier {
     pub store: ColdStore,
     pub settings: Arc<ColdSettings>,
     pub counters: Arc<ColdCounters>,
-    /// Per group: cold backpressure refusals.
-    pub group_backpressure: Arc<Vec<AtomicU64>>,
 }
 
 impl std::fmt::Debug for ColdTier {
@@ -55,7 +52,7 @@ impl std::fmt::Debug for ColdTier {
 
 impl ColdTier {
     /// Builds the store and runs its startup check (the format-epoch marker).
-    pub async fn open(settings: ColdSettings, groups: u32) -> Result<ColdTier, ColdError> {
+    pub async fn open(settings: ColdSettings) -> Result<ColdTier, ColdError> {
         let store = ColdStore::new(&settings.store)?;
         store.open_checked().await?;
         tracing::info!(store = %store.describe(), "cold tier ready");
@@ -63,7 +60,6 @@ impl ColdTier {
             store,
             settings: Arc::new(settings),
             counters: Arc::new(ColdCounters::default()),
-            group_backpressure: Arc::new((0..groups).map(|_| AtomicU64::new(0)).collect()),
         })
     }
 
@@ -126,17 +122,11 @@ pub fn metrics_into(st: &crate::http::AppState, body: &mut serde_json::Value) {
         Some(t) => {
             let c = &t.counters;
             obj.insert("cold_backend".into(), t.store.describe().into());
-            obj.insert(
-                "cold_backpressure_events".into(),
-                load(&c.backpressure_events).into(),
-            );
+            let (refusals, per_group) = st.admission.cold_refusals();
+            obj.insert("cold_backpressure_events".into(), refusals.into());
             obj.insert(
                 "per_group_cold_backpressure_events".into(),
-                t.group_backpressure
-                    .iter()
-                    .map(load)
-                    .collect::<Vec<_>>()
-                    .into(),
+                per_group.into(),
             );
             obj.insert(
                 "cold_flush_write_errors".into(),

@@ -83,6 +83,7 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
         "groups": groups,
         "raft_groups": raft_groups,
         "recovery_gates": recovery_gates,
+        "admission": admission_view(st),
     });
     if let Some(raft) = &st.raft {
         raft.snapshot_metrics_into(&mut body);
@@ -92,6 +93,16 @@ pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::CACHE_CONTROL, "no-store")
         .body(body.to_string()))
+}
+
+/// Budgets write admission holds now: zero when nothing is in flight.
+fn admission_view(st: &AppState) -> serde_json::Value {
+    let held = st.admission.held();
+    json!({
+        "inflight_body_bytes": held.inflight_body_bytes,
+        "uncommitted_bytes": held.per_group_uncommitted_bytes.iter().sum::<u64>(),
+        "per_group_uncommitted_bytes": held.per_group_uncommitted_bytes,
+    })
 }
 
 /// Each Raft group as this replica sees it, and its closed recovery gates.

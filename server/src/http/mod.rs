@@ -37,6 +37,9 @@ use ursula_protocol::refusal::NotApplied;
 use self::read::Live;
 use self::reply::ApiError;
 use self::request::Route;
+use crate::admission::GroupCharge;
+use crate::admission::Refused;
+use crate::admission::WritePermit;
 use crate::engine::GroupEngine;
 use crate::runtime::Runtime;
 
@@ -183,68 +186,63 @@ async fn read_body(
 /// Bodies up to this size are copied out of the connection's read buffer (see `read_body`).
 const OWN_COPY_MAX: usize = 64 * 1024;
 
-/// `ColdBackpressure`: with a cold tier, a write with a body waits while its group holds more
-/// unflushed bytes than `storage.cold.max_hot_size_per_group` (0 turns the cap off).
-fn cold_admit(st: &AppState, sp: &request::StreamPath, body_len: usize) -> Result<(), ApiError> {
-    let Some(tier) = &st.cold else { return Ok(()) };
-    let cap = tier.settings.max_hot_per_group;
-    if cap == 0 || body_len == 0 {
-        return Ok(());
-    }
-    let group = st.rt.group_of(&sp.key);
-    let hot = st
-        .rt
-        .with_group_now(group, |g| g.state.hot_bytes())
-        .unwrap_or(0);
-    if hot + body_len as u64 <= cap {
-        return Ok(());
-    }
-    tier.counters
-        .backpressure_events
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if let Some(c) = tier.group_backpressure.get(group as usize) {
-        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    Err(ApiError::not_applied(
-        StatusCode::SERVICE_UNAVAILABLE,
-        NotApplied::ColdBackpressure,
-        "the stream's group holds more unflushed bytes than storage.cold.max_hot_size_per_group; \
-         writes pass again once the cold flush catches up",
-    ))
-}
-
-/// Write admission for a create or append, before its body is read.
-fn admit(
-    st: &AppState,
-    headers: &HeaderMap,
-) -> Result<Option<crate::admission::BodyPermit>, ApiError> {
+/// Write admission from the request head, before its body is read (see [`crate::admission`]).
+fn admit(st: &AppState, headers: &HeaderMap) -> Result<WritePermit, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .unwrap_or(0);
-    let raft_log = st
-        .raft
-        .as_ref()
-        .map(|r| r.log_bytes.bytes.load(std::sync::atomic::Ordering::Relaxed));
-    st.admission.admit(declared, raft_log).map_err(|r| {
-        use crate::admission::Refused;
-        let (token, why) = match r {
-            Refused::WalDiskPressure => (
-                NotApplied::WalDiskPressure,
-                "the WAL filesystem is low on space",
-            ),
-            Refused::RaftLogPressure => (
-                NotApplied::RaftLogPressure,
-                "the node's unsnapshotted Raft log is over twice raft.snapshot_log_budget",
-            ),
-            Refused::IngressBodyBytesLimitReached => (
-                NotApplied::IngressBodyBytesLimitReached,
-                "write bodies in flight leave no room for this one",
-            ),
-        };
-        ApiError::not_applied(StatusCode::SERVICE_UNAVAILABLE, token, why)
-    })
+    st.admission
+        .admit(declared, st.engine.log_bytes())
+        .map_err(refused)
+}
+
+/// Admission into the stream's group once the body is read: cold backpressure and the group's
+/// uncommitted budget. The charge goes to the engine with the proposal.
+fn charge(
+    st: &AppState,
+    permit: &mut WritePermit,
+    sp: &request::StreamPath,
+    body: &Bytes,
+) -> Result<Option<GroupCharge>, ApiError> {
+    let group = st.rt.group_of(&sp.key);
+    let hot = || {
+        st.rt
+            .with_group_now(group, |g| g.state.hot_bytes())
+            .unwrap_or(0)
+    };
+    permit
+        .charge(group, body.len() as u64, hot)
+        .map_err(refused)?;
+    Ok(permit.take_charge())
+}
+
+fn refused(r: Refused) -> ApiError {
+    let (token, why) = match r {
+        Refused::WalDiskPressure => (
+            NotApplied::WalDiskPressure,
+            "the WAL filesystem is low on space",
+        ),
+        Refused::RaftLogPressure => (
+            NotApplied::RaftLogPressure,
+            "the node's unsnapshotted Raft log is over twice raft.snapshot_log_budget",
+        ),
+        Refused::IngressBodyBytesLimitReached => (
+            NotApplied::IngressBodyBytesLimitReached,
+            "write bodies in flight leave no room for this one",
+        ),
+        Refused::ColdBackpressure => (
+            NotApplied::ColdBackpressure,
+            "the stream's group holds more unflushed bytes than storage.cold.max_hot_size_per_group; \
+             writes pass again once the cold flush catches up",
+        ),
+        Refused::RaftUncommittedBackpressure => (
+            NotApplied::RaftUncommittedBackpressure,
+            "the stream's group has too many proposed but unapplied write bytes",
+        ),
+    };
+    ApiError::not_applied(StatusCode::SERVICE_UNAVAILABLE, token, why)
 }
 
 fn location(headers: &HeaderMap, path: &str) -> String {
@@ -336,16 +334,17 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         }
         (Route::Stream(_), &Method::OPTIONS) => return Ok(preflight(&headers, STREAM_METHODS)),
         (Route::Stream(sp), &Method::PUT) => {
-            let _permit = admit(st, &headers)?;
+            let mut permit = admit(st, &headers)?;
             let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
-            cold_admit(st, &sp, body.len())?;
-            write::create_stream(st, &sp, &headers, location(&headers, &path), body).await?
+            let charge = charge(st, &mut permit, &sp, &body)?;
+            let at = location(&headers, &path);
+            write::create_stream(st, &sp, &headers, at, body, charge).await?
         }
         (Route::Stream(sp), &Method::POST) => {
-            let _permit = admit(st, &headers)?;
+            let mut permit = admit(st, &headers)?;
             let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
-            cold_admit(st, &sp, body.len())?;
-            write::append(st, &sp, &headers, body).await?
+            let charge = charge(st, &mut permit, &sp, &body)?;
+            write::append(st, &sp, &headers, body, charge).await?
         }
         (Route::Stream(sp), &Method::DELETE) => write::delete(st, &sp, &headers).await?,
         (Route::Stream(sp), &Method::HEAD) => read::head(st, &sp, &headers).await?,

@@ -120,11 +120,6 @@ impl From<EngineError> for ApiError {
                 NotApplied::NotLeader,
                 "no leader is known for the stream's group",
             ),
-            EngineError::Backpressure(token) => ApiError::not_applied(
-                StatusCode::SERVICE_UNAVAILABLE,
-                token,
-                "the stream's group has too many proposed but unapplied write bytes",
-            ),
             EngineError::Unavailable(m) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m).header(header::RETRY_AFTER, "1")
             }

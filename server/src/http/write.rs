@@ -14,6 +14,7 @@ use super::reply::ApiError;
 use super::reply::Reply;
 use super::request;
 use super::request::StreamPath;
+use crate::admission::GroupCharge;
 use crate::engine::EngineError;
 use crate::stream::Append;
 use crate::stream::Applied;
@@ -53,6 +54,7 @@ pub async fn create_stream(
     headers: &HeaderMap,
     location: String,
     body: Bytes,
+    charge: Option<GroupCharge>,
 ) -> Result<Reply, ApiError> {
     let ctype =
         request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
@@ -75,7 +77,7 @@ pub async fn create_stream(
         body,
     });
     let group = st.rt.group_of(&sp.key);
-    match st.engine.propose(group, cmd).await?? {
+    match st.engine.submit(group, cmd, charge).await?? {
         Applied::Created { meta, fresh } => {
             let mut reply = Reply::new(if fresh {
                 StatusCode::CREATED
@@ -106,6 +108,7 @@ pub async fn append(
     sp: &StreamPath,
     headers: &HeaderMap,
     body: Bytes,
+    charge: Option<GroupCharge>,
 ) -> Result<Reply, ApiError> {
     if headers.contains_key(h::STREAM_RECORD_MATCH) {
         return Err(ApiError::bad_request(
@@ -145,7 +148,7 @@ pub async fn append(
         body,
     });
     let group = st.rt.group_of(&sp.key);
-    match st.engine.propose(group, cmd).await?? {
+    match st.engine.submit(group, cmd, charge).await?? {
         Applied::Appended {
             incarnation,
             next_offset,
@@ -256,20 +259,26 @@ pub async fn publish_snapshot(
         cold,
     });
     let group = st.rt.group_of(&sp.key);
-    let result = st.engine.propose(group, cmd).await;
-    // Nothing references a staged body the publish did not apply: delete it now.
-    let not_applied = matches!(
-        result,
-        Ok(Err(_)) | Err(EngineError::NotLeader { .. } | EngineError::Backpressure(_))
-    );
-    if let (true, Some(object), Some(tier)) = (not_applied, staged, &st.cold) {
-        let store = tier.store.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.delete(&object).await {
-                tracing::warn!(object = %object, error = %e, "cannot delete an unpublished snapshot body");
-            }
-        });
-    }
+    let result = match (staged, &st.cold) {
+        (Some(object), Some(tier)) => {
+            // A task of its own: a staged body is deleted only once the publish is known not
+            // to have applied, even when the client went away and this handler was dropped.
+            let (engine, store) = (st.engine.clone(), tier.store.clone());
+            tokio::spawn(async move {
+                let result = engine.propose(group, cmd).await;
+                // Nothing references a staged body the publish did not apply: delete it now.
+                if matches!(result, Ok(Err(_)) | Err(EngineError::NotLeader { .. }))
+                    && let Err(e) = store.delete(&object).await
+                {
+                    tracing::warn!(object = %object, error = %e, "cannot delete an unpublished snapshot body");
+                }
+                result
+            })
+            .await
+            .unwrap_or_else(|e| Err(EngineError::Unavailable(format!("the publish task failed: {e}"))))
+        }
+        _ => st.engine.propose(group, cmd).await,
+    };
     match unmarked(result)?? {
         Applied::SnapshotPublished {
             incarnation,

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use super::GroupRaft;
 use super::Proposal;
+use crate::admission::GroupCharge;
 use crate::engine::EngineError;
 use crate::runtime::GroupId;
 use crate::runtime::now_ms;
@@ -32,9 +33,18 @@ const MAX_BATCH: usize = 256;
 /// Body bytes per entry, for the same reason.
 const MAX_BATCH_BYTES: u64 = 4 << 20;
 
+/// A write waiting for its entry: its command, body bytes, its charge in the group's
+/// uncommitted budget (released once the entry applied or failed), and where its answer goes.
+struct Waiting {
+    cmd: Command,
+    bytes: u64,
+    charge: Option<GroupCharge>,
+    answer: oneshot::Sender<Answer>,
+}
+
 #[derive(Default)]
 struct Queue {
-    waiting: Vec<(Command, u64, oneshot::Sender<Answer>)>,
+    waiting: Vec<Waiting>,
     in_flight: usize,
 }
 
@@ -59,13 +69,15 @@ impl Batcher {
     }
 
     /// Queues `cmd` for `group` and resolves with what applying it answered. `bytes` is the
-    /// command's body size, used to bound an entry.
+    /// command's body size, used to bound an entry. The queue owns `charge` from here on: a
+    /// caller that stops awaiting leaves the write, and its charge, to the driver.
     pub async fn submit(
         self: &Arc<Self>,
         raft: GroupRaft,
         group: GroupId,
         cmd: Command,
         bytes: u64,
+        charge: Option<GroupCharge>,
     ) -> Answer {
         let Some(queue) = self.queues.get(group as usize) else {
             return Err(EngineError::Unavailable(format!("no group {group}")));
@@ -73,7 +85,12 @@ impl Batcher {
         let (tx, rx) = oneshot::channel();
         let drive = {
             let mut q = lock(queue);
-            q.waiting.push((cmd, bytes, tx));
+            q.waiting.push(Waiting {
+                cmd,
+                bytes,
+                charge,
+                answer: tx,
+            });
             let start = q.in_flight < MAX_IN_FLIGHT;
             if start {
                 q.in_flight += 1;
@@ -107,7 +124,7 @@ impl Batcher {
                 let mut n = 0;
                 let mut size = 0u64;
                 while n < q.waiting.len().min(MAX_BATCH) {
-                    size += q.waiting[n].1;
+                    size += q.waiting[n].bytes;
                     n += 1;
                     if size >= MAX_BATCH_BYTES {
                         break;
@@ -115,14 +132,24 @@ impl Batcher {
                 }
                 q.waiting.drain(..n).collect::<Vec<_>>()
             };
-            let (cmds, senders): (Vec<Command>, Vec<oneshot::Sender<Answer>>) =
-                batch.into_iter().map(|(c, _, tx)| (c, tx)).unzip();
+            let mut cmds = Vec::with_capacity(batch.len());
+            let mut senders = Vec::with_capacity(batch.len());
+            // Held until the entry applied or failed: those bytes are in the log until then.
+            let mut charges = Vec::with_capacity(batch.len());
+            for w in batch {
+                cmds.push(w.cmd);
+                senders.push(w.answer);
+                charges.push(w.charge);
+            }
             let result = raft
                 .client_write(Proposal {
                     now_ms: now_ms(),
                     cmds,
                 })
                 .await;
+            // Applied or failed: the bytes left the group's queue. Released before the answers
+            // go out, so a writer that sends again at once finds its budget free.
+            drop(charges);
             match result {
                 Ok(resp) => {
                     let mut answers = resp.data.0.into_iter();

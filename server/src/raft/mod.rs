@@ -26,6 +26,7 @@ use openraft::BasicNode;
 use openraft::Config;
 use openraft::Raft;
 
+use crate::admission::GroupCharge;
 use crate::engine::EngineError;
 use crate::engine::GroupEngine;
 use crate::engine::Proposal as ProposalFuture;
@@ -34,7 +35,6 @@ use crate::runtime::Runtime;
 use crate::stream::Applied;
 use crate::stream::Command;
 use crate::stream::Refusal;
-use ursula_protocol::refusal::NotApplied;
 
 /// A replicated entry: the writes batched into it, in order, and the leader's clock when it
 /// was proposed, so every replica applies them identically.
@@ -80,7 +80,6 @@ pub struct RaftOptions {
     pub segment_size: u64,
     /// node id -> URL, this node included; empty for a single node.
     pub peers: BTreeMap<u64, String>,
-    pub max_uncommitted: u64,
     pub snapshot: snapdrive::Settings,
 }
 
@@ -90,10 +89,6 @@ pub struct RaftEngine {
     pub log_bytes: Arc<store::NodeLog>,
     /// The snapshot driver's counters and each group's last snapshot size.
     pub snap_stats: Arc<snapdrive::Stats>,
-    /// Proposed but not yet applied write bytes, per group.
-    uncommitted: Arc<Vec<std::sync::atomic::AtomicU64>>,
-    /// `raft.max_uncommitted_size_per_group`.
-    max_uncommitted: u64,
     pub node_id: u64,
     pub peers: network::Peers,
     batcher: Arc<batch::Batcher>,
@@ -386,19 +381,12 @@ impl RaftEngine {
             }
             rafts.push(raft);
         }
-        let uncommitted = Arc::new(
-            (0..rafts.len())
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
-                .collect(),
-        );
         let batcher = batch::Batcher::new(rafts.len(), peers.urls.clone());
         let engine = Arc::new(RaftEngine {
             batcher,
             rafts,
             log_bytes,
             snap_stats,
-            uncommitted,
-            max_uncommitted: opts.max_uncommitted,
             node_id: opts.node_id,
             peers,
             logs: stores,
@@ -520,7 +508,7 @@ impl RaftEngine {
     }
 }
 
-/// Bytes of a write's body, charged against the group's uncommitted budget.
+/// Bytes of a write's body, which bound the size of a batched entry.
 fn body_bytes(cmd: &Command) -> u64 {
     use crate::stream::Body;
     let len = |b: &Body| match b {
@@ -536,13 +524,10 @@ fn body_bytes(cmd: &Command) -> u64 {
 }
 
 impl GroupEngine for RaftEngine {
-    fn propose(&self, group: GroupId, cmd: Command) -> ProposalFuture {
-        use std::sync::atomic::Ordering;
+    fn submit(&self, group: GroupId, cmd: Command, charge: Option<GroupCharge>) -> ProposalFuture {
         let raft = self.raft(group).cloned();
         let single = self.peers.urls.is_empty();
         let bytes = body_bytes(&cmd);
-        let uncommitted = self.uncommitted.clone();
-        let max = self.max_uncommitted;
         let batcher = self.batcher.clone();
         // A gated group elects no leader here, even on a single node: refused as unavailable
         // (503), not as the single node's 500, and before anything is proposed.
@@ -559,22 +544,12 @@ impl GroupEngine for RaftEngine {
                 leader: None,
                 single,
             })?;
-            let budget = uncommitted.get(group as usize);
-            if let Some(b) = budget.filter(|_| bytes > 0) {
-                let before = b.fetch_add(bytes, Ordering::AcqRel);
-                if before > 0 && before + bytes > max {
-                    b.fetch_sub(bytes, Ordering::AcqRel);
-                    return Err(EngineError::Backpressure(
-                        NotApplied::RaftUncommittedBackpressure,
-                    ));
-                }
-            }
-            let result = batcher.submit(raft, group, cmd, bytes).await;
-            if let Some(b) = budget.filter(|_| bytes > 0) {
-                b.fetch_sub(bytes, Ordering::AcqRel);
-            }
-            result
+            batcher.submit(raft, group, cmd, bytes, charge).await
         })
+    }
+
+    fn log_bytes(&self) -> Option<u64> {
+        Some(self.log_bytes.bytes.load(Ordering::Relaxed))
     }
 
     fn name(&self) -> &'static str {
