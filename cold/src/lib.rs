@@ -18,7 +18,7 @@ pub use config::{BackendConfig, ColdConfig, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 pub use error::{BoxError, ColdError};
 pub use store::ColdStore;
 
-/// The format epoch this release reads and writes (spec: "Format epoch 3, no migration").
-pub const FORMAT_EPOCH: u32 = 3;
 /// The marker object at the cold root that records the epoch.
-pub const FORMAT_EPOCH_MARKER: &str = "URSULA_FORMAT_EPOCH";
+pub use ursula_protocol::format::COLD_EPOCH_MARKER as FORMAT_EPOCH_MARKER;
+/// The format epoch this release reads and writes (spec: "Format epoch 3, no migration").
+pub use ursula_protocol::format::FORMAT_EPOCH;

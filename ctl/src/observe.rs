@@ -2,44 +2,12 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::CtlError;
 use crate::manifest::NodeEntry;
 
-/// The part of `/__ursula/metrics` the verbs read. Missing fields stay `None`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Metrics {
-    #[serde(default)]
-    pub node_id: Option<u64>,
-    #[serde(default)]
-    pub engine: Option<String>,
-    #[serde(default)]
-    pub core_count: Option<u64>,
-    #[serde(default)]
-    pub group_count: Option<u64>,
-    #[serde(default)]
-    pub streams: Option<u64>,
-    #[serde(default)]
-    pub groups: Vec<GroupMetrics>,
-}
-
-/// One Raft group as one node sees it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct GroupMetrics {
-    pub group: u64,
-    #[serde(default)]
-    pub core: Option<u64>,
-    #[serde(default)]
-    pub streams: Option<u64>,
-    /// The leader this node knows of, `None` while it knows none.
-    #[serde(default)]
-    pub leader: Option<u64>,
-    #[serde(default)]
-    pub term: Option<u64>,
-    #[serde(default)]
-    pub applied_index: Option<u64>,
-}
+/// `/__ursula/metrics`, as the server writes it: the protocol crate's type, so the verbs read
+/// exactly the document the server serializes. Missing fields read as their defaults.
+pub type Metrics = ursula_protocol::metrics::NodeMetrics;
 
 /// `/__ursula/ready`: `200` ready, `503` not ready with reasons.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,7 +160,8 @@ mod tests {
             r#"{"node_id":1,"engine":"memory","core_count":2,"group_count":2,"streams":3,
                 "cores":[{"core":0}],
                 "groups":[{"group":0,"core":0,"streams":1,"leader":1,"term":0,"applied_index":4},
-                          {"group":1,"core":1,"streams":2,"leader":null,"term":3,"applied_index":0}]}"#,
+                          {"group":1,"core":1,"streams":2,"leader":null,"term":3,"applied_index":0}],
+                "a_field_of_a_later_release":{"x":1}}"#,
         )
         .expect("metrics");
         assert_eq!(m.groups.len(), 2);

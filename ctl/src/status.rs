@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::observe::Metrics;
 use crate::observe::Observation;
 use crate::observe::Readiness;
 
@@ -70,20 +71,20 @@ pub fn report(observations: &[Observation]) -> Report {
             }
         };
         observed += 1;
-        group_count = group_count.max(m.group_count.unwrap_or(0));
+        group_count = group_count.max(m.group_count);
         let mut leaders: BTreeMap<String, usize> = BTreeMap::new();
         for g in &m.groups {
             let key = g
                 .leader
                 .map_or_else(|| "none".to_owned(), |l| l.to_string());
             *leaders.entry(key).or_default() += 1;
-            groups.entry(g.group).or_default().push(View {
-                node: m.node_id.unwrap_or(id),
+            groups.entry(u64::from(g.group)).or_default().push(View {
+                node: node_id(m, id),
                 leader: g.leader,
-                term: g.term.unwrap_or(0),
+                term: g.term,
             });
         }
-        let self_id = m.node_id.unwrap_or(id);
+        let self_id = node_id(m, id);
         let led = m
             .groups
             .iter()
@@ -99,12 +100,15 @@ pub fn report(observations: &[Observation]) -> Report {
         let _ = writeln!(
             text,
             "  reachable=yes ready={ready} engine={} streams={} leads={led} url={}",
-            m.engine.as_deref().unwrap_or("unknown"),
-            m.streams
-                .map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+            if m.engine.is_empty() {
+                "unknown"
+            } else {
+                &m.engine
+            },
+            m.streams,
             o.base
         );
-        if let Some(reported) = m.node_id
+        if let Some(reported) = Some(m.node_id).filter(|n| *n != 0)
             && reported != id
         {
             let _ = writeln!(
@@ -212,6 +216,15 @@ fn list(ids: &[u64]) -> String {
     ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// The node id a node reports, or the manifest's when it reports none (0 is no node's id).
+fn node_id(m: &Metrics, manifest_id: u64) -> u64 {
+    if m.node_id == 0 {
+        manifest_id
+    } else {
+        m.node_id
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,7 +293,7 @@ mod tests {
     fn groups_no_node_lists_are_warned_about() {
         let mut o = seen(1, &[Some(1)]);
         if let Ok(m) = &mut o.metrics {
-            m.group_count = Some(3);
+            m.group_count = 3;
         }
         let r = report(&[o]);
         assert!(r.ok(), "{}", r.text);

@@ -9,6 +9,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use ursula_protocol::headers as h;
+use ursula_protocol::incarnation::Incarnation;
 use ursula_protocol::offset::Offset;
 use ursula_protocol::refusal::NotApplied;
 
@@ -179,20 +180,13 @@ impl From<Refusal> for ApiError {
     }
 }
 
-/// The wire form of an incarnation: 16 lowercase hex digits.
+/// The wire form of a stream incarnation ([`Incarnation`]): 16 lowercase hex digits.
 pub fn incarnation_token(inc: u64) -> String {
-    format!("{inc:016x}")
+    Incarnation(inc).to_string()
 }
 
 pub fn parse_incarnation(raw: &str) -> Option<u64> {
-    if raw.len() != 16
-        || !raw
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
-        return None;
-    }
-    u64::from_str_radix(raw, 16).ok()
+    Incarnation::parse(raw).map(|i| i.0)
 }
 
 /// Incremental response builder for successes.
