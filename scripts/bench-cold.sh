@@ -49,7 +49,7 @@ access_key_id = "bench"
 secret_access_key = "bench-secret"
 server_side_encryption = "none"
 TOML
-  "$bin" server --config "$work/$1.toml" --listen "127.0.0.1:$np" >"$work/$1.log" 2>&1 &
+  "$bin" server --config "$work/$1.toml" --listen "127.0.0.1:$np" --admin-listen off >"$work/$1.log" 2>&1 &
   echo $! >>"$work/pids"
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$np/__ursula/ready" >/dev/null && break; sleep 0.1; done
   echo "http://127.0.0.1:$np"

@@ -7,7 +7,7 @@ cargo build --release -p ursula >&2
 scripts/test-js.sh --build-only >&2
 node=$(scripts/install-node.sh)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
-./target/release/ursula server --listen "127.0.0.1:$port" >/dev/null 2>&1 &
+./target/release/ursula server --listen "127.0.0.1:$port" --admin-listen off >/dev/null 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/__ursula/ready" >/dev/null && break; sleep 0.1; done

@@ -26,18 +26,18 @@ run() { # label base pid
   rows+=("$work/$1.$round.json")
 }
 for round in $(seq "$rounds"); do
-p=$(port); "$bin" server --listen "127.0.0.1:$p" >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
+p=$(port); "$bin" server --listen "127.0.0.1:$p" --admin-listen off >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
 run memory "http://127.0.0.1:$p" "${pids[0]}"; stop_all
 for fsync in never always; do
   p=$(port); printf '[raft.wal]\npath = "%s/wal-%s"\nfsync = "%s"\n' "$work" "$fsync" "$fsync" > "$work/$fsync.toml"
-  "$bin" server --config "$work/$fsync.toml" --listen "127.0.0.1:$p" >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
+  "$bin" server --config "$work/$fsync.toml" --listen "127.0.0.1:$p" --admin-listen off >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
   run "durable-fsync-$fsync" "http://127.0.0.1:$p" "${pids[0]}"; stop_all
 done
 ports=("$(port)" "$(port)" "$(port)")
 for i in 1 2 3; do
   { printf '[raft]\ninit_membership_per_group = true\n[raft.wal]\npath = "%s/c%s"\n' "$work" "$i"
     for j in 1 2 3; do printf '[[raft.peers]]\nnode_id = %s\nurl = "http://127.0.0.1:%s"\n' "$j" "${ports[$((j-1))]}"; done; } > "$work/c$i.toml"
-  "$bin" server --config "$work/c$i.toml" --node-id "$i" --listen "127.0.0.1:${ports[$((i-1))]}" >/dev/null 2>&1 & pids+=($!)
+  "$bin" server --config "$work/c$i.toml" --node-id "$i" --listen "127.0.0.1:${ports[$((i-1))]}" --admin-listen off >/dev/null 2>&1 & pids+=($!)
 done
 wait_ready "http://127.0.0.1:${ports[0]}"
 run cluster-3 "http://127.0.0.1:${ports[0]}" "${pids[0]}"; stop_all

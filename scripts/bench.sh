@@ -99,7 +99,7 @@ start_server() {
   log="$out/$1-$2.log"
   case $1 in
     ursula)
-      "$ursula_bin" server --listen "127.0.0.1:$port" >"$log" 2>&1 &
+      "$ursula_bin" server --listen "127.0.0.1:$port" --admin-listen off >"$log" 2>&1 &
       server_pid=$!
       wait_up "$base/__ursula/ready" 200 ;;
     reference)

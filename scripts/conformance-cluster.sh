@@ -26,7 +26,7 @@ for i in 1 2 3; do
     done
   } > "$work/n$i.toml"
   RUST_LOG=warn "$binary" server --config "$work/n$i.toml" --node-id "$i" \
-    --listen "127.0.0.1:${ports[$((i-1))]}" > "$work/n$i.log" 2>&1 &
+    --listen "127.0.0.1:${ports[$((i-1))]}" --admin-listen off > "$work/n$i.log" 2>&1 &
   pids+=($!)
 done
 leader="http://127.0.0.1:${ports[0]}"

@@ -112,7 +112,7 @@ case $mode in
   url) url=$CONFORMANCE_URL ;;
   binary)
     port=$(free_port); url="http://127.0.0.1:$port"
-    "$binary" server --listen "127.0.0.1:$port" >"$out/server.log" 2>&1 &
+    "$binary" server --listen "127.0.0.1:$port" --admin-listen off >"$out/server.log" 2>&1 &
     server_pid=$!
     wait_ready "$url/__ursula/ready" ;;
   reference)

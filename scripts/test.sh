@@ -26,6 +26,10 @@ scripts/install-s3.sh
 
 step "cargo nextest"
 cargo nextest run --workspace --exclude ursula-vfs-tests --cargo-profile ci --no-fail-fast
+# The in-process router suite again, each test's node a single Raft node on a scratch WAL: both
+# engines drive the same state machine, and this shows it.
+URSULA_TEST_ENGINE=raft cargo nextest run -p ursula --cargo-profile ci --no-fail-fast \
+  -E 'binary(~router_)'
 cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
 
 step "npm package @tonbo/sqlite-ursula (node:test on Node 22)"

@@ -53,8 +53,19 @@ use crate::upstreams::Counters;
 use crate::upstreams::Upstreams;
 use crate::upstreams::route_key;
 
-/// The gateway's own metrics path; every other path is forwarded.
+/// The gateway's own metrics path.
 pub const METRICS_PATH: &str = "/__ursula/gateway/metrics";
+
+/// The nodes' internal paths the gateway forwards, for `GET` and `HEAD` only: the read-only
+/// views the nodes serve on their client plane too. Every other `/__ursula/*` path (peer RPCs,
+/// admin mutations, anything a later release adds) answers `404` here and is never forwarded:
+/// a client of the gateway must not reach a node's cluster or admin surface.
+const FORWARDED_INTERNAL: [&str; 3] = ["/__ursula/metrics", "/__ursula/ready", "/__ursula/usage"];
+
+/// Whether a request for an internal path may go upstream.
+fn internal_forwarded(method: &Method, path: &str) -> bool {
+    (method == Method::GET || method == Method::HEAD) && FORWARDED_INTERNAL.contains(&path)
+}
 
 /// A gateway: cheap to clone, shared by every connection.
 #[derive(Debug, Clone)]
@@ -143,6 +154,19 @@ impl Inner {
         let (parts, body) = req.into_parts();
         if parts.uri.path() == METRICS_PATH {
             return self.metrics(&parts.method);
+        }
+        if parts.uri.path().starts_with("/__ursula/")
+            && !internal_forwarded(&parts.method, parts.uri.path())
+        {
+            let mut resp = reply::not_found("no such route on the gateway");
+            if parts.headers.contains_key(header::CONTENT_LENGTH)
+                || parts.headers.contains_key(header::TRANSFER_ENCODING)
+            {
+                // The body stays unread: the connection cannot carry another request.
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            return resp;
         }
         let limit = self.config.max_request_body_bytes;
         let declared = parts

@@ -91,6 +91,20 @@ pub fn refusal(kind: GatewayRefusal, mark: Mark, message: &str) -> Response<Gate
     resp
 }
 
+/// A `404` for a path the gateway does not serve or forward.
+pub fn not_found(message: &str) -> Response<GatewayBody> {
+    let text = serde_json::json!({ "error": "NotFound", "message": message }).to_string();
+    let mut resp = Response::new(body(text));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
 /// An unmarked `502`: the request was sent and the exchange then failed, so it may have applied.
 pub fn bad_gateway(message: &str) -> Response<GatewayBody> {
     let text = serde_json::json!({ "error": "UpstreamFailed", "message": message }).to_string();

@@ -255,6 +255,10 @@ pub enum EngineChoice {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// `server.admin_listen`: the admin plane; `None` turns it off.
+    pub admin_listen: Option<SocketAddr>,
+    /// `server.cluster_listen`: peer RPCs there only; `None` serves them on `listen`.
+    pub cluster_listen: Option<SocketAddr>,
     pub node_id: u64,
     pub core_count: usize,
     pub group_count: u32,
@@ -275,6 +279,8 @@ pub struct Config {
     pub snapshot_driver: crate::raft::snapdrive::Settings,
     /// `[storage.cold]`; `None` without a cold backend.
     pub cold: Option<crate::coldtier::ColdSettings>,
+    /// Keys the file sets that this build parses but does not act on.
+    pub ignored_keys: Vec<String>,
 }
 
 /// What the command line supplies.
@@ -284,6 +290,8 @@ pub struct Overrides {
     pub preset: Option<String>,
     pub node_id: Option<u64>,
     pub listen: Option<String>,
+    /// `--admin-listen ADDR|off`.
+    pub admin_listen: Option<String>,
 }
 
 struct PresetDefaults {
@@ -387,6 +395,29 @@ fn resolve_engine(
             format!("{listen_raw:?} is not an address like 127.0.0.1:4437"),
         )
     })?;
+    let admin_raw = o
+        .admin_listen
+        .clone()
+        .or_else(|| file.server.admin_listen.clone())
+        .unwrap_or_else(|| "127.0.0.1:4438".into());
+    let admin_listen = match admin_raw.trim() {
+        "" | "off" => None,
+        a => Some(a.parse::<SocketAddr>().map_err(|_| {
+            invalid(
+                "server.admin_listen",
+                format!("{a:?} is not an address like 127.0.0.1:4438, or \"off\""),
+            )
+        })?),
+    };
+    let cluster_listen = match &file.server.cluster_listen {
+        None => None,
+        Some(c) => Some(c.parse::<SocketAddr>().map_err(|_| {
+            invalid(
+                "server.cluster_listen",
+                format!("{c:?} is not an address like 10.0.0.1:4439"),
+            )
+        })?),
+    };
     let core_count = match file.runtime.core_count {
         Some(0) => return Err(invalid("runtime.core_count", "must be at least 1")),
         Some(n) => n,
@@ -523,6 +554,8 @@ fn resolve_engine(
     };
     Ok(Config {
         listen,
+        admin_listen,
+        cluster_listen,
         node_id,
         core_count,
         group_count,
@@ -545,6 +578,7 @@ fn resolve_engine(
         snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
         snapshot_driver: snapshot_driver(file)?,
         cold: crate::coldtier::settings::resolve(&file.storage.cold),
+        ignored_keys: Vec::new(),
     })
 }
 

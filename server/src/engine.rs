@@ -1,10 +1,16 @@
-//! The `GroupEngine` seam between the HTTP planes and replication. The in-memory engine applies
-//! a command on the group's core at once; the Raft engine proposes it to the group's log and
-//! applies it on every replica through the same [`Group::apply`](crate::runtime::Group::apply).
+//! The `GroupEngine` seam between the node's planes and replication. The in-memory engine
+//! applies a command on the group's core at once; the Raft engine ([`crate::raft`]) proposes it
+//! to the group's log and applies it on every replica through the same
+//! [`Group::apply`](crate::runtime::Group::apply). Everything the rest of the node asks of an
+//! engine is on the trait: the HTTP planes, the cold tier and the node hold one
+//! `Arc<dyn GroupEngine>` and never name an engine type.
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
+
+use futures_util::future::BoxFuture;
+use ursula_protocol::metrics::NodeMetrics;
 
 use crate::admission::GroupCharge;
 use crate::runtime::GroupId;
@@ -15,7 +21,8 @@ use crate::stream::Applied;
 use crate::stream::Command;
 use crate::stream::Refusal;
 
-pub type Proposal =
+/// A write on its way: resolves once it was applied (or refused by the state machine).
+pub type Pending =
     Pin<Box<dyn Future<Output = Result<Result<Applied, Refusal>, EngineError>> + Send>>;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,19 +40,68 @@ pub enum EngineError {
     Unavailable(String),
 }
 
+/// Where a request only a group's leader may answer goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderRoute {
+    /// This node leads the group (always, in memory).
+    Here,
+    /// Another node leads it, at this base URL.
+    Elsewhere(String),
+    /// No leader is known now.
+    Unknown,
+}
+
+/// Why the engine says the node is not ready, as `/__ursula/ready` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// A peer spoke another Raft protocol (until restart).
+    FormatEpochMismatch,
+    /// Groups whose recovery gate stalled.
+    RecoveryStalled(Vec<GroupId>),
+    /// A recovery gate is closed.
+    RecoveryGateClosed,
+    /// Groups with no known leader.
+    LeaderUnknown(Vec<GroupId>),
+}
+
 pub trait GroupEngine: Send + Sync + Debug {
+    /// Name shown in metrics.
+    fn name(&self) -> &'static str;
+
     /// Proposes a write and resolves once it was applied (or refused by the state machine).
     /// `charge` holds the write's bytes in its group's uncommitted budget: the engine keeps it
     /// until the write was applied or failed, whether or not anyone still awaits the answer.
-    fn submit(&self, group: GroupId, cmd: Command, charge: Option<GroupCharge>) -> Proposal;
+    fn submit(&self, group: GroupId, cmd: Command, charge: Option<GroupCharge>) -> Pending;
+
     /// A write of the node's own (sweeps, cold-tier commits), outside admission.
-    fn propose(&self, group: GroupId, cmd: Command) -> Proposal {
+    fn propose(&self, group: GroupId, cmd: Command) -> Pending {
         self.submit(group, cmd, None)
     }
+
     /// The node's unsnapshotted Raft log bytes, for `RaftLogPressure`; `None` without a log.
     fn log_bytes(&self) -> Option<u64>;
-    /// Name shown in metrics.
-    fn name(&self) -> &'static str;
+
+    /// Whether this node leads `group`: only the leader flushes, collects and sweeps it.
+    fn leads(&self, group: GroupId) -> bool;
+
+    /// Where a request only `group`'s leader may answer goes (HEAD, live reads, tails of open
+    /// streams, `consistency=leader`).
+    fn leader_route(&self, group: GroupId) -> LeaderRoute;
+
+    /// Confirms with a quorum that this node still leads `group` (a ReadIndex round) and has
+    /// applied what was committed before, for a linearizable read. `Err` says why not.
+    fn confirm_leadership(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>>;
+
+    /// Every reason the engine keeps the node unready, in the Troubleshooting page's order.
+    fn not_ready(&self) -> Vec<NotReady>;
+
+    /// Fills the engine's part of the metrics document: each group's leader, term and applied
+    /// index, the Raft groups, the recovery gates and the Raft log.
+    fn report(&self, out: &mut NodeMetrics);
+
+    /// Stops the engine: for Raft, its groups stop, its journals sync and a clean run is
+    /// recorded.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
 }
 
 /// Single node, nothing kept across restarts.
@@ -61,7 +117,11 @@ impl MemoryEngine {
 }
 
 impl GroupEngine for MemoryEngine {
-    fn submit(&self, group: GroupId, cmd: Command, charge: Option<GroupCharge>) -> Proposal {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn submit(&self, group: GroupId, cmd: Command, charge: Option<GroupCharge>) -> Pending {
         let rt = self.rt.clone();
         Box::pin(async move {
             let result = rt
@@ -76,7 +136,25 @@ impl GroupEngine for MemoryEngine {
         None
     }
 
-    fn name(&self) -> &'static str {
-        "memory"
+    fn leads(&self, _group: GroupId) -> bool {
+        true
+    }
+
+    fn leader_route(&self, _group: GroupId) -> LeaderRoute {
+        LeaderRoute::Here
+    }
+
+    fn confirm_leadership(&self, _group: GroupId) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn not_ready(&self) -> Vec<NotReady> {
+        Vec::new()
+    }
+
+    fn report(&self, _out: &mut NodeMetrics) {}
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
     }
 }

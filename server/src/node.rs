@@ -1,9 +1,12 @@
-//! Starting and stopping a node.
+//! Starting and stopping a node: its engine, its state, and its planes on their listeners
+//! (client on `server.listen`, admin on `server.admin_listen`, cluster on
+//! `server.cluster_listen` or with the client plane).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use tokio::sync::watch;
 
 use crate::admission::Admission;
@@ -12,7 +15,6 @@ use crate::config::EngineChoice;
 use crate::engine::GroupEngine;
 use crate::engine::MemoryEngine;
 use crate::http::AppState;
-use crate::raft::RaftEngine;
 use crate::raft::RaftOptions;
 use crate::runtime::Runtime;
 use crate::stream::Command;
@@ -22,8 +24,9 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr} ({key}): {source}")]
     Listen {
+        key: &'static str,
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
@@ -41,6 +44,17 @@ pub enum NodeError {
     Cold(#[from] ursula_cold::ColdError),
 }
 
+/// A node's state and the routes its engine serves itself.
+pub struct NodeState {
+    pub state: AppState,
+    /// The engine's peer routes (the cluster plane); `None` without peers to talk to.
+    pub peer_routes: Option<Router>,
+    /// The engine's admin mutations, for the admin plane.
+    pub admin_routes: Option<Router>,
+    /// A WAL directory the node removes on a clean shutdown.
+    pub temp_wal: Option<TempWal>,
+}
+
 /// Opens the cold tier `config` names (refusing a store of another format epoch) and starts
 /// its flush and collection workers.
 pub async fn attach_cold(state: &mut AppState, config: &Config) -> Result<(), NodeError> {
@@ -48,12 +62,7 @@ pub async fn attach_cold(state: &mut AppState, config: &Config) -> Result<(), No
         return Ok(());
     };
     let tier = crate::coldtier::ColdTier::open(settings.clone()).await?;
-    crate::coldtier::flush::spawn(
-        &state.rt,
-        state.engine.clone(),
-        state.raft.clone(),
-        tier.clone(),
-    );
+    crate::coldtier::flush::spawn(&state.rt, state.engine.clone(), tier.clone());
     state.cold = Some(tier);
     Ok(())
 }
@@ -80,6 +89,24 @@ fn limits(config: &Config, wal_dir: Option<PathBuf>) -> crate::admission::Limits
     }
 }
 
+fn app_state(
+    config: &Config,
+    rt: Runtime,
+    engine: Arc<dyn GroupEngine>,
+    admission: Arc<Admission>,
+) -> AppState {
+    AppState {
+        rt,
+        engine,
+        admission,
+        node_id: config.node_id,
+        long_poll_default_ms: 1000,
+        cold: None,
+        process_incarnation: process_incarnation(),
+        ignored_keys: Arc::from(Vec::<String>::new()),
+    }
+}
+
 /// The application state of an in-memory node, with its cores started.
 pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
     if config.engine != EngineChoice::Memory {
@@ -88,31 +115,21 @@ pub fn build_state(config: &Config) -> Result<AppState, NodeError> {
     let rt = runtime(config)?;
     let engine: Arc<dyn GroupEngine> = Arc::new(MemoryEngine::new(rt.clone()));
     let admission = Admission::new(limits(config, None));
-    Ok(AppState {
-        rt,
-        engine,
-        raft: None,
-        admission,
-        node_id: config.node_id,
-        long_poll_default_ms: 1000,
-        cold: None,
-        process_incarnation: process_incarnation(),
-    })
+    Ok(app_state(config, rt, engine, admission))
 }
 
 /// A fresh value per process start, so an admin mutation planned against one process is
-/// refused by the next (`x-ursula-process-incarnation`). Text: JSON tools read big integers
-/// as doubles and would change it.
+/// refused by the next (`x-ursula-process-incarnation`).
 fn process_incarnation() -> String {
-    format!("{:016x}", rand::random::<u64>())
+    ursula_protocol::incarnation::Incarnation(rand::random::<u64>()).to_string()
 }
 
 /// A WAL directory the node removes on a clean shutdown.
 #[derive(Debug)]
 pub struct TempWal(pub PathBuf);
 
-/// The application state for any engine; the Raft engine recovers its journals here.
-pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>), NodeError> {
+/// The node's state for any engine; the Raft engine recovers its journals here.
+pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
     let EngineChoice::Raft {
         wal_dir,
         fsync_always,
@@ -120,9 +137,14 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
         peers,
     } = &config.engine
     else {
-        return Ok((build_state(config)?, None));
+        return Ok(NodeState {
+            state: build_state(config)?,
+            peer_routes: None,
+            admin_routes: None,
+            temp_wal: None,
+        });
     };
-    let (dir, temp) = match wal_dir {
+    let (dir, temp_wal) = match wal_dir {
         Some(d) => (d.clone(), None),
         None => {
             let d = std::env::temp_dir().join(format!(
@@ -143,42 +165,76 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
         segment_size: *segment_size,
         peers: peers.clone(),
         snapshot: config.snapshot_driver,
+        shutdown_stall: std::env::var("URSULA_TEST_SHUTDOWN_STALL_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis),
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
     let admission = Admission::new(limits(config, Some(opts.dir.clone())));
     admission.spawn_disk_sampler();
-    let raft = RaftEngine::start(&rt, opts).await?;
-    let engine: Arc<dyn GroupEngine> = raft.clone();
-    Ok((
-        AppState {
-            rt,
-            engine,
-            raft: Some(raft),
-            admission,
-            node_id: config.node_id,
-            long_poll_default_ms: 1000,
-            cold: None,
-            process_incarnation: process_incarnation(),
-        },
-        temp,
-    ))
+    let started = crate::raft::start(&rt, opts).await?;
+    Ok(NodeState {
+        state: app_state(config, rt, started.engine, admission),
+        peer_routes: Some(started.peer_routes),
+        admin_routes: Some(started.admin_routes),
+        temp_wal,
+    })
+}
+
+/// Binds `addr` for the plane `key` names, or says which one could not listen.
+fn bind(key: &'static str, addr: std::net::SocketAddr) -> Result<std::net::TcpListener, NodeError> {
+    std::net::TcpListener::bind(addr).map_err(|source| NodeError::Listen { key, addr, source })
 }
 
 /// Runs the node until `shutdown` flips to `true`.
 pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
-    let (mut state, temp) = start_state(&config).await?;
+    let NodeState {
+        mut state,
+        peer_routes,
+        admin_routes,
+        temp_wal,
+    } = start_state(&config).await?;
+    state.ignored_keys = Arc::from(config.ignored_keys.clone());
     attach_cold(&mut state, &config).await?;
-    let listener =
-        std::net::TcpListener::bind(config.listen).map_err(|source| NodeError::Listen {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(NodeError::Serve)?;
-    let app = crate::http::router(state.clone());
-    crate::http::serve::spawn_accept_loops(&state.rt, &listener, app, shutdown.clone())
-        .map_err(NodeError::Serve)?;
+    // Every listener is bound before any serves, so a taken port refuses the start whole.
+    let client = bind("server.listen", config.listen)?;
+    let admin = config
+        .admin_listen
+        .map(|a| bind("server.admin_listen", a))
+        .transpose()?;
+    let cluster = config
+        .cluster_listen
+        .map(|a| bind("server.cluster_listen", a))
+        .transpose()?;
+    let addr = client.local_addr().map_err(NodeError::Serve)?;
+    let client_plane = crate::http::client_router(state.clone());
+    let peers = peer_routes.unwrap_or_default();
+    // With a cluster listener, peer RPCs are served there only. It serves the client plane
+    // too: peers' URLs double as the leader redirects clients follow.
+    let (client_app, cluster_app) = match &cluster {
+        Some(_) => (client_plane.clone(), Some(client_plane.merge(peers))),
+        None => (client_plane.merge(peers), None),
+    };
+    let serve = |listener: &std::net::TcpListener, app: Router| {
+        crate::http::serve::spawn_accept_loops(&state.rt, listener, app, shutdown.clone())
+            .map_err(NodeError::Serve)
+    };
+    serve(&client, client_app)?;
+    if let (Some(l), Some(app)) = (&cluster, cluster_app) {
+        serve(l, app)?;
+    }
+    if let Some(l) = &admin {
+        serve(l, crate::http::admin::router(state.clone(), admin_routes))?;
+    }
+    let local = |l: &Option<std::net::TcpListener>| {
+        l.as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string())
+    };
     tracing::info!(
-        %addr, engine = state.engine.name(), cores = state.rt.core_count(), groups = state.rt.group_count(),
+        %addr, admin = local(&admin).as_deref(), cluster = local(&cluster).as_deref(),
+        engine = state.engine.name(), cores = state.rt.core_count(), groups = state.rt.group_count(),
         preset = %config.preset, "ursula node listening"
     );
     let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
@@ -188,21 +244,19 @@ pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<
             _ = shutdown.changed() => break,
         }
     }
-    if let Some(raft) = &state.raft {
-        raft.shutdown().await;
-    }
-    if let Some(TempWal(dir)) = temp {
+    state.engine.shutdown().await;
+    if let Some(TempWal(dir)) = temp_wal {
         let _ = std::fs::remove_dir_all(&dir);
     }
     tracing::info!("ursula node stopped");
     Ok(())
 }
 
-/// Proposes a sweep to every group: expiry is decided inside the state machine, at the time
-/// the proposal carries, so every replica drops the same streams.
+/// Proposes a sweep to every group it leads: expiry is decided inside the state machine, at
+/// the time the proposal carries, so every replica drops the same streams.
 async fn sweep_expired(state: &AppState) {
     for group in 0..state.rt.group_count() {
-        if state.raft.as_ref().is_some_and(|r| !r.is_leader(group)) {
+        if !state.engine.leads(group) {
             continue;
         }
         let _ = state.engine.propose(group, Command::Sweep).await;

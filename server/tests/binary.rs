@@ -60,8 +60,12 @@ use ports::free_port;
 fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ursula"));
     // An explicit config and a scratch home keep any ursula.toml on this machine out of the test.
-    cmd.args(args)
-        .current_dir(&scratch.0)
+    cmd.args(args);
+    // Each node its own admin plane: tests run side by side, and the default port is one.
+    if args.first() == Some(&"server") && !args.contains(&"--admin-listen") {
+        cmd.args(["--admin-listen", &format!("127.0.0.1:{}", free_port())]);
+    }
+    cmd.current_dir(&scratch.0)
         .env("HOME", &scratch.0)
         .env("XDG_CONFIG_HOME", &scratch.0)
         .env("RUST_LOG", "warn")

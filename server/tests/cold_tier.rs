@@ -538,7 +538,20 @@ async fn the_admin_flush_cold_route_flushes_one_stream_now_and_needs_the_process
     create(&base, "/admin/other");
     assert_eq!(append(&base, "/admin/f", b"flush me;"), 204);
     assert_eq!(append(&base, "/admin/other", b"stay hot;"), 204);
-    let route = format!("{base}/__ursula/flush-cold/admin/f");
+    let incarnation = metrics(&base)["process_incarnation"]
+        .as_str()
+        .expect("process_incarnation")
+        .to_owned();
+    // The client plane serves no admin mutation, whatever the headers.
+    let (status, _, _) = send_url(
+        "POST",
+        &format!("{base}/__ursula/flush-cold/admin/f"),
+        &[("x-ursula-process-incarnation", incarnation.as_str())],
+        b"",
+    )
+    .expect("client plane");
+    assert_eq!(status, 404);
+    let route = node.admin_url("/__ursula/flush-cold/admin/f");
     let (status, _, _) = send_url("POST", &route, &[], b"").expect("no header");
     assert_eq!(status, 428);
     let (status, _, _) = send_url(
@@ -550,10 +563,6 @@ async fn the_admin_flush_cold_route_flushes_one_stream_now_and_needs_the_process
     .expect("stale header");
     assert_eq!(status, 412);
     assert_eq!(head(&base, "/admin/f"), (0, 9), "a refused call flushed");
-    let incarnation = metrics(&base)["process_incarnation"]
-        .as_str()
-        .expect("process_incarnation")
-        .to_owned();
     let (status, _, body) = send_url(
         "POST",
         &route,
@@ -575,7 +584,7 @@ async fn the_admin_flush_cold_route_flushes_one_stream_now_and_needs_the_process
         read_from(&base, "/admin/f", 0),
         (200, b"flush me;".to_vec())
     );
-    let missing = format!("{base}/__ursula/flush-cold/admin/nope");
+    let missing = node.admin_url("/__ursula/flush-cold/admin/nope");
     let (status, _, _) = send_url(
         "POST",
         &missing,

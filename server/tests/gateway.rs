@@ -66,8 +66,18 @@ impl Proc {
 
     fn spawn(scratch: &Scratch, name: &str, port: u16, args: &[String]) -> Proc {
         let log = scratch.0.join(format!("{name}.log"));
+        // Nodes get an admin plane of their own: the default port would let one node start.
+        let admin: Vec<String> = if args.first().is_some_and(|a| a == "server") {
+            vec![
+                "--admin-listen".into(),
+                format!("127.0.0.1:{}", free_port()),
+            ]
+        } else {
+            Vec::new()
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
             .args(args)
+            .args(&admin)
             .current_dir(&scratch.0)
             .env("HOME", &scratch.0)
             .env("XDG_CONFIG_HOME", &scratch.0)
@@ -460,4 +470,70 @@ fn a_raft_cluster_behind_the_gateway_takes_writes_whichever_node_leads() {
     assert!(redirects >= 1, "no gateway followed a redirect");
     drop(gateways);
     drop(nodes);
+}
+
+/// A single durable Raft node, which serves peer RPCs on its client listener.
+fn raft_node(scratch: &Scratch) -> Proc {
+    let config = scratch.0.join("raft.toml");
+    let wal = scratch.0.join("wal");
+    std::fs::write(
+        &config,
+        format!(
+            "[runtime]\ncore_count = 2\n[raft]\ngroup_count = 2\n[raft.wal]\npath = \"{}\"\n",
+            wal.display()
+        ),
+    )
+    .expect("config");
+    let port = free_port();
+    let args = [
+        "server".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    Proc::start(scratch, "raft", port, &args, "/__ursula/ready")
+}
+
+#[test]
+fn the_gateway_forwards_only_the_nodes_read_only_internal_paths() {
+    let scratch = Scratch::new("gw-internal");
+    let node = raft_node(&scratch);
+    let gw = gateway(&scratch, "gw", &[node.url("")], &[]);
+    // The node itself answers a peer RPC on its client listener (no cluster listener here).
+    let direct = send("POST", &node.url("/__ursula/raft-rpc/0/probe"), &[], b"");
+    assert_eq!(direct.status, 200, "{}", direct.body);
+    let metrics = send("GET", &gw.url("/__ursula/metrics"), &[], b"");
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    let doc: serde_json::Value = serde_json::from_str(&metrics.body).expect("metrics JSON");
+    let incarnation = doc["process_incarnation"].as_str().expect("incarnation");
+    assert_eq!(
+        send("GET", &gw.url("/__ursula/ready"), &[], b"").status,
+        200
+    );
+    for (method, path) in [
+        ("POST", "/__ursula/raft-rpc/0/probe"),
+        ("POST", "/__ursula/raft-rpc-batch"),
+        ("GET", "/__ursula/raft-protocol"),
+        ("POST", "/__ursula/flush-cold/demo/s"),
+        ("POST", "/__ursula/raft/0/recovery/accept-unsynced-loss"),
+        ("DELETE", "/__ursula/purge/demo"),
+        ("POST", "/__ursula/metrics"),
+        ("GET", "/__ursula/anything-else"),
+    ] {
+        let a = send(
+            method,
+            &gw.url(path),
+            &[("x-ursula-process-incarnation", incarnation)],
+            b"",
+        );
+        assert_eq!(a.status, 404, "{method} {path}: {}", a.body);
+        // The gateway's own 404 (JSON), not a node's answer passed through.
+        assert!(
+            a.body.contains("\"NotFound\""),
+            "{method} {path}: {}",
+            a.body
+        );
+        assert!(a.vouched());
+    }
 }

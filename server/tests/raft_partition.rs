@@ -121,6 +121,8 @@ impl Node {
                     &self.id.to_string(),
                     "--listen",
                     &format!("127.0.0.1:{}", self.port),
+                    "--admin-listen",
+                    "off",
                 ])
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())

@@ -26,7 +26,7 @@ fn run_state(wal: &Path) -> u8 {
 fn accept(node: &Proc, group: u64, incarnation: Option<&str>, body: &Value) -> (u16, String) {
     let mut req = ureq::http::Request::builder()
         .method("POST")
-        .uri(node.url(&format!(
+        .uri(node.admin_url(&format!(
             "/__ursula/raft/{group}/recovery/accept-unsynced-loss"
         )))
         .header("content-type", "application/json");

@@ -536,7 +536,9 @@ fn random_requests_never_5xx_always_explain_4xx_and_leave_committed_data_alone()
         .enable_all()
         .build()
         .expect("runtime");
-    let s = Server::with_state(router_common::config(), |st| st.long_poll_default_ms = 10);
+    let s = rt.block_on(Server::with_state(router_common::config(), |st| {
+        st.long_poll_default_ms = 10
+    }));
     let before = rt.block_on(async {
         s.put(CONTROL)
             .ctype("application/json")
@@ -634,7 +636,7 @@ fn truncated_and_oversized_bodies_are_refused_and_store_nothing() {
         .enable_all()
         .build()
         .expect("runtime");
-    let s = Server::new();
+    let s = rt.block_on(Server::new());
     rt.block_on(async {
         s.create("/fuzz/s1", "application/octet-stream").await;
         s.append("/fuzz/s1", "application/octet-stream", "keep")

@@ -58,7 +58,7 @@ async fn joined(h: tokio::task::JoinHandle<Resp>) -> Resp {
 
 #[tokio::test]
 async fn a_long_poll_without_offset_answers_400() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.get("/demo/s?live=long-poll")
         .send()
@@ -72,7 +72,7 @@ async fn a_long_poll_without_offset_answers_400() {
 
 #[tokio::test]
 async fn a_long_poll_with_data_answers_200_at_once_with_a_cursor() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "abc").await;
     let started = Instant::now();
@@ -96,7 +96,7 @@ async fn a_long_poll_with_data_answers_200_at_once_with_a_cursor() {
 
 #[tokio::test]
 async fn a_long_poll_timeout_answers_204_at_the_requested_offset_with_cursor_and_incarnation() {
-    let s = Server::new();
+    let s = Server::new().await;
     let inc = s
         .create("/demo/s", OCTET)
         .await
@@ -129,7 +129,7 @@ async fn a_long_poll_timeout_answers_204_at_the_requested_offset_with_cursor_and
 
 #[tokio::test]
 async fn a_long_poll_at_now_returns_no_existing_data() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "old").await;
     let r = s
@@ -143,7 +143,7 @@ async fn a_long_poll_at_now_returns_no_existing_data() {
 
 #[tokio::test]
 async fn a_waiting_long_poll_wakes_with_the_appended_data() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     s.append("/demo/s", TEXT, "ab").await;
     let waiting = spawn_send(s.get(&format!(
@@ -161,7 +161,7 @@ async fn a_waiting_long_poll_wakes_with_the_appended_data() {
 
 #[tokio::test]
 async fn a_long_poll_on_a_closed_stream_at_its_tail_answers_204_closed_without_waiting() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.post("/demo/s")
         .ctype(OCTET)
@@ -188,7 +188,7 @@ async fn a_long_poll_on_a_closed_stream_at_its_tail_answers_204_closed_without_w
 
 #[tokio::test]
 async fn closing_a_stream_ends_a_waiting_long_poll_with_204_closed() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let waiting = spawn_send(s.get("/demo/s?offset=now&live=long-poll&timeout_ms=20000"));
     wait_for_live_readers(&s, 1).await;
@@ -204,7 +204,7 @@ async fn closing_a_stream_ends_a_waiting_long_poll_with_204_closed() {
 
 #[tokio::test]
 async fn a_long_poll_past_the_tail_answers_416_with_the_tail() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let r = s
         .get(&format!("/demo/s?offset={}&live=long-poll", off(1)))
@@ -220,7 +220,7 @@ async fn a_long_poll_past_the_tail_answers_416_with_the_tail() {
 
 #[tokio::test]
 async fn deleting_the_stream_ends_a_waiting_long_poll_with_404() {
-    let s = Server::new();
+    let s = Server::new().await;
     let inc = s
         .create("/demo/s", OCTET)
         .await
@@ -241,7 +241,7 @@ async fn deleting_the_stream_ends_a_waiting_long_poll_with_404() {
 #[tokio::test]
 async fn a_delete_and_recreate_ends_a_waiting_long_poll_with_404_or_the_recreated_status() {
     // The reader may see the gap between the delete and the create (404) or the new stream.
-    let s = Server::new();
+    let s = Server::new().await;
     let inc = s
         .create("/demo/s", OCTET)
         .await
@@ -273,7 +273,7 @@ async fn a_delete_and_recreate_ends_a_waiting_long_poll_with_404_or_the_recreate
 async fn a_recreate_after_expiry_ends_a_waiting_long_poll_with_416_or_412_with_the_header() {
     // L2413, L5588: with the header a long-poll ends with 404 or 412; without it, usually 416.
     // An expired stream recreated in place: no delete, so no moment without a stream.
-    let s = Server::new();
+    let s = Server::new().await;
     let soon = ursula::runtime::now_ms() + 250;
     let expires = ursula_protocol::lifetime::format_expires_at(soon);
     let r = s
@@ -308,7 +308,7 @@ async fn a_recreate_after_expiry_ends_a_waiting_long_poll_with_416_or_412_with_t
 
 #[tokio::test]
 async fn a_live_cursor_moves_past_the_clients_cursor() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "x").await;
     let now_ms = std::time::SystemTime::now()
@@ -348,7 +348,7 @@ async fn a_live_cursor_moves_past_the_clients_cursor() {
 
 #[tokio::test]
 async fn timeout_ms_is_clamped_up_to_1_and_an_unparseable_one_means_the_default() {
-    let s = Server::with_state(router_common::config(), |st| st.long_poll_default_ms = 30);
+    let s = Server::with_state(router_common::config(), |st| st.long_poll_default_ms = 30).await;
     s.create("/demo/s", OCTET).await;
     for q in [
         "timeout_ms=0",
@@ -370,7 +370,7 @@ async fn the_live_reader_cap_answers_503_with_retry_after_and_no_marker() {
     let mut c = router_common::config();
     c.core_count = 1;
     c.live_read_max_waiters_per_core = 1;
-    let s = Server::with_config(c);
+    let s = Server::with_config(c).await;
     s.create("/demo/s", OCTET).await;
     let waiting = spawn_send(s.get("/demo/s?offset=now&live=long-poll&timeout_ms=20000"));
     wait_for_live_readers(&s, 1).await;
@@ -499,7 +499,7 @@ impl Sse {
 
 #[tokio::test]
 async fn sse_on_a_text_stream_sends_headers_data_then_control_and_then_live_appends() {
-    let s = Server::new();
+    let s = Server::new().await;
     let inc = s
         .create("/demo/s", TEXT)
         .await
@@ -535,7 +535,7 @@ async fn sse_on_a_text_stream_sends_headers_data_then_control_and_then_live_appe
 
 #[tokio::test]
 async fn sse_on_an_empty_stream_sends_a_control_event_at_once() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
     let c = sse.expect_control().await;
@@ -546,7 +546,7 @@ async fn sse_on_an_empty_stream_sends_a_control_event_at_once() {
 
 #[tokio::test]
 async fn sse_at_now_sends_no_history() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     s.append("/demo/s", TEXT, "old").await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=now&live=sse").await;
@@ -559,7 +559,7 @@ async fn sse_at_now_sends_no_history() {
 
 #[tokio::test]
 async fn sse_on_a_binary_stream_sends_base64() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let bytes: Vec<u8> = vec![0, 1, 2, 0xff, b'\n', b'\r', 0x80];
     s.append("/demo/s", OCTET, bytes.clone()).await;
@@ -591,7 +591,7 @@ async fn sse_on_a_binary_stream_sends_base64() {
 
 #[tokio::test]
 async fn sse_on_a_json_stream_sends_one_ndjson_record_per_data_line() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     s.append("/demo/s", JSON, r#"[{"a":1},{"b":"x\ny"}]"#).await;
     let (parts, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
@@ -612,7 +612,7 @@ async fn sse_on_a_json_stream_sends_one_ndjson_record_per_data_line() {
 
 #[tokio::test]
 async fn sse_text_line_breaks_cannot_inject_sse_fields() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     s.append("/demo/s", TEXT, "a\r\nevent: control\rdata: x\n\nb")
         .await;
@@ -624,7 +624,7 @@ async fn sse_text_line_breaks_cannot_inject_sse_fields() {
 
 #[tokio::test]
 async fn sse_data_events_respect_max_bytes_and_never_split_a_utf8_character() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     s.append("/demo/s", TEXT, "ab\u{20ac}cd").await; // the euro sign is 3 bytes
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse&max_bytes=4").await;
@@ -652,7 +652,7 @@ async fn sse_data_events_respect_max_bytes_and_never_split_a_utf8_character() {
 
 #[tokio::test]
 async fn sse_on_a_closed_stream_at_its_tail_sends_one_closing_control_and_ends() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     s.post("/demo/s")
         .ctype(TEXT)
@@ -672,7 +672,7 @@ async fn sse_on_a_closed_stream_at_its_tail_sends_one_closing_control_and_ends()
 
 #[tokio::test]
 async fn closing_the_stream_ends_an_open_sse_read_after_the_final_data() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
     sse.expect_control().await;
@@ -692,7 +692,7 @@ async fn closing_the_stream_ends_an_open_sse_read_after_the_final_data() {
 
 #[tokio::test]
 async fn sse_past_the_tail_reports_an_error_event_not_a_status() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     let (parts, mut sse) = Sse::open(&s, &format!("/demo/s?offset={}&live=sse", off(9))).await;
     assert_eq!(parts.status, 200);
@@ -704,7 +704,7 @@ async fn sse_past_the_tail_reports_an_error_event_not_a_status() {
 
 #[tokio::test]
 async fn deleting_the_stream_ends_an_sse_read_with_an_error_event() {
-    let s = Server::new();
+    let s = Server::new().await;
     let inc = s
         .create("/demo/s", TEXT)
         .await
@@ -731,7 +731,7 @@ async fn deleting_the_stream_ends_an_sse_read_with_an_error_event() {
 
 #[tokio::test]
 async fn sse_refusals_before_the_stream_opens_are_statuses() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.get("/demo/missing?offset=-1&live=sse")
         .send()
         .await
@@ -756,7 +756,7 @@ async fn sse_refusals_before_the_stream_opens_are_statuses() {
 #[tokio::test]
 async fn sse_on_a_json_stream_prefers_to_end_an_event_at_a_complete_record() {
     // L4993: NDJSON SSE payloads SHOULD end at the last complete record when there is one.
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     s.append(
         "/demo/s",
@@ -783,7 +783,7 @@ async fn sse_on_a_json_stream_prefers_to_end_an_event_at_a_complete_record() {
 #[tokio::test]
 async fn sse_data_events_are_capped_at_8_mib() {
     const CAP: usize = 8 * 1024 * 1024;
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", TEXT).await;
     s.append("/demo/s", TEXT, "a".repeat(CAP + 10)).await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse&max_bytes=99999999").await;

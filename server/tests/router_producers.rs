@@ -30,7 +30,7 @@ async fn stream(s: &Server) {
 
 #[tokio::test]
 async fn an_accepted_producer_append_answers_200_with_the_ack_and_an_empty_body() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     let r = send(&s, "p", 7, 0, "abc").await.expect(200);
     r.expect_header("producer-epoch", "7")
@@ -45,7 +45,7 @@ async fn an_accepted_producer_append_answers_200_with_the_ack_and_an_empty_body(
 
 #[tokio::test]
 async fn a_duplicate_answers_204_with_its_original_offset_and_the_highest_seq() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     send(&s, "p", 0, 0, "aa").await.expect(200);
     send(&s, "p", 0, 1, "bbb").await.expect(200);
@@ -67,7 +67,7 @@ async fn a_duplicate_answers_204_with_its_original_offset_and_the_highest_seq() 
 
 #[tokio::test]
 async fn a_seq_gap_answers_409_with_expected_and_received_and_uses_up_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     send(&s, "p", 0, 0, "a").await.expect(200);
     let r = send(&s, "p", 0, 5, "x").await.refused(409);
@@ -81,7 +81,7 @@ async fn a_seq_gap_answers_409_with_expected_and_received_and_uses_up_nothing() 
 
 #[tokio::test]
 async fn an_older_epoch_answers_403_with_the_current_epoch() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     send(&s, "p", 5, 0, "a").await.expect(200);
     let r = send(&s, "p", 4, 1, "x").await.refused(403);
@@ -92,7 +92,7 @@ async fn an_older_epoch_answers_403_with_the_current_epoch() {
 
 #[tokio::test]
 async fn a_new_epoch_must_start_at_seq_zero_and_drops_the_old_epochs_receipts() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     send(&s, "p", 1, 0, "a").await.expect(200);
     send(&s, "p", 1, 1, "b").await.expect(200);
@@ -108,7 +108,7 @@ async fn a_new_epoch_must_start_at_seq_zero_and_drops_the_old_epochs_receipts() 
 
 #[tokio::test]
 async fn an_unknown_producer_must_start_at_seq_zero_or_gets_409_expecting_zero() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     let r = send(&s, "fresh", 3, 4, "x").await.refused(409);
     r.expect_header("producer-expected-seq", "0")
@@ -119,7 +119,7 @@ async fn an_unknown_producer_must_start_at_seq_zero_or_gets_409_expecting_zero()
 
 #[tokio::test]
 async fn malformed_producer_headers_answer_400_and_append_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     let post = || s.post("/demo/s").ctype(OCTET).body("x");
     let long_id = "p".repeat(257);
@@ -180,7 +180,7 @@ async fn malformed_producer_headers_answer_400_and_append_nothing() {
 
 #[tokio::test]
 async fn producer_state_is_kept_per_stream() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.create("/demo/t", OCTET).await;
     send(&s, "p", 4, 0, "a").await.expect(200);
@@ -200,7 +200,7 @@ async fn producer_state_is_kept_per_stream() {
 
 #[tokio::test]
 async fn a_refused_409_uses_up_no_producer_seq() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/s")
         .header("stream-seq", "5")
         .send()
@@ -226,7 +226,7 @@ async fn a_refused_409_uses_up_no_producer_seq() {
 
 #[tokio::test]
 async fn producer_dedup_runs_before_the_stream_seq_check() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     let first = producer(s.post("/demo/s").ctype(OCTET), "p", 0, 0)
         .header("stream-seq", "1")
@@ -249,7 +249,7 @@ async fn producer_dedup_runs_before_the_stream_seq_check() {
 
 #[tokio::test]
 async fn on_a_closed_stream_only_the_closing_tuple_is_a_duplicate() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     send(&s, "p", 0, 0, "a").await.expect(200);
     let close = || {
@@ -277,7 +277,7 @@ async fn on_a_closed_stream_only_the_closing_tuple_is_a_duplicate() {
 
 #[tokio::test]
 async fn a_close_only_request_with_producer_headers_answers_204_with_the_ack() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     send(&s, "p", 2, 0, "a").await.expect(200);
     let close = || producer(s.post("/demo/s"), "p", 2, 1).header("stream-closed", "true");
@@ -295,7 +295,7 @@ async fn a_close_only_request_with_producer_headers_answers_204_with_the_ack() {
 
 #[tokio::test]
 async fn a_duplicate_whose_receipt_left_the_window_answers_204_without_an_offset() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     // Producer q's only receipt is its newest, which the window always keeps.
     send(&s, "q", 0, 0, "q").await.expect(200);
@@ -317,7 +317,7 @@ async fn a_duplicate_whose_receipt_left_the_window_answers_204_without_an_offset
 
 #[tokio::test]
 async fn the_4097th_active_producer_answers_429_producer_limit_and_applies_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream(&s).await;
     for i in 0..4096 {
         send(&s, &format!("p{i}"), 0, 0, "x").await.expect(200);

@@ -16,7 +16,7 @@ const JSON: &str = "application/json";
 
 #[tokio::test]
 async fn stream_seq_must_be_bytewise_greater_and_a_conflict_carries_only_the_tail() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let seq = |v: &str| {
         s.post("/demo/s")
@@ -41,7 +41,7 @@ async fn stream_seq_must_be_bytewise_greater_and_a_conflict_carries_only_the_tai
 
 #[tokio::test]
 async fn a_non_printable_stream_seq_is_ignored_and_not_stored() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.post("/demo/s")
         .ctype(OCTET)
@@ -72,7 +72,7 @@ async fn a_non_printable_stream_seq_is_ignored_and_not_stored() {
 
 #[tokio::test]
 async fn a_stream_seq_over_256_bytes_answers_400_on_every_write_path() {
-    let s = Server::new();
+    let s = Server::new().await;
     let long = "a".repeat(257);
     s.put("/demo/s")
         .header("stream-seq", &long)
@@ -108,7 +108,7 @@ async fn a_stream_seq_over_256_bytes_answers_400_on_every_write_path() {
 
 #[tokio::test]
 async fn a_creating_put_seeds_stream_seq_without_checking_it() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/s")
         .header("stream-seq", "5")
         .send()
@@ -139,7 +139,7 @@ async fn a_creating_put_seeds_stream_seq_without_checking_it() {
 
 #[tokio::test]
 async fn a_stream_seq_conflict_on_a_closed_stream_is_reported_as_closed() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/s")
         .header("stream-seq", "5")
         .send()
@@ -166,7 +166,7 @@ async fn a_stream_seq_conflict_on_a_closed_stream_is_reported_as_closed() {
 
 #[tokio::test]
 async fn every_success_but_delete_carries_the_same_incarnation() {
-    let s = Server::new();
+    let s = Server::new().await;
     let inc = s
         .create("/demo/s", OCTET)
         .await
@@ -220,7 +220,7 @@ async fn every_success_but_delete_carries_the_same_incarnation() {
 
 #[tokio::test]
 async fn a_stale_incarnation_answers_412_with_the_current_token_and_applies_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     let old = s
         .create("/demo/s", OCTET)
         .await
@@ -279,7 +279,7 @@ async fn a_stale_incarnation_answers_412_with_the_current_token_and_applies_noth
 
 #[tokio::test]
 async fn a_put_with_an_incarnation_for_a_missing_stream_answers_412_and_creates_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/s")
         .header("stream-incarnation", "0000000000000001")
         .send()
@@ -307,7 +307,7 @@ async fn a_put_with_an_incarnation_for_a_missing_stream_answers_412_and_creates_
 
 #[tokio::test]
 async fn not_found_gone_and_beyond_tail_take_precedence_over_412() {
-    let s = Server::new();
+    let s = Server::new().await;
     let bogus = "00000000000000aa";
     s.get("/demo/none?offset=-1")
         .header("stream-incarnation", bogus)
@@ -361,7 +361,7 @@ async fn not_found_gone_and_beyond_tail_take_precedence_over_412() {
 
 #[tokio::test]
 async fn a_malformed_or_repeated_incarnation_answers_400() {
-    let s = Server::new();
+    let s = Server::new().await;
     let inc = s
         .create("/demo/s", OCTET)
         .await
@@ -408,7 +408,7 @@ async fn a_malformed_or_repeated_incarnation_answers_400() {
 
 #[tokio::test]
 async fn incarnations_are_unique_across_many_recreations() {
-    let s = Server::new();
+    let s = Server::new().await;
     let mut seen = std::collections::HashSet::new();
     for _ in 0..50 {
         let inc = s
@@ -430,7 +430,7 @@ async fn incarnations_are_unique_across_many_recreations() {
 
 #[tokio::test]
 async fn a_catch_up_read_returns_data_up_to_the_tail_with_cache_headers() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", "text/plain").await;
     s.append("/demo/s", "text/plain", "hello").await;
     for uri in [
@@ -461,7 +461,7 @@ async fn a_catch_up_read_returns_data_up_to_the_tail_with_cache_headers() {
 
 #[tokio::test]
 async fn a_read_at_the_tail_is_200_empty_and_up_to_date() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "abc").await;
     let r = s
@@ -476,7 +476,7 @@ async fn a_read_at_the_tail_is_200_empty_and_up_to_date() {
 
 #[tokio::test]
 async fn offset_now_reads_nothing_with_no_store_and_no_etag() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "abc").await;
     let r = s.get("/demo/s?offset=now").send().await.expect(200);
@@ -499,7 +499,7 @@ async fn offset_now_reads_nothing_with_no_store_and_no_etag() {
 
 #[tokio::test]
 async fn malformed_offsets_answer_400_and_offsets_past_the_tail_answer_416_with_the_tail() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "abc").await;
     for bad in [
@@ -528,7 +528,7 @@ async fn malformed_offsets_answer_400_and_offsets_past_the_tail_answer_416_with_
 
 #[tokio::test]
 async fn removed_and_invalid_read_parameters_answer_400() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     for q in [
         "record=0",
@@ -560,7 +560,7 @@ async fn removed_and_invalid_read_parameters_answer_400() {
 
 #[tokio::test]
 async fn max_bytes_cuts_a_read_short_without_up_to_date_even_inside_a_json_message() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/j", JSON).await;
     s.append("/demo/j", JSON, r#"[{"a":1},{"b":2}]"#).await;
     let r = s
@@ -598,7 +598,7 @@ async fn max_bytes_cuts_a_read_short_without_up_to_date_even_inside_a_json_messa
 #[tokio::test]
 async fn a_read_response_is_capped_at_8_mib() {
     const CAP: usize = 8 * 1024 * 1024;
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/big", OCTET).await;
     let body: Vec<u8> = (0..CAP + 1000).map(|i| (i % 251) as u8).collect();
     s.append("/demo/big", OCTET, body.clone()).await;
@@ -616,7 +616,7 @@ async fn a_read_response_is_capped_at_8_mib() {
 
 #[tokio::test]
 async fn the_etag_changes_with_new_data_and_with_a_close_and_if_none_match_answers_304() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "abc").await;
     let first = s.get("/demo/s?offset=-1").send().await.expect(200);
@@ -661,7 +661,7 @@ async fn the_etag_changes_with_new_data_and_with_a_close_and_if_none_match_answe
 
 #[tokio::test]
 async fn head_reports_metadata_with_no_store_and_no_etag_or_body() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     s.append("/demo/s", JSON, "[1,2]").await;
     let r = s.head("/demo/s").send().await.expect(200);
@@ -680,7 +680,7 @@ async fn head_reports_metadata_with_no_store_and_no_etag_or_body() {
 
 #[tokio::test]
 async fn delete_answers_204_then_404_and_a_recreate_starts_fresh() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/s")
         .header("stream-seq", "5")
         .send()
@@ -730,7 +730,7 @@ async fn delete_answers_204_then_404_and_a_recreate_starts_fresh() {
 
 #[tokio::test]
 async fn a_declared_body_over_32_mib_answers_413_marked_request_body_too_large() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     for (m, path) in [(Method::POST, "/demo/s"), (Method::PUT, "/demo/t")] {
         let r = s
@@ -753,7 +753,7 @@ async fn a_declared_body_over_32_mib_answers_413_marked_request_body_too_large()
 
 #[tokio::test]
 async fn an_undeclared_body_over_32_mib_answers_413_and_stores_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let chunk = bytes::Bytes::from(vec![b'x'; 1 << 20]);
     let chunks = (0..33).map(move |_| Ok::<_, std::io::Error>(chunk.clone()));
@@ -772,7 +772,7 @@ async fn an_undeclared_body_over_32_mib_answers_413_and_stores_nothing() {
 
 #[tokio::test]
 async fn a_body_that_fails_midway_answers_400_and_stores_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let parts = vec![
         Ok(bytes::Bytes::from_static(b"half")),
@@ -818,7 +818,7 @@ async fn expiry_change(s: &Server, key: &str, from: u64, wait_ms: u64) -> Option
 
 #[tokio::test]
 async fn head_never_renews_a_sliding_ttl_but_a_read_after_a_quarter_of_it_does() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/s")
         .header("stream-ttl", "2")
         .send()
@@ -874,7 +874,7 @@ async fn head_never_renews_a_sliding_ttl_but_a_read_after_a_quarter_of_it_does()
 
 #[tokio::test]
 async fn a_partial_read_of_a_closed_stream_does_not_claim_closed() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/s")
         .header("stream-closed", "true")
         .body("abc")

@@ -99,7 +99,7 @@ fn part(ctype: &str, body: &[u8]) -> Part {
 
 #[tokio::test]
 async fn a_snapshot_publish_answers_204_and_head_and_reads_report_it() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, JSON, r#"[{"a":1},{"b":2}]"#).await;
     let inc = s.incarnation("/demo/s").await;
     let r = s
@@ -135,7 +135,7 @@ async fn a_snapshot_publish_answers_204_and_head_and_reads_report_it() {
 
 #[tokio::test]
 async fn a_snapshot_at_the_tail_reads_as_up_to_date_and_defaults_to_octet_stream() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     s.put(&snap(3)).body("st").send().await.expect(204);
     let r = s.get(&snap(3)).send().await.expect(200);
@@ -151,7 +151,7 @@ async fn a_snapshot_at_the_tail_reads_as_up_to_date_and_defaults_to_octet_stream
 
 #[tokio::test]
 async fn republishing_the_same_snapshot_is_idempotent_and_different_content_answers_409() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abcdef").await;
     let first = s
         .put(&snap(3))
@@ -188,7 +188,7 @@ async fn republishing_the_same_snapshot_is_idempotent_and_different_content_answ
 
 #[tokio::test]
 async fn a_newer_snapshot_replaces_the_old_one_and_stale_or_future_publishes_answer_409() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abcdef").await;
     s.put(&snap(2)).body("two").send().await.expect(204);
     s.put(&snap(4)).body("four").send().await.expect(204);
@@ -204,7 +204,7 @@ async fn a_newer_snapshot_replaces_the_old_one_and_stale_or_future_publishes_ans
 
 #[tokio::test]
 async fn a_json_snapshot_must_sit_on_a_message_boundary() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, JSON, r#"[{"a":1},{"b":2}]"#).await;
     for inside in [1, 5, 7, 9, 15] {
         s.put(&snap(inside))
@@ -220,7 +220,7 @@ async fn a_json_snapshot_must_sit_on_a_message_boundary() {
 
 #[tokio::test]
 async fn malformed_snapshot_publishes_answer_400_and_missing_streams_404() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     for bad in ["42", "-1", "now", "0000000000000000000x", "%FF"] {
         s.put(&format!("/demo/s/snapshot/{bad}"))
@@ -267,7 +267,7 @@ async fn malformed_snapshot_publishes_answer_400_and_missing_streams_404() {
 
 #[tokio::test]
 async fn reading_a_snapshot_that_does_not_exist_answers_404() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     s.get(&snap(0)).send().await.refused(404);
     s.put(&snap(2)).body("x").send().await.expect(204);
@@ -287,7 +287,7 @@ async fn reading_a_snapshot_that_does_not_exist_answers_404() {
 #[tokio::test]
 async fn a_snapshot_over_32_mib_answers_413_without_a_refusal_marker() {
     // L2122: snapshot and retention PUTs carry no marker.
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     let r = s
         .put(&snap(3))
@@ -309,7 +309,7 @@ async fn a_snapshot_over_32_mib_answers_413_without_a_refusal_marker() {
 
 #[tokio::test]
 async fn retention_answers_204_with_the_requested_offset_and_reads_below_it_answer_410() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abcdef").await;
     let inc = s.incarnation("/demo/s").await;
     s.put(&snap(4)).body("x").send().await.expect(204);
@@ -342,7 +342,7 @@ async fn retention_answers_204_with_the_requested_offset_and_reads_below_it_answ
 
 #[tokio::test]
 async fn retention_past_latest_snapshot_is_refused_with_400() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abcdef").await;
     s.put(&retain(1)).send().await.refused_with(400, "snapshot"); // no snapshot at all
     s.put(&snap(2)).body("x").send().await.expect(204);
@@ -357,7 +357,7 @@ async fn retention_past_latest_snapshot_is_refused_with_400() {
 
 #[tokio::test]
 async fn retention_never_moves_backward_and_repeating_it_is_harmless() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abcdef").await;
     s.put(&snap(6)).body("x").send().await.expect(204);
     s.put(&retain(4)).send().await.expect(204);
@@ -377,7 +377,7 @@ async fn retention_never_moves_backward_and_repeating_it_is_harmless() {
 
 #[tokio::test]
 async fn json_retention_must_sit_on_a_message_boundary() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, JSON, r#"[{"a":1},{"b":2}]"#).await;
     s.put(&snap(16)).body("x").send().await.expect(204);
     s.put(&retain(5)).send().await.refused_with(400, "boundary");
@@ -387,7 +387,7 @@ async fn json_retention_must_sit_on_a_message_boundary() {
 
 #[tokio::test]
 async fn malformed_retention_requests_answer_400_and_missing_streams_404() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     for bad in ["3", "-1", "now", "+0000000000000000003"] {
         s.put(&format!("/demo/s/retention/{bad}"))
@@ -403,7 +403,7 @@ async fn malformed_retention_requests_answer_400_and_missing_streams_404() {
 
 #[tokio::test]
 async fn a_snapshot_below_the_retained_offset_answers_410() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abcdef").await;
     s.put(&snap(4)).body("x").send().await.expect(204);
     s.put(&retain(4)).send().await.expect(204);
@@ -413,7 +413,7 @@ async fn a_snapshot_below_the_retained_offset_answers_410() {
 
 #[tokio::test]
 async fn retention_frees_whole_segments_and_keeps_every_retained_byte_readable() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let mut all = Vec::new();
     for i in 0..4u8 {
@@ -436,7 +436,7 @@ async fn retention_frees_whole_segments_and_keeps_every_retained_byte_readable()
 
 #[tokio::test]
 async fn bootstrap_without_a_snapshot_sends_an_empty_first_part_and_the_updates_as_one_part() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, "text/plain", "line one\nline two\n").await;
     s.append("/demo/s", "text/plain", "three").await;
     let inc = s.incarnation("/demo/s").await;
@@ -459,7 +459,7 @@ async fn bootstrap_without_a_snapshot_sends_an_empty_first_part_and_the_updates_
 
 #[tokio::test]
 async fn bootstrap_of_a_json_stream_sends_one_part_per_message_after_the_snapshot() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, JSON, r#"[{"a":1},{"b":2}]"#).await;
     s.append("/demo/s", JSON, r#"[{"c":3},[4]]"#).await;
     s.put(&snap(8))
@@ -486,7 +486,7 @@ async fn bootstrap_of_a_json_stream_sends_one_part_per_message_after_the_snapsho
 
 #[tokio::test]
 async fn bootstrap_with_a_snapshot_at_the_tail_of_a_closed_stream_is_complete_and_closed() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     s.post("/demo/s")
         .header("stream-closed", "true")
@@ -504,7 +504,7 @@ async fn bootstrap_with_a_snapshot_at_the_tail_of_a_closed_stream_is_complete_an
 
 #[tokio::test]
 async fn bootstrap_after_retention_starts_its_updates_at_the_snapshot() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abcdef").await;
     s.put(&snap(4)).body("S").send().await.expect(204);
     s.put(&retain(2)).send().await.expect(204);
@@ -516,7 +516,7 @@ async fn bootstrap_after_retention_starts_its_updates_at_the_snapshot() {
 
 #[tokio::test]
 async fn every_bootstrap_uses_a_fresh_128_bit_boundary() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     let mut seen = std::collections::HashSet::new();
     for _ in 0..20 {
@@ -532,7 +532,7 @@ async fn every_bootstrap_uses_a_fresh_128_bit_boundary() {
 
 #[tokio::test]
 async fn bootstrap_refuses_any_live_parameter_with_400_and_ignores_others() {
-    let s = Server::new();
+    let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     for q in ["live=sse", "live=long-poll", "live=", "offset=-1&live=sse"] {
         s.get(&format!("/demo/s/bootstrap?{q}"))
@@ -549,7 +549,7 @@ async fn bootstrap_refuses_any_live_parameter_with_400_and_ignores_others() {
 
 #[tokio::test]
 async fn bootstrap_of_more_than_8_mib_of_binary_updates_returns_the_snapshot_part_alone() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, vec![b'x'; 100]).await;
     s.put(&snap(100)).body("S").send().await.expect(204);
@@ -560,7 +560,7 @@ async fn bootstrap_of_more_than_8_mib_of_binary_updates_returns_the_snapshot_par
     let (_, parts) = parse_multipart(&r);
     assert_eq!(parts, vec![part(OCTET, b"S")]);
     // Exactly 8 MiB fits in one part.
-    let t = Server::new();
+    let t = Server::new().await;
     t.create("/demo/s", OCTET).await;
     t.append("/demo/s", OCTET, vec![b'y'; 8 << 20]).await;
     let r = t.get("/demo/s/bootstrap").send().await.expect(200);
@@ -570,7 +570,7 @@ async fn bootstrap_of_more_than_8_mib_of_binary_updates_returns_the_snapshot_par
 
 #[tokio::test]
 async fn bootstrap_of_more_than_8_mib_of_json_stops_at_the_last_boundary_that_fits() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     let msg = format!("\"{}\"", "m".repeat(999_998)); // one million bytes, plus the LF
     let body = format!("[{}]", [msg.as_str(); 9].join(","));
@@ -592,7 +592,7 @@ async fn bootstrap_of_more_than_8_mib_of_json_stops_at_the_last_boundary_that_fi
 
 #[tokio::test]
 async fn bootstrap_always_includes_one_json_message_even_over_8_mib() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     let big = format!("\"{}\"", "b".repeat(9 << 20));
     s.append("/demo/s", JSON, format!("[{big},1]")).await;

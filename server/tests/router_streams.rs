@@ -15,7 +15,7 @@ const JSON: &str = "application/json";
 
 #[tokio::test]
 async fn bucket_put_answers_201_for_a_valid_id_on_every_call() {
-    let s = Server::new();
+    let s = Server::new().await;
     for path in ["/demo", "/demo", "/a_b-9", &format!("/{}", "a".repeat(64))] {
         let r = s.put(path).send().await.expect(201);
         r.expect_no_header("stream-incarnation");
@@ -24,7 +24,7 @@ async fn bucket_put_answers_201_for_a_valid_id_on_every_call() {
 
 #[tokio::test]
 async fn invalid_or_reserved_bucket_ids_are_refused_with_400() {
-    let s = Server::new();
+    let s = Server::new().await;
     let long = format!("/{}", "a".repeat(65));
     for bad in [
         "/abc",
@@ -49,7 +49,7 @@ async fn invalid_or_reserved_bucket_ids_are_refused_with_400() {
 
 #[tokio::test]
 async fn a_bucket_answers_405_with_allow_for_methods_other_than_put_and_400_for_an_invalid_id() {
-    let s = Server::new();
+    let s = Server::new().await;
     for m in [Method::GET, Method::POST, Method::DELETE] {
         let r = s.req(m.clone(), "/demo").send().await.refused(405);
         assert_eq!(r.header("allow"), Some("PUT, OPTIONS"));
@@ -60,7 +60,7 @@ async fn a_bucket_answers_405_with_allow_for_methods_other_than_put_and_400_for_
 
 #[tokio::test]
 async fn the_bucket_and_stream_pair_is_capped_at_122_bytes() {
-    let s = Server::new();
+    let s = Server::new().await;
     let bucket = "b".repeat(64);
     s.put(&format!("/{bucket}/{}", "s".repeat(57)))
         .send()
@@ -87,7 +87,7 @@ async fn the_bucket_and_stream_pair_is_capped_at_122_bytes() {
 
 #[tokio::test]
 async fn reserved_or_forbidden_stream_ids_are_refused_with_400_on_every_method() {
-    let s = Server::new();
+    let s = Server::new().await;
     let bad = [
         "/demo/streams",
         "/demo/$x",
@@ -123,7 +123,7 @@ async fn reserved_or_forbidden_stream_ids_are_refused_with_400_on_every_method()
 
 #[tokio::test]
 async fn subresource_names_and_percent_encoded_utf8_stay_valid_stream_ids() {
-    let s = Server::new();
+    let s = Server::new().await;
     for name in [
         "snapshot",
         "bootstrap",
@@ -151,7 +151,7 @@ async fn subresource_names_and_percent_encoded_utf8_stay_valid_stream_ids() {
 
 #[tokio::test]
 async fn unknown_subresources_and_three_segment_paths_answer_404() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     for (m, path) in [
         (Method::GET, "/demo/s/x"),
@@ -175,7 +175,7 @@ async fn unknown_subresources_and_three_segment_paths_answer_404() {
 
 #[tokio::test]
 async fn removed_snapshot_routes_answer_405() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.get("/demo/s/snapshot").send().await.refused(405);
     s.put("/demo/s/snapshot?record=1")
@@ -191,7 +191,7 @@ async fn removed_snapshot_routes_answer_405() {
 
 #[tokio::test]
 async fn an_unknown_method_on_a_stream_answers_405_with_allow() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let r = s.req(Method::PATCH, "/demo/s").send().await.refused(405);
     let allow = r.header("allow").expect("405 carries Allow");
@@ -214,7 +214,7 @@ async fn an_unknown_method_on_a_stream_answers_405_with_allow() {
 
 #[tokio::test]
 async fn every_response_carries_cors_and_nosniff_and_options_answers_204() {
-    let s = Server::new();
+    let s = Server::new().await;
     let r = s
         .req(Method::OPTIONS, "/demo/s")
         .header("access-control-request-headers", "stream-seq")
@@ -250,7 +250,7 @@ async fn every_response_carries_cors_and_nosniff_and_options_answers_204() {
 
 #[tokio::test]
 async fn ready_and_metrics_answer_json() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "abc").await;
     let r = s.get("/__ursula/ready").send().await.expect(200);
@@ -259,7 +259,12 @@ async fn ready_and_metrics_answer_json() {
     let r = s.get("/__ursula/metrics").send().await.expect(200);
     let m: serde_json::Value = serde_json::from_slice(&r.body).expect("metrics is JSON");
     assert_eq!(m["streams"], 1);
-    assert_eq!(m["engine"], "memory");
+    let engine = if router_common::raft_engine() {
+        "raft"
+    } else {
+        "memory"
+    };
+    assert_eq!(m["engine"], engine);
     assert_eq!(m["core_count"], 2);
 }
 
@@ -268,7 +273,7 @@ async fn ready_and_metrics_answer_json() {
 
 #[tokio::test]
 async fn create_answers_201_with_location_type_offset_and_incarnation_but_no_etag() {
-    let s = Server::new();
+    let s = Server::new().await;
     let r = s
         .put("/demo/s")
         .ctype("Text/Plain ; Charset=UTF-8")
@@ -303,7 +308,7 @@ async fn create_answers_201_with_location_type_offset_and_incarnation_but_no_eta
 
 #[tokio::test]
 async fn repeating_a_create_with_the_same_config_answers_200_and_ignores_body_and_stream_seq() {
-    let s = Server::new();
+    let s = Server::new().await;
     let first = s
         .put("/demo/s")
         .ctype(JSON)
@@ -342,7 +347,7 @@ async fn repeating_a_create_with_the_same_config_answers_200_and_ignores_body_an
 
 #[tokio::test]
 async fn create_of_an_existing_stream_with_another_config_answers_409() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/j", JSON).await;
     s.put("/demo/j").send().await.refused(409); // no Content-Type means octet-stream (AMB-22)
     s.put("/demo/j")
@@ -391,7 +396,7 @@ async fn create_of_an_existing_stream_with_another_config_answers_409() {
 
 #[tokio::test]
 async fn closed_state_must_match_on_an_existing_stream() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/open").send().await.expect(201);
     s.put("/demo/open").send().await.expect(200);
     s.put("/demo/open")
@@ -420,7 +425,7 @@ async fn closed_state_must_match_on_an_existing_stream() {
 
 #[tokio::test]
 async fn stream_closed_counts_only_as_true_in_any_case() {
-    let s = Server::new();
+    let s = Server::new().await;
     for (i, v) in ["false", "yes", "1", "", "true-ish"].iter().enumerate() {
         let path = format!("/demo/s{i}");
         s.put(&path)
@@ -448,7 +453,7 @@ async fn stream_closed_counts_only_as_true_in_any_case() {
 
 #[tokio::test]
 async fn a_json_create_flattens_an_initial_array_and_accepts_an_empty_one() {
-    let s = Server::new();
+    let s = Server::new().await;
     let r = s
         .put("/demo/j")
         .ctype(JSON)
@@ -469,7 +474,7 @@ async fn a_json_create_flattens_an_initial_array_and_accepts_an_empty_one() {
 
 #[tokio::test]
 async fn a_create_with_invalid_json_answers_400_and_creates_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     for bad in ["{", "{} {}", "[1,]", "\u{1}", "nul"] {
         s.put("/demo/j")
             .ctype(JSON)
@@ -490,7 +495,7 @@ async fn a_create_with_invalid_json_answers_400_and_creates_nothing() {
 
 #[tokio::test]
 async fn a_create_with_a_producer_seq_other_than_zero_answers_409() {
-    let s = Server::new();
+    let s = Server::new().await;
     let p = |r: router_common::Req, seq: &str| {
         r.header("producer-id", "p")
             .header("producer-epoch", "0")
@@ -517,7 +522,7 @@ async fn a_create_with_a_producer_seq_other_than_zero_answers_409() {
 
 #[tokio::test]
 async fn lifetime_headers_are_validated_and_exclusive() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.put("/demo/s")
         .header("stream-ttl", "60")
         .header("stream-expires-at", "2099-01-01T00:00:00Z")
@@ -582,7 +587,7 @@ async fn lifetime_headers_are_validated_and_exclusive() {
 
 #[tokio::test]
 async fn a_stream_with_a_past_expiry_is_gone_at_once_and_can_be_created_again() {
-    let s = Server::new();
+    let s = Server::new().await;
     let first = s
         .put("/demo/s")
         .header("stream-expires-at", "2000-01-01T00:00:00Z")
@@ -609,7 +614,7 @@ async fn a_stream_with_a_past_expiry_is_gone_at_once_and_can_be_created_again() 
 
 #[tokio::test]
 async fn post_never_creates_a_stream() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.post("/demo/s")
         .ctype(OCTET)
         .body("x")
@@ -626,7 +631,7 @@ async fn post_never_creates_a_stream() {
 
 #[tokio::test]
 async fn an_append_answers_204_with_the_new_tail_and_incarnation_and_no_etag() {
-    let s = Server::new();
+    let s = Server::new().await;
     let inc = s
         .create("/demo/s", OCTET)
         .await
@@ -652,7 +657,7 @@ async fn an_append_answers_204_with_the_new_tail_and_incarnation_and_no_etag() {
 
 #[tokio::test]
 async fn append_refusals_of_malformed_requests_answer_400_and_store_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     s.append("/demo/s", OCTET, "keep").await;
     s.post("/demo/s")
@@ -693,7 +698,7 @@ async fn append_refusals_of_malformed_requests_answer_400_and_store_nothing() {
 
 #[tokio::test]
 async fn a_content_type_mismatch_answers_409_with_the_tail_and_no_closed_or_producer_headers() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/j", JSON).await;
     s.append("/demo/j", JSON, "1").await;
     for other in ["application/json; charset=utf-8", "text/plain", OCTET] {
@@ -717,7 +722,7 @@ async fn a_content_type_mismatch_answers_409_with_the_tail_and_no_closed_or_prod
 #[tokio::test]
 async fn a_close_only_post_ignores_its_content_type_even_a_malformed_one() {
     // L4579: with an empty body servers MUST NOT reject based on Content-Type.
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     let r = s
         .post("/demo/s")
@@ -738,7 +743,7 @@ async fn a_close_only_post_ignores_its_content_type_even_a_malformed_one() {
 
 #[tokio::test]
 async fn closing_is_idempotent_and_later_appends_answer_409_with_the_final_offset() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/s", OCTET).await;
     let r = s
         .post("/demo/s")
@@ -800,7 +805,7 @@ async fn closing_is_idempotent_and_later_appends_answer_409_with_the_final_offse
 
 #[tokio::test]
 async fn json_appends_are_validated_flattened_and_stored_as_written_minus_whitespace() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/j", JSON).await;
     s.append("/demo/j", JSON, r#" { "b" : 1 , "a" : 2 , "a" : 1.50e3 } "#)
         .await;
@@ -822,7 +827,7 @@ async fn json_appends_are_validated_flattened_and_stored_as_written_minus_whites
 
 #[tokio::test]
 async fn invalid_json_an_empty_array_or_a_too_deep_message_answer_400_and_commit_nothing() {
-    let s = Server::new();
+    let s = Server::new().await;
     s.create("/demo/j", JSON).await;
     s.append("/demo/j", JSON, "[1]").await;
     let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));

@@ -71,8 +71,14 @@ struct Node {
 impl Node {
     fn spawn(scratch: &Scratch, name: &str, args: &[String], port: u16) -> Node {
         let log = scratch.0.join(format!("{name}.log"));
+        let admin: Vec<String> = if args.iter().any(|a| a == "--admin-listen") {
+            Vec::new()
+        } else {
+            vec!["--admin-listen".into(), "off".into()]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
             .args(args)
+            .args(&admin)
             .current_dir(&scratch.0)
             .env("HOME", &scratch.0)
             .env("XDG_CONFIG_HOME", &scratch.0)
@@ -297,4 +303,52 @@ fn verbs_this_build_does_not_run_say_so_with_exit_code_2() {
         err.contains("ursulactl backup-verify: not supported"),
         "{err}"
     );
+}
+
+#[test]
+fn status_reads_a_node_through_its_admin_plane_when_the_manifest_names_only_that() {
+    let scratch = Scratch::new("admin-plane");
+    let config = scratch.file("node.toml", "[runtime]\ncore_count = 2\n");
+    let (port, admin) = (free_port(), free_port());
+    let args = [
+        "server".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--preset".into(),
+        "default".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--admin-listen".into(),
+        format!("127.0.0.1:{admin}"),
+    ];
+    let mut node = Node::spawn(&scratch, "node", &args, port);
+    node.wait_ready();
+    // `admin_port` (with the host) and `admin_url`: the two ways the manifest names the plane.
+    for entry in [
+        format!(r#"{{"id": 1, "host": "127.0.0.1", "admin_port": {admin}}}"#),
+        format!(r#"{{"id": 1, "admin_url": "http://127.0.0.1:{admin}"}}"#),
+    ] {
+        let manifest = scratch.file("admin.json", &format!(r#"{{"nodes": [{entry}]}}"#));
+        let (code, out, err) = run(&["status", "--config", &manifest.display().to_string()]);
+        assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+        assert!(
+            out.contains("reachable=yes ready=yes engine=memory"),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("url=http://127.0.0.1:{admin}")),
+            "read at the admin plane: {out}"
+        );
+    }
+    // A manifest that names an admin plane nobody serves fails, naming the node.
+    let manifest = scratch.file(
+        "wrong.json",
+        &format!(
+            r#"{{"nodes": [{{"id": 1, "host": "127.0.0.1", "admin_port": {port_off}}}]}}"#,
+            port_off = free_port()
+        ),
+    );
+    let (code, out, _) = run(&["status", "--config", &manifest.display().to_string()]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("node 1"), "{out}");
 }

@@ -93,6 +93,9 @@ impl Cluster {
                 &(i + 1).to_string(),
                 "--listen",
                 &format!("127.0.0.1:{}", self.ports[i]),
+                // Nodes of one host need admin planes apart; these tests use none.
+                "--admin-listen",
+                "off",
             ])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

@@ -30,6 +30,8 @@ impl Server {
         );
         let child = Command::new(bin)
             .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
+            // Servers of one host need admin planes apart; these tests use none.
+            .args(["--admin-listen", "off"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()

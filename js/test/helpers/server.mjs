@@ -62,7 +62,7 @@ export async function startServer() {
   const base = `http://127.0.0.1:${port}`;
   let child = null;
   const spawnOne = async () => {
-    child = spawn(ursulaBin(), ["server", "--listen", `127.0.0.1:${port}`], {
+    child = spawn(ursulaBin(), ["server", "--listen", `127.0.0.1:${port}`, "--admin-listen", "off"], {
       env: { ...process.env, RUST_LOG: "warn" },
       stdio: ["ignore", "ignore", "inherit"],
     });

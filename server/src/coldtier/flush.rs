@@ -15,7 +15,6 @@ use bytes::BytesMut;
 use super::ColdTier;
 use crate::engine::EngineError;
 use crate::engine::GroupEngine;
-use crate::raft::RaftEngine;
 use crate::runtime::GroupId;
 use crate::runtime::Runtime;
 use crate::runtime::now_ms;
@@ -42,18 +41,8 @@ struct Pack {
     slices: Vec<FlushSlice>,
 }
 
-/// Whether this node should flush `group`: the in-memory engine always, under Raft the leader.
-pub fn leads(raft: Option<&RaftEngine>, group: GroupId) -> bool {
-    raft.is_none_or(|r| r.is_leader(group))
-}
-
-/// Starts the worker on every core.
-pub fn spawn(
-    rt: &Runtime,
-    engine: Arc<dyn GroupEngine>,
-    raft: Option<Arc<RaftEngine>>,
-    tier: ColdTier,
-) {
+/// Starts the worker on every core. Only a group's leader flushes and collects it.
+pub fn spawn(rt: &Runtime, engine: Arc<dyn GroupEngine>, tier: ColdTier) {
     let uploads = Arc::new(tokio::sync::Semaphore::new(
         tier.settings.flush_max_concurrency,
     ));
@@ -61,13 +50,8 @@ pub fn spawn(
         let Some(handle) = rt.core_handle(core) else {
             continue;
         };
-        let (rt, engine, raft, tier, uploads) = (
-            rt.clone(),
-            engine.clone(),
-            raft.clone(),
-            tier.clone(),
-            uploads.clone(),
-        );
+        let (rt, engine, tier, uploads) =
+            (rt.clone(), engine.clone(), tier.clone(), uploads.clone());
         handle.spawn(async move {
             let mut tick = tokio::time::interval(tier.settings.flush_interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -75,12 +59,12 @@ pub fn spawn(
                 tick.tick().await;
                 let groups: Vec<GroupId> = rt.groups_of(core).collect();
                 for group in groups {
-                    if !leads(raft.as_deref(), group) {
+                    if !engine.leads(group) {
                         continue;
                     }
                     flush_group(&rt, engine.as_ref(), &tier, &uploads, group, false).await;
                 }
-                super::gc::collect_core(&rt, engine.as_ref(), raft.as_deref(), &tier, core).await;
+                super::gc::collect_core(&rt, engine.as_ref(), &tier, core).await;
             }
         });
     }
@@ -99,53 +83,54 @@ pub async fn flush_group(
     flush_streams(rt, engine, tier, uploads, group, force, None).await
 }
 
-/// `POST /__ursula/flush-cold/{bucket}/{stream}`: flushes every hot byte of one stream now,
-/// whatever the thresholds, and answers what moved and where the hot ring starts.
+/// What flushing one stream did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flushed {
+    /// Bytes whose move to the cold tier committed.
+    pub moved: u64,
+    /// Where the stream's hot ring starts now.
+    pub hot_start: u64,
+}
+
+/// Flushes every hot byte of the stream `key` now, whatever the thresholds; `None` when the
+/// stream does not exist. Runs in a task of its own, so an upload whose caller went away is
+/// still committed (or left to the collector), never stranded between the two.
 pub async fn flush_stream(
-    st: &crate::http::AppState,
+    rt: &Runtime,
+    engine: Arc<dyn GroupEngine>,
+    tier: &ColdTier,
     key: &str,
-) -> Result<crate::http::reply::Reply, crate::http::reply::ApiError> {
-    use axum::http::StatusCode;
-    let Some(tier) = &st.cold else {
-        return Err(crate::http::reply::ApiError::new(
-            StatusCode::CONFLICT,
-            "this node has no storage.cold backend: there is nothing to flush to",
-        ));
-    };
-    let group = st.rt.group_of(key);
-    let exists = st
-        .rt
+) -> Option<Flushed> {
+    let group = rt.group_of(key);
+    let exists = rt
         .with_group_now(group, |g| g.state.get(key, now_ms()).is_some())
         .unwrap_or(false);
     if !exists {
-        return Err(crate::http::reply::ApiError::not_found());
+        return None;
     }
-    let uploads = tokio::sync::Semaphore::new(tier.settings.flush_max_concurrency);
-    let moved = flush_streams(
-        &st.rt,
-        st.engine.as_ref(),
-        tier,
-        &uploads,
-        group,
-        true,
-        Some(key),
-    )
-    .await;
-    let hot_start = st
-        .rt
+    let (rt2, tier2, key2) = (rt.clone(), tier.clone(), key.to_owned());
+    let moved = tokio::spawn(async move {
+        let uploads = tokio::sync::Semaphore::new(tier2.settings.flush_max_concurrency);
+        flush_streams(
+            &rt2,
+            engine.as_ref(),
+            &tier2,
+            &uploads,
+            group,
+            true,
+            Some(&key2),
+        )
+        .await
+    })
+    .await
+    .unwrap_or(0);
+    let hot_start = rt
         .with_group_now(group, |g| {
             g.state.get(key, now_ms()).map(|s| s.data.hot_start())
         })
         .flatten()
         .unwrap_or(0);
-    let body = serde_json::json!({
-        "stream": key,
-        "flushed_bytes": moved,
-        "cold_hot_start_offset": hot_start,
-    });
-    Ok(crate::http::reply::Reply::new(StatusCode::OK)
-        .header(axum::http::header::CONTENT_TYPE, "application/json")
-        .body(body.to_string()))
+    Some(Flushed { moved, hot_start })
 }
 
 async fn flush_streams(

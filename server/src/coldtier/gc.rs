@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 
 use super::ColdTier;
 use crate::engine::GroupEngine;
-use crate::raft::RaftEngine;
 use crate::runtime::Runtime;
 use crate::runtime::now_ms;
 use crate::stream::Command;
@@ -18,17 +17,11 @@ use crate::stream::Command;
 const PER_PASS: usize = 64;
 
 /// One pass over the groups of `core` this node leads.
-pub async fn collect_core(
-    rt: &Runtime,
-    engine: &dyn GroupEngine,
-    raft: Option<&RaftEngine>,
-    tier: &ColdTier,
-    core: usize,
-) {
+pub async fn collect_core(rt: &Runtime, engine: &dyn GroupEngine, tier: &ColdTier, core: usize) {
     let grace = tier.settings.gc_grace.as_millis() as u64;
     let groups: Vec<_> = rt.groups_of(core).collect();
     for group in groups {
-        if !super::flush::leads(raft, group) {
+        if !engine.leads(group) {
             continue;
         }
         let now = now_ms();

@@ -20,6 +20,13 @@ use ursula_cold::ColdStore;
 
 pub use settings::ColdSettings;
 
+use crate::engine::EngineError;
+use crate::engine::GroupEngine;
+use crate::runtime::GroupId;
+use crate::stream::Applied;
+use crate::stream::ColdBody;
+use crate::stream::Command;
+use crate::stream::Refusal;
 use crate::stream::data::ColdPiece;
 
 /// Counters the metrics report.
@@ -102,50 +109,85 @@ impl ColdTier {
     }
 }
 
-/// Adds the cold tier's fields to the metrics snapshot (the spec's names, plus flush and read
-/// counters): hot bytes are reported with or without a cold backend.
-pub fn metrics_into(st: &crate::http::AppState, body: &mut serde_json::Value) {
-    let hot: Vec<u64> = (0..st.rt.group_count())
-        .map(|g| {
-            st.rt
-                .with_group_now(g, |g| g.state.hot_bytes())
-                .unwrap_or(0)
-        })
-        .collect();
-    let Some(obj) = body.as_object_mut() else {
-        return;
-    };
-    obj.insert("cold_hot_bytes".into(), hot.iter().sum::<u64>().into());
-    obj.insert("per_group_cold_hot_bytes".into(), hot.into());
-    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    match &st.cold {
-        Some(t) => {
-            let c = &t.counters;
-            obj.insert("cold_backend".into(), t.store.describe().into());
-            let (refusals, per_group) = st.admission.cold_refusals();
-            obj.insert("cold_backpressure_events".into(), refusals.into());
-            obj.insert(
-                "per_group_cold_backpressure_events".into(),
-                per_group.into(),
-            );
-            obj.insert(
-                "cold_flush_write_errors".into(),
-                load(&c.flush_write_errors).into(),
-            );
-            obj.insert("cold_flushes".into(), load(&c.flushes).into());
-            obj.insert("cold_flushed_bytes".into(), load(&c.flushed_bytes).into());
-            obj.insert("cold_reads".into(), load(&c.reads).into());
-            obj.insert("cold_read_bytes".into(), load(&c.read_bytes).into());
-            obj.insert("cold_read_errors".into(), load(&c.read_errors).into());
-            obj.insert(
-                "cold_deleted_objects".into(),
-                load(&c.deleted_objects).into(),
-            );
-        }
-        None => {
-            obj.insert("cold_backend".into(), serde_json::Value::Null);
-            obj.insert("cold_backpressure_events".into(), 0.into());
-            obj.insert("cold_flush_write_errors".into(), 0.into());
+impl ColdTier {
+    /// The tier's counters, for the metrics.
+    pub fn stats(&self) -> ColdStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let c = &self.counters;
+        ColdStats {
+            backend: self.store.describe(),
+            flushes: load(&c.flushes),
+            flushed_bytes: load(&c.flushed_bytes),
+            flush_write_errors: load(&c.flush_write_errors),
+            reads: load(&c.reads),
+            read_bytes: load(&c.read_bytes),
+            read_errors: load(&c.read_errors),
+            deleted_objects: load(&c.deleted_objects),
         }
     }
+
+    /// Publishes a snapshot whose body is staged as an object of `bucket` first, so the
+    /// replicated state keeps only the reference ([`ColdBody`]): `publish` builds the command
+    /// around it. A task of its own from the upload on: the object is deleted once the
+    /// publish is known not to have applied, even when the caller (a client that went away)
+    /// is dropped mid-upload or mid-proposal. `Err` is the upload's failure; nothing was
+    /// proposed then.
+    pub async fn stage_and_publish(
+        &self,
+        engine: Arc<dyn GroupEngine>,
+        group: GroupId,
+        bucket: &str,
+        content_type: &str,
+        body: Bytes,
+        publish: impl FnOnce(ColdBody) -> Command + Send + 'static,
+    ) -> Result<Result<Result<Applied, Refusal>, EngineError>, ColdError> {
+        let object: Arc<str> = format!(
+            "{bucket}/snap/{:013}-{:016x}",
+            crate::runtime::now_ms(),
+            rand::random::<u64>()
+        )
+        .into();
+        let digest = crate::stream::machine::snapshot_digest(content_type, &body);
+        let len = body.len() as u64;
+        let store = self.store.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = store.put(&object, body).await {
+                // A failed upload may have left a part behind: nothing will reference it.
+                let _ = store.delete(&object).await;
+                return Err(e);
+            }
+            let cmd = publish(ColdBody {
+                object: object.clone(),
+                len,
+                digest,
+            });
+            let result = engine.propose(group, cmd).await;
+            // Nothing references a staged body the publish did not apply: delete it now.
+            if matches!(result, Ok(Err(_)) | Err(EngineError::NotLeader { .. }))
+                && let Err(e) = store.delete(&object).await
+            {
+                tracing::warn!(object = %object, error = %e, "cannot delete an unpublished snapshot body");
+            }
+            Ok(result)
+        });
+        task.await.unwrap_or_else(|e| {
+            Ok(Err(EngineError::Unavailable(format!(
+                "the publish task failed: {e}"
+            ))))
+        })
+    }
+}
+
+/// The cold tier's counters (the metrics' `cold_*` fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColdStats {
+    /// The store, e.g. `s3://bucket/root`.
+    pub backend: String,
+    pub flushes: u64,
+    pub flushed_bytes: u64,
+    pub flush_write_errors: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub read_errors: u64,
+    pub deleted_objects: u64,
 }

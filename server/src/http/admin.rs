@@ -1,193 +1,178 @@
-//! Operational endpoints: `/__ursula/metrics` (JSON), `/__ursula/ready`, and the admin
-//! mutation `POST /__ursula/raft/{group}/recovery/accept-unsynced-loss`. They share the client
-//! listener: this build has no separate admin plane.
+//! Operational endpoints and the admin plane.
+//!
+//! `/__ursula/metrics` (the [`NodeMetrics`] document) and `/__ursula/ready` are served on
+//! every plane. The admin plane ([`router`], `server.admin_listen`) also serves the admin
+//! mutations: `POST /__ursula/flush-cold/{bucket}/{stream}` and the engine's own
+//! (`accept-unsynced-loss`). Every mutation there first needs `x-ursula-process-incarnation`,
+//! the `process_incarnation` the metrics reported: `428` without it, `412` when it names
+//! another process, before anything changes.
 
+use axum::Router;
+use axum::extract::Path;
+use axum::extract::Request;
+use axum::extract::State;
 use axum::http::HeaderMap;
+use axum::http::Method;
 use axum::http::StatusCode;
 use axum::http::header;
+use axum::middleware::Next;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use axum::routing::get;
+use axum::routing::post;
 use serde_json::json;
-
-use crate::raft::gate::AcceptError;
-use crate::raft::gate::Accepted;
+use ursula_protocol::headers::PROCESS_INCARNATION;
+use ursula_protocol::ids;
+use ursula_protocol::metrics;
+use ursula_protocol::metrics::NodeMetrics;
 
 use super::AppState;
 use super::reply::ApiError;
 use super::reply::Reply;
+use super::request::StreamPath;
+use crate::engine::LeaderRoute;
+use crate::engine::NotReady;
 
-pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
-    let mut cores = Vec::new();
-    let mut groups = Vec::new();
-    let mut total_streams = 0usize;
+/// The metrics document of this node now.
+pub fn snapshot(st: &AppState) -> NodeMetrics {
+    let mut m = NodeMetrics {
+        process_incarnation: st.process_incarnation.clone(),
+        node_id: st.node_id,
+        engine: st.engine.name().to_owned(),
+        core_count: st.rt.core_count() as u64,
+        group_count: u64::from(st.rt.group_count()),
+        config_ignored_keys: st.ignored_keys.to_vec(),
+        ..NodeMetrics::default()
+    };
+    let mut hot_per_group = vec![0u64; st.rt.group_count() as usize];
     for core in 0..st.rt.core_count() {
-        let snapshot: Vec<_> = st
+        let groups: Vec<_> = st
             .rt
             .groups_of(core)
             .filter_map(|id| {
                 st.rt.with_group_now(id, |g| {
                     (
                         id,
-                        g.state.len(),
+                        g.state.len() as u64,
                         g.appends,
                         g.applied_index,
                         g.state.held_bytes(),
+                        g.state.hot_bytes(),
                     )
                 })
             })
             .collect();
-        let stats = st.rt.stats(core);
-        let live = stats.map_or(0, |s| {
-            s.live_waiters.load(std::sync::atomic::Ordering::Relaxed)
+        let live = st.rt.stats(core).map_or(0, |s| {
+            s.live_waiters.load(std::sync::atomic::Ordering::Relaxed) as u64
         });
-        let streams: usize = snapshot.iter().map(|g| g.1).sum();
-        let appends: u64 = snapshot.iter().map(|g| g.2).sum();
-        let hot: u64 = snapshot.iter().map(|g| g.4).sum();
-        total_streams += streams;
-        cores.push(json!({
-            "core": core, "groups": snapshot.len(), "streams": streams, "appends_accepted": appends,
-            "hot_bytes": hot, "live_waiters": live,
-        }));
-        for (id, streams, appends, applied, hot) in snapshot {
-            // In memory the node leads every group; under Raft, each group's own view.
-            let (leader, term, applied) = match st.raft.as_ref().and_then(|r| r.raft(id)) {
-                Some(raft) => {
-                    let m = raft.metrics().borrow().clone();
-                    (
-                        m.current_leader,
-                        m.current_term,
-                        m.last_applied.map_or(0, |l| l.index),
-                    )
-                }
-                None => (Some(st.node_id), 0, applied),
-            };
-            groups.push(json!({
-                "group": id, "core": core, "streams": streams, "appends_accepted": appends,
-                "leader": leader, "term": term, "applied_index": applied, "hot_bytes": hot,
-            }));
+        let mut c = metrics::CoreMetrics {
+            core: core as u64,
+            groups: groups.len() as u64,
+            live_waiters: live,
+            ..metrics::CoreMetrics::default()
+        };
+        for (id, streams, appends, applied, held, hot) in groups {
+            c.streams += streams;
+            c.appends_accepted += appends;
+            c.hot_bytes += held;
+            if let Some(h) = hot_per_group.get_mut(id as usize) {
+                *h = hot;
+            }
+            // In memory the node leads every group; the engine's report overrides under Raft.
+            m.groups.push(metrics::GroupMetrics {
+                group: id,
+                core: core as u64,
+                streams,
+                appends_accepted: appends,
+                leader: Some(st.node_id),
+                term: 0,
+                applied_index: applied,
+                hot_bytes: held,
+            });
         }
+        m.streams += c.streams;
+        m.cores.push(c);
     }
-    let (raft_groups, recovery_gates) = match &st.raft {
-        Some(raft) => raft_view(st, raft),
-        None => (
-            Vec::new(),
-            json!({ "gated": {}, "stalled": [], "wiped": {} }),
-        ),
+    let held = st.admission.held();
+    m.admission = metrics::AdmissionMetrics {
+        inflight_body_bytes: held.inflight_body_bytes,
+        uncommitted_bytes: held.per_group_uncommitted_bytes.iter().sum(),
+        per_group_uncommitted_bytes: held.per_group_uncommitted_bytes,
     };
-    let mut body = json!({
-        "process_incarnation": st.process_incarnation,
-        "node_id": st.node_id,
-        "engine": st.engine.name(),
-        "core_count": st.rt.core_count(),
-        "group_count": st.rt.group_count(),
-        "streams": total_streams,
-        "cores": cores,
-        "groups": groups,
-        "raft_groups": raft_groups,
-        "recovery_gates": recovery_gates,
-        "admission": admission_view(st),
-    });
-    if let Some(raft) = &st.raft {
-        raft.snapshot_metrics_into(&mut body);
+    m.cold.cold_hot_bytes = hot_per_group.iter().sum();
+    m.cold.per_group_cold_hot_bytes = hot_per_group;
+    if let Some(tier) = &st.cold {
+        let s = tier.stats();
+        let (refusals, per_group) = st.admission.cold_refusals();
+        m.cold.cold_backend = Some(s.backend);
+        m.cold.cold_backpressure_events = refusals;
+        m.cold.cold_flush_write_errors = s.flush_write_errors;
+        m.cold.tier = Some(metrics::ColdTierMetrics {
+            per_group_cold_backpressure_events: per_group,
+            cold_flushes: s.flushes,
+            cold_flushed_bytes: s.flushed_bytes,
+            cold_reads: s.reads,
+            cold_read_bytes: s.read_bytes,
+            cold_read_errors: s.read_errors,
+            cold_deleted_objects: s.deleted_objects,
+        });
     }
-    crate::coldtier::metrics_into(st, &mut body);
-    Ok(Reply::new(StatusCode::OK)
+    st.engine.report(&mut m);
+    m
+}
+
+fn json_reply(status: StatusCode, body: String) -> Reply {
+    Reply::new(status)
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::CACHE_CONTROL, "no-store")
-        .body(body.to_string()))
+        .body(body)
 }
 
-/// Budgets write admission holds now: zero when nothing is in flight.
-fn admission_view(st: &AppState) -> serde_json::Value {
-    let held = st.admission.held();
-    json!({
-        "inflight_body_bytes": held.inflight_body_bytes,
-        "uncommitted_bytes": held.per_group_uncommitted_bytes.iter().sum::<u64>(),
-        "per_group_uncommitted_bytes": held.per_group_uncommitted_bytes,
-    })
-}
-
-/// Each Raft group as this replica sees it, and its closed recovery gates.
-fn raft_view(
-    st: &AppState,
-    raft: &crate::raft::RaftEngine,
-) -> (Vec<serde_json::Value>, serde_json::Value) {
-    let groups = (0..st.rt.group_count())
-        .filter_map(|id| {
-            let v = raft.group_view(id)?;
-            Some(json!({
-                "raft_group_id": id, "node_id": st.node_id, "current_leader": v.current_leader,
-                "current_term": v.current_term, "last_applied_index": v.last_applied_index,
-                "committed_index": v.committed_index, "last_log_index": v.last_log_index,
-                "last_log_term": v.last_log_term, "voter_ids": v.voter_ids,
-            }))
-        })
-        .collect();
-    let closed = raft.gates.closed();
-    let gated: serde_json::Map<String, serde_json::Value> = closed
-        .iter()
-        .map(|(g, s)| (g.to_string(), json!(s.as_str())))
-        .collect();
-    // A replica that lost its vote: `vote_floor` stays null until the leader's barrier.
-    let wiped: serde_json::Map<String, serde_json::Value> = raft
-        .gates
-        .wiped()
-        .into_iter()
-        .map(|(g, floor)| {
-            let floor = floor.map(|f| json!({ "term": f.term, "leader": f.leader }));
-            (g.to_string(), json!({ "vote_floor": floor }))
-        })
-        .collect();
-    (
-        groups,
-        json!({ "gated": gated, "stalled": raft.gates.stalled(), "wiped": wiped }),
-    )
+pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {
+    let body = serde_json::to_string(&snapshot(st))
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(json_reply(StatusCode::OK, body))
 }
 
 /// `200` when the node may serve, else `503` with the first reason that applies, in the
 /// order the Troubleshooting page lists them.
 pub fn ready(st: &AppState) -> Reply {
-    let mut body = json!({ "ready": true });
-    if st.raft.as_ref().is_some_and(|r| r.peers.mismatch.seen()) {
-        body = json!({ "ready": false, "reason": "format_epoch_mismatch" });
+    let reasons = st.engine.not_ready();
+    let body = if reasons.contains(&NotReady::FormatEpochMismatch) {
+        json!({ "ready": false, "reason": "format_epoch_mismatch" })
     } else if st.admission.disk_pressure() {
-        body = json!({ "ready": false, "reason": "wal_disk_pressure" });
-    } else if let Some(raft) = &st.raft {
-        let stalled = raft.gates.stalled();
-        let leaderless: Vec<u32> = (0..st.rt.group_count())
-            .filter(|g| raft.leader_of(*g).is_none())
-            .collect();
-        if !stalled.is_empty() {
-            body = json!({
+        json!({ "ready": false, "reason": "wal_disk_pressure" })
+    } else {
+        match reasons.into_iter().next() {
+            None | Some(NotReady::FormatEpochMismatch) => json!({ "ready": true }),
+            Some(NotReady::RecoveryStalled(groups)) => json!({
                 "ready": false,
                 "reason": "recovery_stalled",
-                "recovery_stalled_groups": stalled,
-            });
-        } else if !raft.gates.closed().is_empty() {
-            body = json!({ "ready": false, "reason": "recovery_gate_closed" });
-        } else if !leaderless.is_empty() {
-            let issues: Vec<_> = leaderless
-                .iter()
-                .map(|g| json!({ "group": g, "issue": "leader_unknown" }))
-                .collect();
-            body = json!({
-                "ready": false,
-                "reason": "raft_replica_unready",
-                "raft_maintenance": { "group_issues": issues },
-            });
+                "recovery_stalled_groups": groups,
+            }),
+            Some(NotReady::RecoveryGateClosed) => {
+                json!({ "ready": false, "reason": "recovery_gate_closed" })
+            }
+            Some(NotReady::LeaderUnknown(groups)) => {
+                let issues: Vec<_> = groups
+                    .iter()
+                    .map(|g| json!({ "group": g, "issue": "leader_unknown" }))
+                    .collect();
+                json!({
+                    "ready": false,
+                    "reason": "raft_replica_unready",
+                    "raft_maintenance": { "group_issues": issues },
+                })
+            }
         }
-    }
+    };
     let status = if body["ready"] == true {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    Reply::new(status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::CACHE_CONTROL, "no-store")
-        .body(body.to_string())
+    json_reply(status, body.to_string())
 }
-
-/// The header that binds an admin mutation to the process the operator observed.
-pub const PROCESS_INCARNATION: &str = "x-ursula-process-incarnation";
 
 /// Refuses an admin mutation without the header (`428`) or planned against another process
 /// (`412`), before anything changes.
@@ -212,55 +197,102 @@ pub fn require_incarnation(st: &AppState, headers: &HeaderMap) -> Result<(), Api
     Ok(())
 }
 
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AcceptBody {
-    /// `null` for an empty log, as `raft_groups[].last_log_index` reports it.
-    expected_last_log_index: Option<u64>,
-    expected_current_term: u64,
+/// The admin plane: metrics, readiness, and the admin mutations (this node's and the
+/// engine's `engine_routes`), every mutation behind the incarnation check.
+pub fn router(state: AppState, engine_routes: Option<Router>) -> Router {
+    let mutations = Router::new()
+        .route(
+            "/__ursula/flush-cold/{bucket}/{stream}",
+            post(flush_cold).with_state(state.clone()),
+        )
+        .merge(engine_routes.unwrap_or_default())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            incarnation_layer,
+        ));
+    Router::new()
+        .route("/__ursula/metrics", get(metrics_route))
+        .route("/__ursula/ready", get(ready_route))
+        .with_state(state)
+        .merge(mutations)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
 }
 
-/// `POST /__ursula/raft/{group}/recovery/accept-unsynced-loss`: opens a stalled gate.
-pub fn accept_unsynced_loss(st: &AppState, group: u32, body: &[u8]) -> Result<Reply, ApiError> {
-    let Some(raft) = &st.raft else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "this node runs no Raft",
-        ));
+async fn metrics_route(State(st): State<AppState>) -> Response {
+    match metrics(&st).await {
+        Ok(r) => r.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn ready_route(State(st): State<AppState>) -> Response {
+    ready(&st).into_response()
+}
+
+/// Every admin mutation is bound to the process the operator observed.
+async fn incarnation_layer(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if req.method() != Method::GET
+        && req.method() != Method::HEAD
+        && let Err(e) = require_incarnation(&st, req.headers())
+    {
+        return e.into_response();
+    }
+    next.run(req).await
+}
+
+/// `POST /__ursula/flush-cold/{bucket}/{stream}`: flushes every hot byte of one stream now,
+/// whatever the thresholds, and answers what moved and where the hot ring starts.
+async fn flush_cold(
+    State(st): State<AppState>,
+    Path((bucket, stream)): Path<(String, String)>,
+) -> Response {
+    let run = async {
+        ids::validate_bucket(&bucket).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        ids::validate_stream(&stream).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let sp = StreamPath {
+            key: format!("{bucket}/{stream}"),
+        };
+        // Each admin call is local to one node: a follower names the leader instead of
+        // redirecting to its client plane, which serves no admin route.
+        match st.engine.leader_route(st.rt.group_of(&sp.key)) {
+            LeaderRoute::Here => {}
+            LeaderRoute::Elsewhere(url) => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "this node does not lead the stream's group; its leader is {url}: send the flush to that node's admin plane"
+                    ),
+                ));
+            }
+            LeaderRoute::Unknown => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no leader is known for the stream's group",
+                )
+                .header(header::RETRY_AFTER, "1"));
+            }
+        }
+        let Some(tier) = &st.cold else {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "this node has no storage.cold backend: there is nothing to flush to",
+            ));
+        };
+        let flushed =
+            crate::coldtier::flush::flush_stream(&st.rt, st.engine.clone(), tier, &sp.key)
+                .await
+                .ok_or_else(ApiError::not_found)?;
+        let body = json!({
+            "stream": sp.key,
+            "flushed_bytes": flushed.moved,
+            "cold_hot_start_offset": flushed.hot_start,
+        });
+        Ok(Reply::new(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.to_string()))
     };
-    let want: AcceptBody = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "the body must be {{\"expected_last_log_index\", \"expected_current_term\"}}: {e}"
-        ))
-    })?;
-    let (outcome, view) = raft
-        .accept_unsynced_loss(
-            group,
-            want.expected_last_log_index,
-            want.expected_current_term,
-        )
-        .map_err(|e| {
-            let status = match e {
-                AcceptError::NoGroup(_) => StatusCode::NOT_FOUND,
-                AcceptError::LostVote(_)
-                | AcceptError::NotStalled(_)
-                | AcceptError::Moved { .. } => StatusCode::CONFLICT,
-                AcceptError::Persist(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            ApiError::new(status, e.to_string())
-        })?;
-    let body = json!({
-        "raft_group_id": group,
-        "node_id": st.node_id,
-        "outcome": match outcome {
-            Accepted::GateOpened => "gate_opened",
-            Accepted::AlreadyOpen => "already_open",
-        },
-        "last_log_index": view.last_log_index,
-        "current_term": view.current_term,
-    });
-    Ok(Reply::new(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::CACHE_CONTROL, "no-store")
-        .body(body.to_string()))
+    match run.await {
+        Ok(r) => r.into_response(),
+        Err(e) => e.into_response(),
+    }
 }

@@ -1,11 +1,18 @@
-//! The client plane over HTTP/1.1: one dispatcher routes every request by hand, because the
-//! path rules (percent-decoding, ID validation, subresources, the `/v1/stream` compatibility
-//! family) are the protocol's, not a router's.
+//! The node's HTTP planes over HTTP/1.1 (Operations, "The admin plane"):
 //!
+//! - the client plane ([`client_router`]): stream traffic, read-only metrics and readiness.
+//!   One dispatcher routes every request by hand, because the path rules (percent-decoding, ID
+//!   validation, subresources, the `/v1/stream` compatibility family) are the protocol's, not
+//!   a router's. Every other `/__ursula/*` path answers `404` here.
+//! - the admin plane ([`admin::router`]): metrics, readiness and every admin mutation, each
+//!   bound to the process an operator observed (`x-ursula-process-incarnation`).
+//! - the cluster plane: the engine's peer routes, mounted by the node.
+//!
+//! Modules:
 //! - [`request`]: routing and header parsing.
 //! - [`reply`]: responses and the mapping of refusals to statuses.
 //! - [`write`], [`read`], [`live`]: the stream routes.
-//! - [`admin`]: the operational endpoints under `/__ursula/`.
+//! - [`admin`]: the operational endpoints under `/__ursula/` and the admin plane.
 //! - [`serve`]: accept loops on the core threads.
 
 pub mod admin;
@@ -46,9 +53,8 @@ use crate::runtime::Runtime;
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub rt: Runtime,
+    /// The one engine handle: nothing here names an engine type.
     pub engine: Arc<dyn GroupEngine>,
-    /// The Raft engine's groups, for peer RPCs and leader lookups; `None` in memory.
-    pub raft: Option<Arc<crate::raft::RaftEngine>>,
     pub admission: Arc<crate::admission::Admission>,
     pub node_id: u64,
     /// Long-poll wait when the request names no `timeout_ms`.
@@ -57,9 +63,12 @@ pub struct AppState {
     pub cold: Option<crate::coldtier::ColdTier>,
     /// `process_incarnation` in the metrics, required on admin mutations.
     pub process_incarnation: String,
+    /// Config keys this build parses but does not act on, named in the metrics.
+    pub ignored_keys: Arc<[String]>,
 }
 
-pub fn router(state: AppState) -> Router {
+/// The client plane.
+pub fn client_router(state: AppState) -> Router {
     Router::new().fallback(dispatch).with_state(state)
 }
 
@@ -262,67 +271,9 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
     let reply = match (route, &method) {
         (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
         (Route::Ready, &Method::GET) => admin::ready(st),
-        (Route::RaftProtocol, &Method::GET) => {
-            use crate::raft::protocol;
-            return Ok(reply::Reply::new(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "application/json")
-                .header(protocol::HEADER, protocol::PROTOCOL.to_string())
-                .body(serde_json::json!({ "raft_protocol": protocol::PROTOCOL }).to_string())
-                .into_response());
-        }
-        (Route::Metrics | Route::Ready | Route::RaftProtocol, _) => {
+        (Route::Metrics | Route::Ready, _) => {
             return Err(ApiError::method_not_allowed("GET"));
         }
-        (route @ (Route::RaftRpc(..) | Route::RaftRpcBatch), &Method::POST) => {
-            let Some(raft) = &st.raft else {
-                return Err(ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "this node runs no Raft",
-                ));
-            };
-            use crate::raft::protocol;
-            if let Err((status, why)) = crate::raft::network::admit(raft, &headers) {
-                return Ok(reply::Reply::new(status)
-                    .header(protocol::HEADER, protocol::PROTOCOL.to_string())
-                    .body(why)
-                    .into_response());
-            }
-            let body = read_body(&headers, body, 1 << 30, Marking::Unmarked).await?;
-            let out = match route {
-                Route::RaftRpc(group, kind) => {
-                    crate::raft::network::serve(raft, group, &kind, &body).await
-                }
-                _ => crate::raft::network::serve_batch(raft, &body).await,
-            }
-            .map_err(|e| {
-                use crate::raft::network::ServeError;
-                let status = match e {
-                    ServeError::Invalid(_) => StatusCode::BAD_REQUEST,
-                    ServeError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
-                };
-                ApiError::new(status, e.to_string())
-            })?;
-            return Ok(reply::Reply::new(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "application/msgpack")
-                .header(protocol::HEADER, protocol::PROTOCOL.to_string())
-                .body(out)
-                .into_response());
-        }
-        (Route::RaftRpc(..) | Route::RaftRpcBatch, _) => {
-            return Err(ApiError::method_not_allowed("POST"));
-        }
-        (Route::AcceptUnsyncedLoss(group), &Method::POST) => {
-            admin::require_incarnation(st, &headers)?;
-            let body = read_body(&headers, body, 64 << 10, Marking::Unmarked).await?;
-            admin::accept_unsynced_loss(st, group, &body)?
-        }
-        (Route::AcceptUnsyncedLoss(_), _) => return Err(ApiError::method_not_allowed("POST")),
-        (Route::FlushCold(sp), &Method::POST) => {
-            admin::require_incarnation(st, &headers)?;
-            read::leader_only(st, &sp)?;
-            crate::coldtier::flush::flush_stream(st, &sp.key).await?
-        }
-        (Route::FlushCold(_), _) => return Err(ApiError::method_not_allowed("POST")),
         (Route::NotFound, _) => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such route")),
         (Route::Bucket(_), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
         (Route::Bucket(b), &Method::PUT) => write::create_bucket(&b)?,

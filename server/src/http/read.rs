@@ -19,6 +19,7 @@ use super::reply::Reply;
 use super::reply::incarnation_token;
 use super::request;
 use super::request::StreamPath;
+use crate::engine::LeaderRoute;
 use crate::runtime::now_ms;
 use crate::stream::Command;
 use crate::stream::Lifetime;
@@ -282,42 +283,34 @@ pub fn data_reply(view: &ReadView, status: StatusCode) -> Reply {
 /// Under Raft, what only the group's leader may answer (HEAD, live reads, tails of open
 /// streams, `consistency=leader`) is sent there: `307` to the leader, `503` while none is known.
 pub fn leader_only(st: &AppState, sp: &StreamPath) -> Result<(), ApiError> {
-    let Some(raft) = &st.raft else { return Ok(()) };
-    let group = st.rt.group_of(&sp.key);
-    if raft.is_leader(group) {
-        return Ok(());
-    }
-    Err(match raft.leader_url(group) {
-        Some(url) => ApiError::new(
+    match st.engine.leader_route(st.rt.group_of(&sp.key)) {
+        LeaderRoute::Here => Ok(()),
+        LeaderRoute::Elsewhere(url) => Err(ApiError::new(
             StatusCode::TEMPORARY_REDIRECT,
             "this node does not lead the stream's group",
         )
-        .header(header::LOCATION, url),
-        None => ApiError::new(
+        .header(header::LOCATION, url)),
+        LeaderRoute::Unknown => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "no leader is known for the stream's group",
         )
-        .header(header::RETRY_AFTER, "1"),
-    })
+        .header(header::RETRY_AFTER, "1")),
+    }
 }
 
 /// A leader confirms it still leads (a ReadIndex round) before a linearizable read.
 async fn confirm_leadership(st: &AppState, sp: &StreamPath) -> Result<(), ApiError> {
     leader_only(st, sp)?;
-    if let Some(raft) = st
-        .raft
-        .as_ref()
-        .and_then(|r| r.raft(st.rt.group_of(&sp.key)))
-    {
-        raft.ensure_linearizable().await.map_err(|e| {
+    st.engine
+        .confirm_leadership(st.rt.group_of(&sp.key))
+        .await
+        .map_err(|e| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("cannot confirm leadership: {e}"),
             )
             .header(header::RETRY_AFTER, "1")
-        })?;
-    }
-    Ok(())
+        })
 }
 
 pub async fn catch_up(

@@ -6,6 +6,7 @@ use ursula_protocol::headers as h;
 use ursula_protocol::ids;
 use ursula_protocol::lifetime;
 use ursula_protocol::offset::Offset;
+use ursula_protocol::path::Target;
 use ursula_protocol::seq;
 
 use super::reply::ApiError;
@@ -13,24 +14,14 @@ use super::reply::parse_incarnation;
 use crate::stream::Lifetime;
 use crate::stream::ProducerTuple;
 
-/// The internal bucket behind the Durable Streams compatibility routes `/v1/stream/{name}`.
-/// Its `__` prefix is reserved, so no client-created bucket can collide with it.
-pub const COMPAT_BUCKET: &str = "__v1";
+pub use ursula_protocol::path::COMPAT_BUCKET;
 
+/// A route of the client plane. The admin plane's and the cluster plane's routes are routers
+/// of their own ([`super::admin`], `raft::routes`): here they are `NotFound`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     Metrics,
     Ready,
-    /// `/__ursula/raft-protocol`: the Raft protocol this node speaks, for a starting peer.
-    RaftProtocol,
-    /// A peer's Raft RPC for one group: `/__ursula/raft-rpc/{group}/{kind}`.
-    RaftRpc(u32, String),
-    /// Peers' `append` RPCs of many groups in one request: `/__ursula/raft-rpc-batch`.
-    RaftRpcBatch,
-    /// `/__ursula/raft/{group}/recovery/accept-unsynced-loss`.
-    AcceptUnsyncedLoss(u32),
-    /// `/__ursula/flush-cold/{bucket}/{stream}`.
-    FlushCold(StreamPath),
     Bucket(String),
     Stream(StreamPath),
     Bootstrap(StreamPath),
@@ -49,65 +40,16 @@ pub struct StreamPath {
 
 /// Routes a raw path. ID rule violations are 400s, unknown shapes 404.
 pub fn route(path: &str) -> Result<Route, ApiError> {
-    let Some(rest) = path.strip_prefix('/') else {
-        return Ok(Route::NotFound);
-    };
-    let raw: Vec<&str> = rest.split('/').collect();
-    match raw.as_slice() {
-        ["__ursula", "metrics"] => return Ok(Route::Metrics),
-        ["__ursula", "ready"] => return Ok(Route::Ready),
-        ["__ursula", "raft-protocol"] => return Ok(Route::RaftProtocol),
-        ["__ursula", "raft-rpc-batch"] => return Ok(Route::RaftRpcBatch),
-        ["__ursula", "raft-rpc", group, kind] => {
-            return Ok(group
-                .parse()
-                .map_or(Route::NotFound, |g| Route::RaftRpc(g, (*kind).to_owned())));
-        }
-        [
-            "__ursula",
-            "raft",
-            group,
-            "recovery",
-            "accept-unsynced-loss",
-        ] => {
-            return Ok(group
-                .parse()
-                .map_or(Route::NotFound, Route::AcceptUnsyncedLoss));
-        }
-        ["__ursula", "flush-cold", bucket, stream] => {
-            ids::validate_bucket(bucket).map_err(bad_id)?;
-            let stream = ids::decode_segment(stream).map_err(bad_id)?;
-            ids::validate_stream(&stream).map_err(bad_id)?;
-            return Ok(Route::FlushCold(StreamPath {
-                key: format!("{bucket}/{stream}"),
-            }));
-        }
-        ["__ursula", ..] => return Ok(Route::NotFound),
-        _ => {}
+    match ursula_protocol::path::parse(path).map_err(bad_id)? {
+        Target::Internal(rest) => Ok(match rest.as_slice() {
+            ["metrics"] => Route::Metrics,
+            ["ready"] => Route::Ready,
+            _ => Route::NotFound,
+        }),
+        Target::Bucket(b) => Ok(Route::Bucket(b)),
+        Target::Stream { key, rest } => subresource(StreamPath { key }, &rest),
+        Target::Unknown => Ok(Route::NotFound),
     }
-    if raw.iter().any(|s| s.is_empty()) {
-        return Ok(Route::NotFound);
-    }
-    if let ["v1", "stream", name, sub @ ..] = raw.as_slice() {
-        let stream = ids::decode_segment(name).map_err(bad_id)?;
-        ids::validate_stream(&stream).map_err(bad_id)?;
-        let sp = StreamPath {
-            key: format!("{COMPAT_BUCKET}/{stream}"),
-        };
-        return subresource(sp, sub);
-    }
-    let bucket = ids::decode_segment(raw[0]).map_err(bad_id)?;
-    if raw.len() == 1 {
-        return Ok(Route::Bucket(bucket));
-    }
-    let stream = ids::decode_segment(raw[1]).map_err(bad_id)?;
-    ids::validate_pair(&bucket, &stream).map_err(bad_id)?;
-    subresource(
-        StreamPath {
-            key: format!("{bucket}/{stream}"),
-        },
-        &raw[2..],
-    )
 }
 
 fn subresource(sp: StreamPath, sub: &[&str]) -> Result<Route, ApiError> {

@@ -218,66 +218,40 @@ pub async fn publish_snapshot(
     let ctype =
         request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
     let incarnation = request::incarnation(headers)?;
-    // With a cold tier, a large body is staged as an object first and only its reference is
-    // replicated (the spec: bodies of at least runtime.external_payload_min_size).
-    let (body, cold) = match &st.cold {
-        Some(tier) if body.len() as u64 >= EXTERNAL_PAYLOAD_MIN => {
-            let bucket = sp.key.split('/').next().unwrap_or_default();
-            let object: std::sync::Arc<str> = format!(
-                "{bucket}/snap/{:013}-{:016x}",
-                crate::runtime::now_ms(),
-                rand::random::<u64>()
-            )
-            .into();
-            let digest = crate::stream::machine::snapshot_digest(&ctype, &body);
-            let len = body.len() as u64;
-            tier.store.put(&object, body).await.map_err(|e| {
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("cannot stage the snapshot body in the cold tier: {e}"),
-                )
-                .header(header::RETRY_AFTER, "1")
-            })?;
-            (
-                Bytes::new(),
-                Some(crate::stream::ColdBody {
-                    object,
-                    len,
-                    digest,
-                }),
-            )
-        }
-        _ => (body, None),
-    };
-    let staged = cold.as_ref().map(|c| c.object.clone());
-    let cmd = Command::PublishSnapshot(PublishSnapshot {
+    let group = st.rt.group_of(&sp.key);
+    let template = PublishSnapshot {
         key: sp.key.clone(),
         offset,
-        content_type: ctype,
-        body,
+        content_type: ctype.clone(),
+        body: Bytes::new(),
         incarnation,
-        cold,
-    });
-    let group = st.rt.group_of(&sp.key);
-    let result = match (staged, &st.cold) {
-        (Some(object), Some(tier)) => {
-            // A task of its own: a staged body is deleted only once the publish is known not
-            // to have applied, even when the client went away and this handler was dropped.
-            let (engine, store) = (st.engine.clone(), tier.store.clone());
-            tokio::spawn(async move {
-                let result = engine.propose(group, cmd).await;
-                // Nothing references a staged body the publish did not apply: delete it now.
-                if matches!(result, Ok(Err(_)) | Err(EngineError::NotLeader { .. }))
-                    && let Err(e) = store.delete(&object).await
-                {
-                    tracing::warn!(object = %object, error = %e, "cannot delete an unpublished snapshot body");
-                }
-                result
-            })
-            .await
-            .unwrap_or_else(|e| Err(EngineError::Unavailable(format!("the publish task failed: {e}"))))
+        cold: None,
+    };
+    // With a cold tier, a large body is staged as an object first and only its reference is
+    // replicated (the spec: bodies of at least runtime.external_payload_min_size).
+    let result = match &st.cold {
+        Some(tier) if body.len() as u64 >= EXTERNAL_PAYLOAD_MIN => {
+            let bucket = sp.key.split('/').next().unwrap_or_default();
+            let publish = move |cold| {
+                Command::PublishSnapshot(PublishSnapshot {
+                    cold: Some(cold),
+                    ..template
+                })
+            };
+            tier.stage_and_publish(st.engine.clone(), group, bucket, &ctype, body, publish)
+                .await
+                .map_err(|e| {
+                    ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("cannot stage the snapshot body in the cold tier: {e}"),
+                    )
+                    .header(header::RETRY_AFTER, "1")
+                })?
         }
-        _ => st.engine.propose(group, cmd).await,
+        _ => {
+            let cmd = Command::PublishSnapshot(PublishSnapshot { body, ..template });
+            st.engine.propose(group, cmd).await
+        }
     };
     match unmarked(result)?? {
         Applied::SnapshotPublished {

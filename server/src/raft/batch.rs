@@ -14,7 +14,7 @@ use openraft::error::RaftError;
 use tokio::sync::oneshot;
 
 use super::GroupRaft;
-use super::Proposal;
+use super::Writes;
 use crate::admission::GroupCharge;
 use crate::engine::EngineError;
 use crate::runtime::GroupId;
@@ -142,7 +142,7 @@ impl Batcher {
                 charges.push(w.charge);
             }
             let result = raft
-                .client_write(Proposal {
+                .client_write(Writes {
                     now_ms: now_ms(),
                     cmds,
                 })

@@ -10,12 +10,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Weak;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
-use super::RaftEngine;
+use super::replicas::Replicas;
 
 /// A group's own threshold is at most this, however large the budget.
 const GROUP_THRESHOLD_CAP: u64 = 16 << 20;
@@ -57,56 +56,6 @@ impl Default for Settings {
 /// The spec leaves the backstop's default open: high enough that the byte budget decides for
 /// ordinary entries, low enough that a flood of tiny entries still gets snapshotted.
 pub const DEFAULT_BACKSTOP_LOGS: u64 = 500_000;
-
-/// What `/__ursula/metrics` reports of the driver, and each group's last snapshot size.
-#[derive(Debug)]
-pub struct Stats {
-    snap_sizes: Vec<AtomicU64>,
-    pub pressure_level: AtomicU64,
-    pub pressure_builds: AtomicU64,
-    pub in_flight: AtomicU64,
-    pub in_flight_max: AtomicU64,
-    pub pressure_passes: AtomicU64,
-    pub pressure_groups: AtomicU64,
-    pub pressure_pass_ns: AtomicU64,
-    pub builds: AtomicU64,
-    pub build_ns: AtomicU64,
-}
-
-impl Stats {
-    pub fn new(groups: u32) -> Stats {
-        Stats {
-            snap_sizes: (0..groups).map(|_| AtomicU64::new(0)).collect(),
-            pressure_level: AtomicU64::new(0),
-            pressure_builds: AtomicU64::new(0),
-            in_flight: AtomicU64::new(0),
-            in_flight_max: AtomicU64::new(0),
-            pressure_passes: AtomicU64::new(0),
-            pressure_groups: AtomicU64::new(0),
-            pressure_pass_ns: AtomicU64::new(0),
-            builds: AtomicU64::new(0),
-            build_ns: AtomicU64::new(0),
-        }
-    }
-
-    /// Records a snapshot the group built (`took`) or loaded or installed (`None`).
-    pub fn built(&self, group: u32, size: u64, took: Option<Duration>) {
-        if let Some(s) = self.snap_sizes.get(group as usize) {
-            s.store(size, Ordering::Relaxed);
-        }
-        if let Some(t) = took {
-            self.builds.fetch_add(1, Ordering::Relaxed);
-            let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
-            self.build_ns.fetch_add(ns, Ordering::Relaxed);
-        }
-    }
-
-    fn snap_size(&self, group: u32) -> u64 {
-        self.snap_sizes
-            .get(group as usize)
-            .map_or(0, |s| s.load(Ordering::Relaxed))
-    }
-}
 
 /// 0 below three quarters of the budget, 1 up to it, 2 past it.
 pub fn pressure_level(node_log: u64, budget: u64) -> u64 {
@@ -209,7 +158,7 @@ impl HeldOut {
 }
 
 /// Runs passes every `settings.interval` until the engine stops.
-pub(super) async fn run(engine: Weak<RaftEngine>, settings: Settings) {
+pub async fn run(engine: Weak<Replicas>, settings: Settings) {
     let mut pending: BTreeMap<u32, Pending> = BTreeMap::new();
     let mut held = HeldOut::default();
     let mut tick = tokio::time::interval(settings.interval);
@@ -224,21 +173,18 @@ pub(super) async fn run(engine: Weak<RaftEngine>, settings: Settings) {
         }
         let started = Instant::now();
         settle(&e, &mut pending, &mut held);
-        let node_log = e.log_bytes.bytes.load(Ordering::Relaxed);
+        let node_log = e.log_bytes.bytes();
         let level = pressure_level(node_log, settings.budget);
         let allowed = builds_allowed(node_log, settings.budget, settings.max_concurrency);
         e.snap_stats.pressure_level.store(level, Ordering::Relaxed);
         e.snap_stats
             .pressure_builds
             .store(u64::from(allowed), Ordering::Relaxed);
-        let groups: Vec<GroupLog> = (0..e.rafts.len() as u32)
+        let groups: Vec<GroupLog> = (0..e.group_count())
             .filter(|g| !pending.contains_key(g) && !held.holds(*g))
             .map(|g| GroupLog {
                 group: g,
-                log: e
-                    .logs
-                    .get(g as usize)
-                    .map_or(0, super::store::LogStore::bytes),
+                log: e.log_bytes_of(g),
                 last_snapshot: e.snap_stats.snap_size(g),
             })
             .collect();
@@ -247,7 +193,7 @@ pub(super) async fn run(engine: Weak<RaftEngine>, settings: Settings) {
         } else {
             settings.max_groups_per_tick
         };
-        let chosen: Vec<u32> = plan(node_log, &groups, settings.budget, e.rafts.len() as u32)
+        let chosen: Vec<u32> = plan(node_log, &groups, settings.budget, e.group_count())
             .into_iter()
             .take(per_tick as usize)
             .collect();
@@ -309,7 +255,7 @@ pub(super) async fn run(engine: Weak<RaftEngine>, settings: Settings) {
 
 /// Drops the triggered builds that finished (their group's snapshot moved) or that were never
 /// claimed.
-fn settle(e: &RaftEngine, pending: &mut BTreeMap<u32, Pending>, held: &mut HeldOut) {
+fn settle(e: &Replicas, pending: &mut BTreeMap<u32, Pending>, held: &mut HeldOut) {
     pending.retain(|group, p| {
         let now = e
             .raft(*group)
@@ -327,33 +273,6 @@ fn settle(e: &RaftEngine, pending: &mut BTreeMap<u32, Pending>, held: &mut HeldO
     e.snap_stats
         .in_flight
         .store(pending.len() as u64, Ordering::Relaxed);
-}
-
-impl RaftEngine {
-    /// The driver's fields of `/__ursula/metrics`, named as the Observability page names them.
-    pub fn snapshot_metrics_into(&self, body: &mut serde_json::Value) {
-        let Some(map) = body.as_object_mut() else {
-            return;
-        };
-        let s = &self.snap_stats;
-        let load = |a: &AtomicU64| serde_json::Value::from(a.load(Ordering::Relaxed));
-        let fields = [
-            ("raft_log_bytes", load(&self.log_bytes.bytes)),
-            ("raft_log_bytes_high_watermark", load(&self.log_bytes.high)),
-            ("raft_snapshot_pressure_level", load(&s.pressure_level)),
-            ("raft_snapshot_pressure_builds", load(&s.pressure_builds)),
-            ("raft_snapshot_builds_in_flight", load(&s.in_flight)),
-            ("raft_snapshot_builds_in_flight_max", load(&s.in_flight_max)),
-            ("raft_snapshot_pressure_passes", load(&s.pressure_passes)),
-            ("raft_snapshot_pressure_groups", load(&s.pressure_groups)),
-            ("raft_snapshot_pressure_pass_ns", load(&s.pressure_pass_ns)),
-            ("raft_snapshot_builds", load(&s.builds)),
-            ("raft_snapshot_build_ns", load(&s.build_ns)),
-        ];
-        for (k, v) in fields {
-            map.insert(k.to_owned(), v);
-        }
-    }
 }
 
 #[cfg(test)]

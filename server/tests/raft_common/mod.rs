@@ -45,6 +45,8 @@ pub fn tempfile_dir(name: &str) -> PathBuf {
 pub struct Proc {
     pub child: Option<Child>,
     pub port: u16,
+    /// Its admin plane (`--admin-listen`), kept across restarts.
+    pub admin_port: u16,
     pub args: Vec<String>,
     /// Extra environment of the process.
     pub env: Vec<(String, String)>,
@@ -65,6 +67,7 @@ impl Proc {
         let mut p = Proc {
             child: None,
             port,
+            admin_port: free_port(),
             args,
             env,
             log,
@@ -81,6 +84,7 @@ impl Proc {
             .expect("log");
         let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
             .args(&self.args)
+            .args(admin_listen(&self.args, self.admin_port))
             .env("RUST_LOG", RUST_LOG)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
@@ -106,6 +110,11 @@ impl Proc {
 
     pub fn base(&self) -> String {
         self.url("")
+    }
+
+    /// A URL of the node's admin plane.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
     }
 
     pub fn log_text(&self) -> String {
@@ -180,12 +189,22 @@ impl Drop for Proc {
     }
 }
 
+/// `--admin-listen` on `port` unless `args` name one: tests run many nodes on one host, and
+/// the default admin port (4438) would let only one of them start.
+pub fn admin_listen(args: &[String], port: u16) -> Vec<String> {
+    if args.iter().any(|a| a == "--admin-listen") {
+        return Vec::new();
+    }
+    vec!["--admin-listen".into(), format!("127.0.0.1:{port}")]
+}
+
 /// Runs `ursula` with `args` expecting it to refuse to start; returns its exit code and stderr.
 pub fn refused_start(args: &[String]) -> (Option<i32>, String) {
     let out_path = std::env::temp_dir().join(format!("ursula-refused-{}", free_port()));
     let out = std::fs::File::create(&out_path).expect("stderr file");
     let mut child = Command::new(env!("CARGO_BIN_EXE_ursula"))
         .args(args)
+        .args(admin_listen(args, free_port()))
         .env("RUST_LOG", RUST_LOG)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

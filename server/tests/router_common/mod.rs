@@ -1,5 +1,9 @@
 //! Helpers shared by the in-process router tests: a server built from a small config, a tiny
 //! request builder driven through `tower::ServiceExt::oneshot`, and assertions on the answer.
+//!
+//! The suite runs against either engine: the in-memory one, or with `URSULA_TEST_ENGINE=raft`
+//! a single Raft node over a disk WAL in a scratch directory (`scripts/test.sh` runs both), so
+//! the claim that both engines drive the same state machine the same way is tested.
 
 #![allow(dead_code)]
 
@@ -19,6 +23,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 use ursula::config::Config;
+use ursula::config::EngineChoice;
 use ursula::config::FileConfig;
 use ursula::config::Overrides;
 use ursula::config::resolve_with;
@@ -45,29 +50,56 @@ pub fn off(n: u64) -> String {
 pub struct Server {
     pub state: AppState,
     app: Router,
+    /// The Raft engine's WAL directory, removed with the last clone.
+    _wal: Option<std::sync::Arc<tempfile::TempDir>>,
 }
 
-impl Default for Server {
-    fn default() -> Self {
-        Server::new()
-    }
+/// Whether this run drives the suite through a single Raft node (`URSULA_TEST_ENGINE=raft`).
+pub fn raft_engine() -> bool {
+    std::env::var("URSULA_TEST_ENGINE").is_ok_and(|e| e == "raft")
 }
 
 impl Server {
-    pub fn new() -> Server {
-        Server::with_config(config())
+    pub async fn new() -> Server {
+        Server::with_config(config()).await
     }
 
-    pub fn with_config(c: Config) -> Server {
-        Server::with_state(c, |_| {})
+    pub async fn with_config(c: Config) -> Server {
+        Server::with_state(c, |_| {}).await
     }
 
     /// A server whose `AppState` is adjusted before the router is built.
-    pub fn with_state(c: Config, adjust: impl FnOnce(&mut AppState)) -> Server {
-        let mut state = ursula::node::build_state(&c).expect("the node state builds");
+    pub async fn with_state(mut c: Config, adjust: impl FnOnce(&mut AppState)) -> Server {
+        let wal = raft_engine().then(|| {
+            let dir = tempfile::tempdir().expect("a WAL directory");
+            c.engine = EngineChoice::Raft {
+                wal_dir: Some(dir.path().to_owned()),
+                fsync_always: false,
+                segment_size: 64 << 20,
+                peers: Default::default(),
+            };
+            std::sync::Arc::new(dir)
+        });
+        let node = ursula::node::start_state(&c)
+            .await
+            .expect("the node state builds");
+        let mut state = node.state;
         adjust(&mut state);
-        let app = ursula::http::router(state.clone());
-        Server { state, app }
+        // A single Raft node elects itself in every group; the suite starts once it did.
+        let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
+        while !(0..state.rt.group_count()).all(|g| state.engine.leads(g)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the single Raft node did not lead every group"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let app = ursula::http::client_router(state.clone());
+        Server {
+            state,
+            app,
+            _wal: wal,
+        }
     }
 
     /// The router itself, to drive with hand-built requests.

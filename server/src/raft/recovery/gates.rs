@@ -1,8 +1,9 @@
 //! The recovery gate: a replica that may have lost writes it acknowledged must not help elect
 //! a leader that lacks them. A gated replica does not campaign (openraft's `elect` is off) and
-//! grants no vote ([`super::network::serve`]), but still takes appends from a leader. It asks
-//! the group's leader for a fresh ReadIndex barrier, applies up to it and opens: from then on
-//! it holds every write the group committed, whatever its own journal lost.
+//! grants no vote ([`crate::raft::peer::server`]), but still takes appends from a leader. It
+//! asks the group's leader for a fresh ReadIndex barrier, applies up to it and opens
+//! ([`super::watch`]): from then on it holds every write the group committed, whatever its own
+//! journal lost.
 //!
 //! A replica that also lost its vote (a wiped WAL) takes no append until the barrier gave it
 //! a vote floor ([`super::floor`]), and opens only once its own Raft vote holds that floor.
@@ -12,17 +13,17 @@
 //! (`accept-unsynced-loss`). Closed gates, with a lost vote and its floor, are recorded in
 //! `raft-log/recovery-gates.bin` before they take effect and removed once open, so a restart
 //! keeps a gate closed and a wiped replica wiped.
+//!
+//! This module is the gates' state, their record and the start's decision ([`decide`]); it
+//! runs nothing.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
-use std::sync::Weak;
 use std::time::Duration;
 use std::time::Instant;
 
-use super::GroupRaft;
-use super::RaftEngine;
 use super::files;
 use super::files::GateRecord;
 use super::floor::Floor;
@@ -31,10 +32,6 @@ use super::floor::Rpc;
 
 /// How long a gate waits for a leader's barrier or any applied entry before it reports stalled.
 pub const STALL_AFTER: Duration = Duration::from_secs(30);
-/// How often a closed gate looks for a leader.
-const POLL: Duration = Duration::from_millis(500);
-/// How long a replica waits to apply up to a barrier before it asks for a fresh one.
-const APPLY_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateStatus {
@@ -241,7 +238,7 @@ impl Gates {
     }
 
     /// Counts a barrier from the leader as progress.
-    fn progressed(&self, group: u32) {
+    pub fn progressed(&self, group: u32) {
         if let Some(c) = lock(&self.closed).get_mut(&group) {
             c.progress_at = Instant::now();
             c.stalled = false;
@@ -249,7 +246,7 @@ impl Gates {
     }
 
     /// Notes what the replica applied; returns `true` when the gate just stalled.
-    fn observe(&self, group: u32, applied: Option<u64>) -> bool {
+    pub fn observe(&self, group: u32, applied: Option<u64>) -> bool {
         let mut closed = lock(&self.closed);
         let Some(c) = closed.get_mut(&group) else {
             return false;
@@ -317,215 +314,6 @@ pub fn decide(ev: &Evidence<'_>) -> BTreeMap<u32, &'static str> {
         _ => {}
     }
     out
-}
-
-/// Watches `group`'s closed gate until it opens: through the leader's barrier, or through an
-/// operator's `accept-unsynced-loss`, after which elections resume.
-pub(super) async fn watch(engine: Weak<RaftEngine>, group: u32) {
-    loop {
-        tokio::time::sleep(POLL).await;
-        let Some(e) = engine.upgrade() else {
-            return;
-        };
-        let Some(raft) = e.raft(group).cloned() else {
-            return;
-        };
-        if e.stopping() {
-            return;
-        }
-        if !e.gates.is_closed(group) {
-            raft.runtime_config().elect(true);
-            return;
-        }
-        for leader in leaders(&e, &raft, group).await {
-            if barrier_opens(&e, &raft, group, leader).await {
-                return;
-            }
-        }
-        let applied = raft.metrics().borrow().last_applied.map(|l| l.index);
-        if e.gates.observe(group, applied) {
-            tracing::error!(
-                group,
-                "recovery gate stalled: no leader barrier and nothing applied for 30s; writes acknowledged after the last fsync may be lost, and only POST /__ursula/raft/{group}/recovery/accept-unsynced-loss on the voters with the most up-to-date logs can open it"
-            );
-        }
-    }
-}
-
-/// Whom to ask for a barrier: the leader this replica follows. A wiped replica without a
-/// floor follows nobody, since it refuses every leader's appends, so it asks the leaders the
-/// other voters report.
-async fn leaders(e: &RaftEngine, raft: &GroupRaft, group: u32) -> Vec<u64> {
-    let own = raft
-        .metrics()
-        .borrow()
-        .current_leader
-        .filter(|l| *l != e.node_id);
-    if e.gates.lost_vote(group) != Some(None) {
-        return own.into_iter().collect();
-    }
-    let asks = e
-        .peers
-        .urls
-        .keys()
-        .filter(|id| **id != e.node_id)
-        .map(|node| e.peers.probe(*node, group));
-    let mut out: BTreeSet<u64> = futures_util::future::join_all(asks)
-        .await
-        .into_iter()
-        .filter_map(|p| p.ok()?.leader)
-        .filter(|l| *l != e.node_id)
-        .collect();
-    out.extend(own);
-    out.into_iter().collect()
-}
-
-/// Asks `leader` for a fresh barrier; a wiped replica records the leader's vote as its floor
-/// first. Opens the gate once the replica applied the barrier. Returns whether it opened.
-async fn barrier_opens(e: &RaftEngine, raft: &GroupRaft, group: u32, leader: u64) -> bool {
-    let confirmed = match e.peers.barrier(leader, group).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(why)) => {
-            tracing::debug!(group, leader, %why, "no recovery barrier");
-            return false;
-        }
-        Err(err) => {
-            tracing::debug!(group, leader, error = %err, "no recovery barrier");
-            return false;
-        }
-    };
-    e.gates.progressed(group);
-    if e.gates.lost_vote(group) == Some(None) {
-        match e.gates.set_floor(group, confirmed.vote) {
-            Ok(true) => tracing::info!(
-                group,
-                leader,
-                floor = %confirmed.vote,
-                barrier = confirmed.index,
-                "vote floor recorded: the leader confirmed a fresh barrier with a quorum of the other voters; replication from it is accepted"
-            ),
-            Ok(false) => {}
-            Err(err) => {
-                tracing::error!(group, error = %err, "cannot record the vote floor: replication stays refused");
-                return false;
-            }
-        }
-    }
-    let applied = match confirmed.index {
-        None => true,
-        Some(i) => raft
-            .wait(Some(APPLY_WAIT))
-            .applied_index_at_least(Some(i), "recovery barrier")
-            .await
-            .is_ok(),
-    };
-    if !applied {
-        return false;
-    }
-    // The floor's record goes with the gate: before that, the replica's own Raft vote must
-    // hold it, so openraft keeps refusing the leaders the floor refused.
-    if let Some(Some(floor)) = e.gates.lost_vote(group)
-        && !e.log_view(group).vote.is_some_and(|v| floor.admits(&v))
-    {
-        tracing::debug!(group, %floor, "the replica's vote does not hold its vote floor yet");
-        return false;
-    }
-    match e.gates.open(group) {
-        Ok(_) => {
-            raft.runtime_config().elect(true);
-            tracing::info!(
-                group,
-                leader,
-                barrier = confirmed.index,
-                "recovery gate opened: applied the leader's barrier"
-            );
-            true
-        }
-        Err(err) => {
-            tracing::error!(group, error = %err, "cannot record an open recovery gate");
-            false
-        }
-    }
-}
-
-/// What `accept-unsynced-loss` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accepted {
-    GateOpened,
-    AlreadyOpen,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AcceptError {
-    #[error("this node does not host group {0}")]
-    NoGroup(u32),
-    #[error(
-        "the replica of group {0} lost its vote and has not established a durable vote floor: restore connectivity to an intact quorum so the group's leader can confirm a fresh barrier; accepting unsynced data loss cannot authorize a replica to acknowledge an unknown leader"
-    )]
-    LostVote(u32),
-    #[error(
-        "the recovery gate of group {0} is closed but not stalled: it may still open through a leader's barrier without losing anything; wait for recovery_stalled"
-    )]
-    NotStalled(u32),
-    #[error(
-        "group {group} moved since it was observed: it now has last_log_index {last_log_index:?} and current_term {current_term}; read /__ursula/metrics again and decide again"
-    )]
-    Moved {
-        group: u32,
-        last_log_index: Option<u64>,
-        current_term: u64,
-    },
-    #[error("cannot record the open gate: {0}")]
-    Persist(#[from] files::FilesError),
-}
-
-impl RaftEngine {
-    /// Opens a stalled gate on an operator's word that the unsynced tail is gone, if the
-    /// replica still holds the log the operator saw.
-    /// Answers what it did and the log it found: once open the group may elect this replica
-    /// and its log moves on at once.
-    pub fn accept_unsynced_loss(
-        &self,
-        group: u32,
-        expected_last_log_index: Option<u64>,
-        expected_current_term: u64,
-    ) -> Result<(Accepted, super::GroupView), AcceptError> {
-        let raft = self.raft(group).ok_or(AcceptError::NoGroup(group))?;
-        let view = self.group_view(group).ok_or(AcceptError::NoGroup(group))?;
-        let status = self.gates.status(group);
-        if status == GateStatus::Open {
-            return Ok((Accepted::AlreadyOpen, view));
-        }
-        // Opening clears the floor's record, so the replica's own vote must hold it by then.
-        if let Some(floor) = self.gates.lost_vote(group)
-            && !floor.is_some_and(|f| self.log_view(group).vote.is_some_and(|v| f.admits(&v)))
-        {
-            return Err(AcceptError::LostVote(group));
-        }
-        if status == GateStatus::Gated {
-            return Err(AcceptError::NotStalled(group));
-        }
-        if (view.last_log_index, view.current_term)
-            != (expected_last_log_index, expected_current_term)
-        {
-            return Err(AcceptError::Moved {
-                group,
-                last_log_index: view.last_log_index,
-                current_term: view.current_term,
-            });
-        }
-        if !self.gates.open(group)? {
-            return Ok((Accepted::AlreadyOpen, view));
-        }
-        raft.runtime_config().elect(true);
-        tracing::warn!(
-            group,
-            last_log_index = ?view.last_log_index,
-            current_term = view.current_term,
-            "recovery gate opened by accept-unsynced-loss"
-        );
-        Ok((Accepted::GateOpened, view))
-    }
 }
 
 #[cfg(test)]

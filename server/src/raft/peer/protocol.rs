@@ -1,4 +1,4 @@
-//! Raft protocol 3 between peers (the format epoch, see [`super::files::FORMAT_EPOCH`]): the
+//! Raft protocol 3 between peers (the format epoch, [`ursula_protocol::format`]): the
 //! startup probe that refuses a peer speaking another protocol before this node writes its WAL
 //! markers, the header every peer RPC and its answer carry, and the mismatch that makes the
 //! node unready (`format_epoch_mismatch`) until it restarts.
@@ -15,12 +15,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::files::FORMAT_EPOCH;
+use ursula_protocol::headers as h;
 
 /// The Raft protocol this build speaks: the format epoch.
-pub const PROTOCOL: u32 = FORMAT_EPOCH;
-/// Carried by every peer RPC and every answer to one.
-pub const HEADER: &str = "x-ursula-raft-protocol";
+pub const PROTOCOL: u32 = ursula_protocol::format::RAFT_PROTOCOL;
 /// `GET` answers `{"raft_protocol": 3}`: what the startup probe asks.
 pub const PATH: &str = "/__ursula/raft-protocol";
 
@@ -91,7 +89,7 @@ enum Answer {
 
 async fn ask(client: &Client<HttpConnector, Empty<Bytes>>, base: &str) -> Answer {
     let request = match hyper::Request::get(format!("{base}{PATH}"))
-        .header(HEADER, PROTOCOL)
+        .header(h::RAFT_PROTOCOL, PROTOCOL)
         .body(Empty::new())
     {
         Ok(r) => r,

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use super::floor::Floor;
 
 /// The on-disk format this build reads and writes.
-pub const FORMAT_EPOCH: u32 = 3;
+pub use ursula_protocol::format::FORMAT_EPOCH;
 
 const EPOCH_FILE: &str = "FORMAT_EPOCH";
 const TOPOLOGY_FILE: &str = "topology.bin";

@@ -24,44 +24,21 @@
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 use std::sync::Weak;
 use std::time::Duration;
 
 use openraft::BasicNode;
 
-use super::RaftEngine;
-use super::gate;
+use super::watch;
+use crate::raft::peer::wire::Probe;
+use crate::raft::replicas::Replicas;
 
 /// How often the groups still empty everywhere are probed again.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// The groups whose replica holds nothing and whose first probe round is not done: they vote
-/// for no candidate past index 0 yet.
-#[derive(Debug, Default)]
-pub struct VoteHold(Mutex<BTreeSet<u32>>);
-
-impl VoteHold {
-    pub fn new(groups: &BTreeSet<u32>) -> VoteHold {
-        VoteHold(Mutex::new(groups.clone()))
-    }
-
-    pub fn holds(&self, group: u32) -> bool {
-        self.lock().contains(&group)
-    }
-
-    fn release(&self, group: u32) {
-        self.lock().remove(&group);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<u32>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// Probes the other voters about `pending` (the groups this replica held nothing of at start)
 /// until each is initialized, found to exist elsewhere, or replicated here.
-pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
+pub async fn run(engine: Weak<Replicas>, mut pending: BTreeSet<u32>) {
     let mut told_waiting = BTreeSet::new();
     // Groups another voter holds: never initialized here, whatever later answers say.
     let mut exists = BTreeSet::new();
@@ -100,7 +77,7 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
             })
         });
         // Every pending group is decided this round, even with nobody to ask (one voter).
-        let mut answers: BTreeMap<u32, Vec<Option<super::network::Probe>>> =
+        let mut answers: BTreeMap<u32, Vec<Option<Probe>>> =
             pending.iter().map(|g| (*g, Vec::new())).collect();
         for (g, a) in futures_util::future::join_all(asks).await {
             answers.entry(g).or_default().push(a);
@@ -175,13 +152,13 @@ pub(super) async fn run(engine: Weak<RaftEngine>, mut pending: BTreeSet<u32>) {
 
 /// Whether a voter's log shows that the group had a leader: entries past the initial
 /// membership at index 0.
-fn past_bootstrap(p: &super::network::Probe) -> bool {
+fn past_bootstrap(p: &Probe) -> bool {
     p.last_log_index.is_some_and(|i| i >= 1)
 }
 
 /// Closes the gate of a group this replica lost while another voter holds it, and marks that
 /// the replica lost its vote with it.
-fn gate_lost_replica(e: &RaftEngine, engine: &Weak<RaftEngine>, group: u32) {
+fn gate_lost_replica(e: &Replicas, engine: &Weak<Replicas>, group: u32) {
     let Some(raft) = e.raft(group) else {
         return;
     };
@@ -197,6 +174,6 @@ fn gate_lost_replica(e: &RaftEngine, engine: &Weak<RaftEngine>, group: u32) {
         Err(err) => tracing::error!(group, error = %err, "cannot record a closed recovery gate"),
     }
     if !was_closed {
-        e.spawn_on_core(group, gate::watch(engine.clone(), group));
+        e.spawn_on_core(group, watch::watch(engine.clone(), group));
     }
 }

@@ -200,7 +200,7 @@ pub fn encode(seq: u64, kind: u8, group: u32, payload: &[u8]) -> Vec<u8> {
 pub type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
 /// A write for the journal thread.
-pub struct Write_ {
+pub struct Append {
     pub kind: u8,
     pub group: u32,
     pub payload: Vec<u8>,
@@ -219,7 +219,7 @@ pub struct Journal {
 
 struct Shared {
     writer: std::sync::Mutex<Writer>,
-    tx: mpsc::Sender<Write_>,
+    tx: mpsc::Sender<Append>,
     fsync_always: bool,
 }
 
@@ -243,9 +243,18 @@ pub struct Options {
     pub on_fatal: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
-/// What the journal restates at the start of a segment so that older segments are needed
-/// only for their entries: each group's latest vote, purge point and commit point.
-pub type Restate = Vec<(u8, u32, Vec<u8>)>;
+/// A record the journal restates at the start of a segment so that older segments are needed
+/// only for their entries: each group's latest vote, purge point and commit point. A purge
+/// record carries the index it purged up to, so the journal knows it without decoding it.
+#[derive(Debug)]
+pub struct Restated {
+    pub kind: u8,
+    pub group: u32,
+    pub payload: Vec<u8>,
+    pub purged_to: Option<u64>,
+}
+
+pub type Restate = Vec<Restated>;
 
 /// A segment and the highest entry index of each group it holds.
 #[derive(Debug)]
@@ -278,7 +287,7 @@ impl Writer {
         buf.extend_from_slice(&encode(self.seq, kind, group, payload));
     }
 
-    fn note(&mut self, w: &Write_) {
+    fn note(&mut self, w: &Append) {
         match w.kind {
             KIND_ENTRIES => {
                 if let Some(i) = w.index {
@@ -351,7 +360,7 @@ impl Writer {
     /// Writes `batch` as one write (and one fsync when the policy or a record asks for it).
     /// A journal that cannot write must not acknowledge anything, and nothing is retried: the
     /// process stops and the next start keeps the verified prefix.
-    fn write_batch<'a>(&mut self, batch: impl IntoIterator<Item = &'a Write_>) {
+    fn write_batch<'a>(&mut self, batch: impl IntoIterator<Item = &'a Append>) {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let mut sync = self.opts.fsync_always;
@@ -392,7 +401,7 @@ impl Writer {
     }
 }
 
-fn run_sync_thread(shared: std::sync::Arc<Shared>, rx: mpsc::Receiver<Write_>) {
+fn run_sync_thread(shared: std::sync::Arc<Shared>, rx: mpsc::Receiver<Append>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {
@@ -461,14 +470,12 @@ impl Journal {
             buf: Vec::with_capacity(1 << 16),
         };
         let mut buf = Vec::new();
-        for (kind, group, payload) in restate {
-            if kind == KIND_PURGE
-                && let Ok(upto) = rmp_serde::from_slice::<openraft::LogId<u64>>(&payload)
-            {
-                w.purged.insert(group, upto.index);
+        for r in restate {
+            if let Some(upto) = r.purged_to {
+                w.purged.insert(r.group, upto);
             }
-            w.state.insert((group, kind), payload.clone());
-            w.frame(kind, group, &payload, &mut buf);
+            w.state.insert((r.group, r.kind), r.payload.clone());
+            w.frame(r.kind, r.group, &r.payload, &mut buf);
         }
         w.file
             .write_all(&buf)
@@ -476,7 +483,7 @@ impl Journal {
             .map_err(io(&path))?;
         w.size = buf.len() as u64;
         w.reclaim();
-        let (tx, rx) = mpsc::channel::<Write_>();
+        let (tx, rx) = mpsc::channel::<Append>();
         let fsync_always = w.opts.fsync_always;
         let shared = std::sync::Arc::new(Shared {
             writer: std::sync::Mutex::new(w),
@@ -493,7 +500,7 @@ impl Journal {
 
     /// Writes `w`, completing its callback once the fsync policy is met: at once for an
     /// ordinary write under `never`, after the sync thread's fsync otherwise.
-    pub fn write(&self, mut w: Write_) -> Result<(), Write_> {
+    pub fn write(&self, mut w: Append) -> Result<(), Append> {
         let sh = &self.shared;
         if sh.fsync_always {
             return sh.tx.send(w).map_err(|e| e.0);
@@ -521,7 +528,7 @@ impl Journal {
     /// shutdown, after which the run may be recorded as clean.
     pub async fn sync(&self) -> std::io::Result<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let w = Write_ {
+        let w = Append {
             kind: KIND_SYNC,
             group: 0,
             payload: Vec::new(),
@@ -551,7 +558,7 @@ mod tests {
 
     fn write_and_wait(j: &Journal, kind: u8, group: u32, payload: Vec<u8>, index: Option<u64>) {
         let (tx, rx) = mpsc::channel();
-        let w = Write_ {
+        let w = Append {
             kind,
             group,
             payload,

@@ -16,7 +16,9 @@ use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
-use super::network::PeerError;
+use super::wire::Answer;
+use super::wire::Item;
+use super::wire::PeerError;
 
 /// Requests a lane keeps in flight at once; RPCs queue behind them and go out together.
 const IN_FLIGHT: usize = 2;
@@ -25,22 +27,6 @@ const MAX_RPCS: usize = 256;
 const MAX_BYTES: usize = 4 << 20;
 /// How long a batch may take; each RPC also waits only as long as its own deadline.
 const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One RPC in a batch request: its group and its MessagePack body.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct Item {
-    pub group: u32,
-    #[serde(with = "serde_bytes")]
-    pub body: Vec<u8>,
-}
-
-/// One answer in a batch response, in request order.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct Answer {
-    pub status: u16,
-    #[serde(with = "serde_bytes")]
-    pub body: Vec<u8>,
-}
 
 struct Queued {
     item: Item,

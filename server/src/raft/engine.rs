@@ -1,0 +1,256 @@
+//! `RaftEngine`: the [`GroupEngine`] of a node that runs Raft. Writes go through the group
+//! commit ([`super::batch`]) into the group's log; leadership, readiness and metrics are read
+//! from this node's replicas ([`super::replicas`]); shutdown syncs the journals and records a
+//! clean run.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use ursula_protocol::metrics;
+use ursula_protocol::metrics::NodeMetrics;
+
+use super::batch::Batcher;
+use super::recovery::files::Root;
+use super::replicas::Replicas;
+use super::storage::wal::Journal;
+use crate::admission::GroupCharge;
+use crate::engine::EngineError;
+use crate::engine::GroupEngine;
+use crate::engine::LeaderRoute;
+use crate::engine::NotReady;
+use crate::engine::Pending;
+use crate::runtime::GroupId;
+use crate::stream::Command;
+
+pub struct RaftEngine {
+    node: Arc<Replicas>,
+    batcher: Arc<Batcher>,
+    journals: Vec<Journal>,
+    root: Root,
+    fsync_always: bool,
+    /// A test hook: how long a shutdown stalls before it syncs the journals (the deadline test).
+    shutdown_stall: Option<std::time::Duration>,
+    /// The cores' `journal.lock`s, held until the process ends.
+    _locks: Vec<std::fs::File>,
+}
+
+/// What [`RaftEngine::new`] takes: the parts [`super::start()`] built.
+pub struct EngineParts {
+    pub node: Arc<Replicas>,
+    pub batcher: Arc<Batcher>,
+    pub journals: Vec<Journal>,
+    pub root: Root,
+    pub fsync_always: bool,
+    pub shutdown_stall: Option<std::time::Duration>,
+    pub locks: Vec<std::fs::File>,
+}
+
+impl std::fmt::Debug for RaftEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftEngine")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RaftEngine {
+    pub fn new(p: EngineParts) -> RaftEngine {
+        RaftEngine {
+            node: p.node,
+            batcher: p.batcher,
+            journals: p.journals,
+            root: p.root,
+            fsync_always: p.fsync_always,
+            shutdown_stall: p.shutdown_stall,
+            _locks: p.locks,
+        }
+    }
+}
+
+/// Bytes of a write's body, which bound the size of a batched entry.
+fn body_bytes(cmd: &Command) -> u64 {
+    use crate::stream::Body;
+    let len = |b: &Body| match b {
+        Body::Raw(b) | Body::Json(Ok(b)) => b.len() as u64,
+        Body::Json(Err(_)) => 0,
+    };
+    match cmd {
+        Command::Create(c) => c.body.as_ref().map_or(0, len),
+        Command::Append(a) => len(&a.body),
+        Command::PublishSnapshot(p) => p.body.len() as u64,
+        _ => 0,
+    }
+}
+
+impl GroupEngine for RaftEngine {
+    fn name(&self) -> &'static str {
+        "raft"
+    }
+
+    fn submit(&self, group: GroupId, cmd: Command, charge: Option<GroupCharge>) -> Pending {
+        let node = &self.node;
+        let raft = node.raft(group).cloned();
+        let single = node.peers.urls.is_empty();
+        let bytes = body_bytes(&cmd);
+        let batcher = self.batcher.clone();
+        // A gated group elects no leader here, even on a single node: refused as unavailable
+        // (503), not as the single node's 500, and before anything is proposed.
+        let gated = node.gates.is_closed(group) && !node.is_leader(group);
+        let leader = gated.then(|| node.leader_url(group)).flatten();
+        Box::pin(async move {
+            if gated {
+                return Err(EngineError::NotLeader {
+                    leader,
+                    single: false,
+                });
+            }
+            let raft = raft.ok_or(EngineError::NotLeader {
+                leader: None,
+                single,
+            })?;
+            batcher.submit(raft, group, cmd, bytes, charge).await
+        })
+    }
+
+    fn log_bytes(&self) -> Option<u64> {
+        Some(self.node.log_bytes.bytes())
+    }
+
+    fn leads(&self, group: GroupId) -> bool {
+        self.node.is_leader(group)
+    }
+
+    fn leader_route(&self, group: GroupId) -> LeaderRoute {
+        if self.node.is_leader(group) {
+            return LeaderRoute::Here;
+        }
+        match self.node.leader_url(group) {
+            Some(url) => LeaderRoute::Elsewhere(url),
+            None => LeaderRoute::Unknown,
+        }
+    }
+
+    fn confirm_leadership(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>> {
+        let raft = self.node.raft(group).cloned();
+        Box::pin(async move {
+            let Some(raft) = raft else {
+                return Err(format!("no group {group}"));
+            };
+            raft.ensure_linearizable()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn not_ready(&self) -> Vec<NotReady> {
+        let node = &self.node;
+        let mut out = Vec::new();
+        if node.peers.mismatch.seen() {
+            out.push(NotReady::FormatEpochMismatch);
+        }
+        let stalled = node.gates.stalled();
+        if !stalled.is_empty() {
+            out.push(NotReady::RecoveryStalled(stalled));
+        }
+        if !node.gates.closed().is_empty() {
+            out.push(NotReady::RecoveryGateClosed);
+        }
+        let leaderless: Vec<GroupId> = (0..node.group_count())
+            .filter(|g| node.leader_of(*g).is_none())
+            .collect();
+        if !leaderless.is_empty() {
+            out.push(NotReady::LeaderUnknown(leaderless));
+        }
+        out
+    }
+
+    fn report(&self, out: &mut NodeMetrics) {
+        let node = &self.node;
+        for g in &mut out.groups {
+            if let Some(raft) = node.raft(g.group) {
+                let m = raft.metrics().borrow().clone();
+                g.leader = m.current_leader;
+                g.term = m.current_term;
+                g.applied_index = m.last_applied.map_or(0, |l| l.index);
+            }
+        }
+        out.raft_groups = (0..node.group_count())
+            .filter_map(|id| {
+                let v = node.group_view(id)?;
+                Some(metrics::RaftGroupView {
+                    raft_group_id: id,
+                    node_id: node.node_id,
+                    current_leader: v.current_leader,
+                    current_term: v.current_term,
+                    last_applied_index: v.last_applied_index,
+                    committed_index: v.committed_index,
+                    last_log_index: v.last_log_index,
+                    last_log_term: v.last_log_term,
+                    voter_ids: v.voter_ids,
+                })
+            })
+            .collect();
+        let gated: BTreeMap<String, String> = node
+            .gates
+            .closed()
+            .into_iter()
+            .map(|(g, s)| (g.to_string(), s.as_str().to_owned()))
+            .collect();
+        // A replica that lost its vote: `vote_floor` stays null until the leader's barrier.
+        let wiped = node
+            .gates
+            .wiped()
+            .into_iter()
+            .map(|(g, floor)| {
+                let vote_floor = floor.map(|f| metrics::VoteFloor {
+                    term: f.term,
+                    leader: f.leader,
+                });
+                (g.to_string(), metrics::Wiped { vote_floor })
+            })
+            .collect();
+        out.recovery_gates = metrics::RecoveryGates {
+            gated,
+            stalled: node.gates.stalled(),
+            wiped,
+        };
+        out.raft_log = Some(node.snap_stats.report(&node.log_bytes));
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.stop())
+    }
+}
+
+impl RaftEngine {
+    /// Stops every group, syncs every journal and records a clean run, so the next start
+    /// knows nothing unsynced was lost.
+    async fn stop(&self) {
+        self.node.stop();
+        // Drained: a node on its way out must not win an election it could not serve.
+        for r in self.node.rafts() {
+            r.runtime_config().elect(false);
+        }
+        if let Some(stall) = self.shutdown_stall {
+            tokio::time::sleep(stall).await;
+        }
+        for r in self.node.rafts() {
+            let _ = r.shutdown().await;
+        }
+        let mut synced = true;
+        for (core, j) in self.journals.iter().enumerate() {
+            if let Err(e) = j.sync().await {
+                tracing::error!(core, error = %e, "cannot sync a journal: the run is not recorded as clean");
+                synced = false;
+            }
+        }
+        if synced {
+            match self.root.record_clean(self.fsync_always) {
+                Ok(()) => tracing::info!("journals synced, clean shutdown recorded"),
+                Err(e) => tracing::error!(error = %e, "cannot record a clean shutdown"),
+            }
+        }
+    }
+}

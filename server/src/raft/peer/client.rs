@@ -1,0 +1,342 @@
+//! The sending side of peer traffic: every group's Raft RPCs travel as MessagePack over one
+//! keep-alive HTTP connection pool per node, tagged with the group in the path
+//! (`POST /__ursula/raft-rpc/{group}/{kind}`, [`super::wire::RpcKind`]); `append` RPCs share
+//! a lane per peer ([`super::lanes`]). openraft's network traits are implemented here.
+//!
+//! A replica that refuses an RPC (see [`crate::raft::recovery::floor`]) answers `503`, which
+//! the sender maps to openraft's `Unreachable`: the leader backs off and retries, as for a node
+//! that is down.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use openraft::BasicNode;
+use openraft::error::InstallSnapshotError;
+use openraft::error::NetworkError;
+use openraft::error::RPCError;
+use openraft::error::RaftError;
+use openraft::error::Unreachable;
+use openraft::network::RPCOption;
+use openraft::network::RaftNetwork;
+use openraft::network::RaftNetworkFactory;
+use openraft::raft::AppendEntriesRequest;
+use openraft::raft::AppendEntriesResponse;
+use openraft::raft::InstallSnapshotRequest;
+use openraft::raft::InstallSnapshotResponse;
+use openraft::raft::VoteRequest;
+use openraft::raft::VoteResponse;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use ursula_protocol::headers as h;
+
+use super::lanes::Lane;
+use super::lanes::SendFn;
+use super::protocol;
+use super::wire::BATCH_PATH;
+use super::wire::Barrier;
+use super::wire::PeerError;
+use super::wire::Probe;
+use super::wire::RPC_PREFIX;
+use super::wire::RpcKind;
+use crate::raft::TypeConfig;
+
+/// Shared by every group's network factory.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    client: Client<HttpConnector, Full<Bytes>>,
+    /// This node's id, sent with every RPC.
+    me: u64,
+    /// Set once an RPC met a peer of another Raft protocol, either way.
+    pub mismatch: Arc<protocol::Mismatch>,
+    /// When each misdirected sender/addressee pair was last logged.
+    warned: Arc<std::sync::Mutex<BTreeMap<(String, String), std::time::Instant>>>,
+    /// node id -> base URL.
+    pub urls: Arc<BTreeMap<u64, String>>,
+    /// node id -> the lane its `append` RPCs share ([`super::lanes`]).
+    lanes: Arc<BTreeMap<u64, Lane>>,
+}
+
+/// POSTs `body` from node `me` to node `target` at `url` and returns the answer's body; `503`
+/// and `421` read as unreachable.
+async fn post(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    (me, target): (u64, u64),
+    mismatch: &protocol::Mismatch,
+    url: String,
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<Bytes, PeerError> {
+    let request = hyper::Request::post(url)
+        .header("content-type", "application/msgpack")
+        .header(h::RAFT_PROTOCOL, protocol::PROTOCOL)
+        // The sender and the addressee: a node refuses an RPC addressed to another node or
+        // sent by itself or a node it does not know (`421`), so a `[[raft.peers]]` URL that
+        // reaches the wrong process cannot have one node's answer counted as another's.
+        .header(h::RAFT_FROM, me)
+        .header(h::RAFT_TO, target)
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| PeerError::Network(e.to_string()))?;
+    let late = || PeerError::Unreachable(format!("node {target} did not answer in time"));
+    let resp = tokio::time::timeout(timeout, client.request(request))
+        .await
+        .map_err(|_| late())?
+        .map_err(|e| PeerError::Unreachable(e.to_string()))?;
+    let status = resp.status();
+    let spoken = resp
+        .headers()
+        .get(h::RAFT_PROTOCOL)
+        .map(|v| v.to_str().unwrap_or("?"));
+    if let Err(why) = protocol::check(spoken) {
+        let why = format!("node {target}: {why}");
+        mismatch.record(&why);
+        return Err(PeerError::Network(why));
+    }
+    let body = tokio::time::timeout(timeout, resp.into_body().collect())
+        .await
+        .map_err(|_| late())?
+        .map_err(|e| PeerError::Network(e.to_string()))?
+        .to_bytes();
+    if status.is_success() {
+        return Ok(body);
+    }
+    let why = format!(
+        "node {target} answered {status}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    // A refusal is temporary, like a node that is down: openraft backs off and retries. So is
+    // a misdirected RPC, until the operator mends the peer list.
+    Err(
+        if status == hyper::StatusCode::SERVICE_UNAVAILABLE
+            || status == hyper::StatusCode::MISDIRECTED_REQUEST
+        {
+            PeerError::Unreachable(why)
+        } else {
+            PeerError::Network(why)
+        },
+    )
+}
+
+impl Peers {
+    pub fn new(urls: BTreeMap<u64, String>, me: u64) -> Peers {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(2)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        let mismatch = Arc::new(protocol::Mismatch::default());
+        let lanes = urls
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .map(|(id, base)| {
+                let (client, url, target) = (client.clone(), format!("{base}{BATCH_PATH}"), *id);
+                let mismatch = mismatch.clone();
+                let send: SendFn = Arc::new(move |body| {
+                    let (client, url, mismatch) = (client.clone(), url.clone(), mismatch.clone());
+                    Box::pin(async move {
+                        post(&client, (me, target), &mismatch, url, body, LANE_TIMEOUT).await
+                    })
+                });
+                (*id, Lane::start(*id, send))
+            })
+            .collect();
+        Peers {
+            client,
+            me,
+            mismatch,
+            warned: Arc::default(),
+            urls: Arc::new(urls),
+            lanes: Arc::new(lanes),
+        }
+    }
+
+    /// Logs a misdirected RPC, each sender/addressee pair at most once a minute.
+    pub fn warn_misdirected(&self, from: Option<&str>, to: Option<&str>, why: &str) {
+        let key = (from.unwrap_or("").to_owned(), to.unwrap_or("").to_owned());
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        let due = warned
+            .get(&key)
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
+        if due {
+            warned.insert(key, std::time::Instant::now());
+            tracing::warn!(from, to, "misdirected Raft RPC refused: {why}");
+        }
+    }
+
+    /// Sends one RPC and returns the peer's answer bytes.
+    async fn exchange(
+        &self,
+        target: u64,
+        group: u32,
+        kind: RpcKind,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Bytes, PeerError> {
+        if kind == RpcKind::Append
+            && let Some(lane) = self.lanes.get(&target)
+        {
+            return lane.append(target, group, body, timeout).await;
+        }
+        let base = self
+            .urls
+            .get(&target)
+            .ok_or_else(|| PeerError::Unreachable(format!("no URL for node {target}")))?;
+        let url = format!("{base}{RPC_PREFIX}/{group}/{}", kind.as_str());
+        post(
+            &self.client,
+            (self.me, target),
+            &self.mismatch,
+            url,
+            body,
+            timeout,
+        )
+        .await
+    }
+
+    /// One of Ursula's own RPCs: MessagePack both ways.
+    async fn ask<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        target: u64,
+        group: u32,
+        kind: RpcKind,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        let body = rmp_serde::to_vec(req).map_err(|e| PeerError::Network(e.to_string()))?;
+        let bytes = self.exchange(target, group, kind, body, timeout).await?;
+        rmp_serde::from_slice(&bytes).map_err(|e| PeerError::Network(e.to_string()))
+    }
+
+    async fn call<
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    >(
+        &self,
+        target: u64,
+        group: u32,
+        kind: RpcKind,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>> {
+        let result: Result<Resp, RaftError<u64, E>> = self
+            .ask(target, group, kind, req, timeout)
+            .await
+            .map_err(|e| match e {
+                PeerError::Unreachable(m) => {
+                    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(m)))
+                }
+                PeerError::Network(m) => {
+                    RPCError::Network(NetworkError::new(&std::io::Error::other(m)))
+                }
+            })?;
+        result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(target, e)))
+    }
+
+    /// Asks `leader` for a fresh ReadIndex barrier of `group`: the index a replica must apply
+    /// to hold every write the group committed before the call, and the vote it was confirmed
+    /// under.
+    pub async fn barrier(&self, leader: u64, group: u32) -> Result<Barrier, PeerError> {
+        self.ask(leader, group, RpcKind::Barrier, &(), RPC_TIMEOUT)
+            .await
+    }
+
+    /// Asks `node` whether it holds anything of `group` and whom it sees leading it.
+    pub async fn probe(&self, node: u64, group: u32) -> Result<Probe, PeerError> {
+        self.ask(node, group, RpcKind::Probe, &(), RPC_TIMEOUT)
+            .await
+    }
+}
+
+/// How long a batch of appends may take on the wire; each RPC keeps its own deadline too.
+const LANE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long Ursula's own RPCs wait for a peer; a barrier needs a heartbeat round of the leader.
+const RPC_TIMEOUT: Duration = Duration::from_secs(4);
+/// The leader gives up on a barrier before the asker gives up on the answer.
+pub const BARRIER_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone)]
+pub struct Factory {
+    pub peers: Peers,
+    pub group: u32,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Factory {
+    type Network = Connection;
+
+    async fn new_client(&mut self, target: u64, _node: &BasicNode) -> Connection {
+        Connection {
+            peers: self.peers.clone(),
+            group: self.group,
+            target,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Connection {
+    peers: Peers,
+    group: u32,
+    target: u64,
+}
+
+impl RaftNetwork<TypeConfig> for Connection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.peers
+            .call(
+                self.target,
+                self.group,
+                RpcKind::Append,
+                &rpc,
+                option.hard_ttl(),
+            )
+            .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<u64>,
+        RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
+    > {
+        self.peers
+            .call(
+                self.target,
+                self.group,
+                RpcKind::Snapshot,
+                &rpc,
+                option.hard_ttl(),
+            )
+            .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.peers
+            .call(
+                self.target,
+                self.group,
+                RpcKind::Vote,
+                &rpc,
+                option.hard_ttl(),
+            )
+            .await
+    }
+}

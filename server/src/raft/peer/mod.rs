@@ -1,0 +1,13 @@
+//! Peer traffic between the nodes of a cluster.
+//!
+//! - [`wire`]: RPC kinds and paths, the batch envelope, answers, exchange errors.
+//! - [`protocol`]: Raft protocol 3: the startup probe, the header check, the mismatch flag.
+//! - [`lanes`]: every group's `append` RPCs to one peer batched into one request.
+//! - [`client`]: sending RPCs (openraft's network traits, Ursula's `barrier` and `probe`).
+//! - [`server`]: admitting and answering a peer's RPCs.
+
+pub mod client;
+pub mod lanes;
+pub mod protocol;
+pub mod server;
+pub mod wire;

@@ -1,0 +1,197 @@
+//! The receiving side of peer traffic: which RPCs a node takes (protocol, sender, addressee),
+//! and each RPC answered with this node's replica of the group, a gated or wiped replica
+//! refusing what it must ([`crate::raft::recovery`]).
+
+use openraft::error::RaftError;
+use openraft::raft::AppendEntriesRequest;
+use openraft::raft::InstallSnapshotRequest;
+use openraft::raft::VoteRequest;
+use openraft::raft::VoteResponse;
+use ursula_protocol::headers as h;
+
+use super::client::BARRIER_TIMEOUT;
+use super::protocol;
+use super::wire::Answer;
+use super::wire::Barrier;
+use super::wire::Confirmed;
+use super::wire::Item;
+use super::wire::Probe;
+use super::wire::RpcKind;
+use crate::raft::GroupRaft;
+use crate::raft::TypeConfig;
+use crate::raft::recovery::floor::Floor;
+use crate::raft::recovery::floor::Refused;
+use crate::raft::recovery::floor::Rpc;
+use crate::raft::replicas::Replicas;
+
+/// Why [`serve`] answers no Raft reply.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The request is not one this node can read (`400`).
+    #[error("{0}")]
+    Invalid(String),
+    /// This replica refuses the RPC for now (`503`): the sender treats it as unavailable.
+    #[error(transparent)]
+    Refused(#[from] Refused),
+}
+
+/// Whether this node takes a peer RPC with these headers, before reading its body: `409` for
+/// another Raft protocol (recorded as a mismatch), `421` when it names another node as its
+/// addressee, or this node or a node outside `[[raft.peers]]` as its sender (a peer URL that
+/// reaches the wrong process; each pair logged at most once a minute). An RPC without the
+/// headers (an older build) passes.
+pub fn admit(
+    node: &Replicas,
+    headers: &hyper::HeaderMap,
+) -> Result<(), (hyper::StatusCode, String)> {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(why) = protocol::check(header(h::RAFT_PROTOCOL)) {
+        node.peers.mismatch.record(&why);
+        return Err((hyper::StatusCode::CONFLICT, why));
+    }
+    let (from, to) = (header(h::RAFT_FROM), header(h::RAFT_TO));
+    let me = node.node_id;
+    let id = |v: Option<&str>| v.map(|s| s.trim().parse::<u64>().map_err(|_| s.to_owned()));
+    let why = match (id(from), id(to)) {
+        (_, Some(Err(bad))) | (Some(Err(bad)), _) => format!("unreadable node id {bad:?}"),
+        (_, Some(Ok(to))) if to != me => format!(
+            "this RPC is addressed to node {to}, but this is node {me}: the sender's [[raft.peers]] URL for node {to} reaches node {me}"
+        ),
+        (Some(Ok(from)), _) if from == me || !node.peers.urls.contains_key(&from) => format!(
+            "this RPC comes from node {from}, which is this node or not one of its [[raft.peers]]: another cluster's node, or a peer list that differs between nodes"
+        ),
+        _ => return Ok(()),
+    };
+    node.peers.warn_misdirected(from, to, &why);
+    Err((hyper::StatusCode::MISDIRECTED_REQUEST, why))
+}
+
+/// Answers a peer's RPC for `group` with this node's Raft.
+pub async fn serve(
+    node: &Replicas,
+    group: u32,
+    kind: RpcKind,
+    body: &[u8],
+) -> Result<Vec<u8>, ServeError> {
+    let raft = node
+        .raft(group)
+        .ok_or_else(|| ServeError::Invalid(format!("no group {group}")))?;
+    let invalid = |e: rmp_serde::decode::Error| ServeError::Invalid(e.to_string());
+    let refuse = |rpc: Rpc<'_>| match node.gates.refusal(group, rpc) {
+        Some(why) => {
+            tracing::debug!(group, kind = kind.as_str(), %why, "Raft RPC refused");
+            Err(ServeError::Refused(why))
+        }
+        None => Ok(()),
+    };
+    let out = match kind {
+        RpcKind::Append => {
+            let req: AppendEntriesRequest<TypeConfig> =
+                rmp_serde::from_slice(body).map_err(invalid)?;
+            refuse(Rpc::Replicate(&req.vote))?;
+            rmp_serde::to_vec(&raft.append_entries(req).await)
+        }
+        RpcKind::Vote => {
+            let req: VoteRequest<u64> = rmp_serde::from_slice(body).map_err(invalid)?;
+            refuse(Rpc::Vote)?;
+            // A candidate past the initial membership (index 0) is no fresh install's first
+            // election: a replica holding nothing waits for its first probe round to tell
+            // whether it was wiped before it votes for one.
+            let held = node.vote_hold.holds(group) && req.last_log_id.is_some_and(|l| l.index >= 1);
+            if node.gates.is_closed(group) || held {
+                // A gated replica may have lost the entries that make a candidate's log look
+                // up to date: its vote could elect a leader without them.
+                let view = node.log_view(group);
+                let refused: Result<VoteResponse<u64>, RaftError<u64>> = Ok(VoteResponse {
+                    vote: view.vote.unwrap_or_default(),
+                    vote_granted: false,
+                    last_log_id: view.last,
+                });
+                tracing::debug!(group, candidate = %req.vote, "vote refused: recovery gate closed or first probe round pending");
+                rmp_serde::to_vec(&refused)
+            } else {
+                rmp_serde::to_vec(&raft.vote(req).await)
+            }
+        }
+        RpcKind::Barrier => {
+            let answer: Barrier = if node.gates.is_closed(group) {
+                Err(format!(
+                    "node {}'s own recovery gate is closed",
+                    node.node_id
+                ))
+            } else {
+                confirm_barrier(node.node_id, raft).await
+            };
+            rmp_serde::to_vec(&answer)
+        }
+        RpcKind::Probe => {
+            let view = node.log_view(group);
+            rmp_serde::to_vec(&Probe {
+                holds: view.holds(),
+                leader: node.leader_of(group),
+                last_log_index: view.last.map(|l| l.index),
+            })
+        }
+        RpcKind::Snapshot => {
+            let req: InstallSnapshotRequest<TypeConfig> =
+                rmp_serde::from_slice(body).map_err(invalid)?;
+            refuse(Rpc::Replicate(&req.vote))?;
+            rmp_serde::to_vec(&raft.install_snapshot(req).await)
+        }
+    };
+    out.map_err(|e| ServeError::Invalid(e.to_string()))
+}
+
+/// Answers a batch of `append` RPCs ([`super::lanes`]), run concurrently, each answered with
+/// the status it would have had alone.
+pub async fn serve_batch(node: &Replicas, body: &[u8]) -> Result<Vec<u8>, ServeError> {
+    let items: Vec<Item> =
+        rmp_serde::from_slice(body).map_err(|e| ServeError::Invalid(e.to_string()))?;
+    let runs = items
+        .iter()
+        .map(|i| serve(node, i.group, RpcKind::Append, &i.body));
+    let answers: Vec<Answer> = futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .map(|r| match r {
+            Ok(body) => Answer { status: 200, body },
+            Err(e) => Answer {
+                status: match e {
+                    ServeError::Invalid(_) => 400,
+                    ServeError::Refused(_) => 503,
+                },
+                body: e.to_string().into_bytes(),
+            },
+        })
+        .collect();
+    rmp_serde::to_vec(&answers).map_err(|e| ServeError::Invalid(e.to_string()))
+}
+
+/// Confirms a fresh ReadIndex barrier as the leader and names the vote it was confirmed
+/// under. openraft's `get_read_log_id` sends a heartbeat round and answers once a quorum
+/// acknowledged it (a replica that refuses the heartbeat does not count), but does not say
+/// under which vote. The core handles requests in order and its vote only grows, so the same
+/// committed vote of this node read before and after the round is the vote the quorum
+/// acknowledged.
+async fn confirm_barrier(node: u64, raft: &GroupRaft) -> Barrier {
+    let vote = || raft.with_raft_state(|st| *st.vote_ref());
+    let before = vote().await.map_err(|e| e.to_string())?;
+    if !before.is_committed() || before.leader_id.node_id != node {
+        return Err(format!("node {node} does not lead the group"));
+    }
+    let index = match tokio::time::timeout(BARRIER_TIMEOUT, raft.get_read_log_id()).await {
+        Ok(Ok((read, _))) => read.map(|l| l.index),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("no quorum confirmed the leadership in time".into()),
+    };
+    let after = vote().await.map_err(|e| e.to_string())?;
+    if after != before {
+        return Err(format!(
+            "node {node}'s vote moved from {before} to {after} during the barrier"
+        ));
+    }
+    Ok(Confirmed {
+        index,
+        vote: Floor::of(&before),
+    })
+}

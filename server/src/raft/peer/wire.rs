@@ -1,0 +1,120 @@
+//! What travels between peers: the RPC kinds and their paths, the batch envelope of `append`
+//! RPCs, Ursula's own RPCs' answers (`barrier`, `probe`), and how an exchange can fail. Bodies
+//! are MessagePack; every request and answer carries the Raft protocol header
+//! ([`super::protocol`]) and every request names its sender and addressee.
+
+use crate::raft::recovery::floor::Floor;
+
+/// The path of one RPC: `POST /__ursula/raft-rpc/{group}/{kind}`.
+pub const RPC_PREFIX: &str = "/__ursula/raft-rpc";
+/// The path of a batch of `append` RPCs of many groups ([`super::lanes`]).
+pub const BATCH_PATH: &str = "/__ursula/raft-rpc-batch";
+
+/// A peer RPC: openraft's three, and two of Ursula's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcKind {
+    /// openraft's AppendEntries (heartbeats included).
+    Append,
+    Vote,
+    /// openraft's InstallSnapshot.
+    Snapshot,
+    /// A gated replica asks the leader for a fresh ReadIndex barrier and the leader's vote.
+    Barrier,
+    /// The bootstrap asks a voter whether it holds the group and sees a leader.
+    Probe,
+}
+
+impl RpcKind {
+    /// The path segment that names the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RpcKind::Append => "append",
+            RpcKind::Vote => "vote",
+            RpcKind::Snapshot => "snapshot",
+            RpcKind::Barrier => "barrier",
+            RpcKind::Probe => "probe",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RpcKind> {
+        [
+            RpcKind::Append,
+            RpcKind::Vote,
+            RpcKind::Snapshot,
+            RpcKind::Barrier,
+            RpcKind::Probe,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// One RPC in a batch request: its group and its MessagePack body.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Item {
+    pub group: u32,
+    #[serde(with = "serde_bytes")]
+    pub body: Vec<u8>,
+}
+
+/// One answer in a batch response, in request order: the status a lone RPC would have had.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Answer {
+    pub status: u16,
+    #[serde(with = "serde_bytes")]
+    pub body: Vec<u8>,
+}
+
+/// Why an exchange with a peer failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PeerError {
+    #[error("peer unreachable: {0}")]
+    Unreachable(String),
+    #[error("peer exchange failed: {0}")]
+    Network(String),
+}
+
+/// A leader's answer to `barrier`, or why it gave none (not the leader, no quorum, its own
+/// gate closed, its vote moved meanwhile).
+pub type Barrier = Result<Confirmed, String>;
+
+/// A barrier a quorum confirmed.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Confirmed {
+    /// The barrier's log index, `None` for an empty log.
+    pub index: Option<u64>,
+    /// The leader's vote a quorum of voters acknowledged for the barrier: a wiped replica's
+    /// vote floor.
+    pub vote: Floor,
+}
+
+/// A voter's answer to `probe`.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Probe {
+    /// It holds a vote, entries or a purge point of the group.
+    pub holds: bool,
+    pub leader: Option<u64>,
+    /// Its last log index (the purge point once every entry is purged). Past `0`, the initial
+    /// membership, the group had a leader. Absent from a node of an older build.
+    #[serde(default)]
+    pub last_log_index: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rpc_kinds_round_trip_through_their_path_segment() {
+        for k in [
+            RpcKind::Append,
+            RpcKind::Vote,
+            RpcKind::Snapshot,
+            RpcKind::Barrier,
+            RpcKind::Probe,
+        ] {
+            assert_eq!(RpcKind::parse(k.as_str()), Some(k));
+        }
+        assert_eq!(RpcKind::parse("install"), None);
+    }
+}

@@ -1,0 +1,163 @@
+//! This node's replicas of its groups: each group's Raft handle and log, the recovery gates,
+//! the peers, and the counters the snapshot driver keeps. What the engine, the background tasks
+//! (gate watchers, bootstrap, snapshot driver) and the peer server share, and nothing of how
+//! writes are proposed or the journals are run.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+
+use super::GroupRaft;
+use super::peer::client::Peers;
+use super::recovery::gates::Gates;
+use super::recovery::vote_hold::VoteHold;
+use super::stats::NodeLog;
+use super::stats::SnapStats;
+use super::storage::log_store::LogStore;
+use super::storage::log_store::LogView;
+use crate::runtime::GroupId;
+use crate::runtime::Runtime;
+
+pub struct Replicas {
+    pub node_id: u64,
+    rafts: Vec<GroupRaft>,
+    /// Each group's log, shared with its Raft: what metrics, probes and refused votes report.
+    logs: Vec<LogStore>,
+    pub peers: Peers,
+    pub gates: Gates,
+    /// Groups this replica held nothing of at start, until their first probe round decided.
+    pub vote_hold: VoteHold,
+    /// The node's unsnapshotted Raft log bytes and the most it held.
+    pub log_bytes: Arc<NodeLog>,
+    /// The snapshot driver's counters and each group's last snapshot size.
+    pub snap_stats: Arc<SnapStats>,
+    stopping: AtomicBool,
+    rt: Runtime,
+}
+
+/// What [`Replicas::new`] takes.
+pub struct Parts {
+    pub node_id: u64,
+    pub rafts: Vec<GroupRaft>,
+    pub logs: Vec<LogStore>,
+    pub peers: Peers,
+    pub gates: Gates,
+    pub vote_hold: VoteHold,
+    pub log_bytes: Arc<NodeLog>,
+    pub snap_stats: Arc<SnapStats>,
+    pub rt: Runtime,
+}
+
+/// A group as this replica sees it.
+#[derive(Debug, Clone)]
+pub struct GroupView {
+    pub current_leader: Option<u64>,
+    pub current_term: u64,
+    pub last_applied_index: Option<u64>,
+    pub committed_index: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub last_log_term: Option<u64>,
+    pub voter_ids: Vec<u64>,
+}
+
+impl std::fmt::Debug for Replicas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replicas")
+            .field("groups", &self.rafts.len())
+            .field("node_id", &self.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replicas {
+    pub fn new(p: Parts) -> Replicas {
+        Replicas {
+            node_id: p.node_id,
+            rafts: p.rafts,
+            logs: p.logs,
+            peers: p.peers,
+            gates: p.gates,
+            vote_hold: p.vote_hold,
+            log_bytes: p.log_bytes,
+            snap_stats: p.snap_stats,
+            stopping: AtomicBool::new(false),
+            rt: p.rt,
+        }
+    }
+
+    pub fn group_count(&self) -> u32 {
+        self.rafts.len() as u32
+    }
+
+    pub fn rafts(&self) -> &[GroupRaft] {
+        &self.rafts
+    }
+
+    pub fn raft(&self, group: GroupId) -> Option<&GroupRaft> {
+        self.rafts.get(group as usize)
+    }
+
+    /// The journal bytes `group`'s log still holds.
+    pub fn log_bytes_of(&self, group: GroupId) -> u64 {
+        self.logs.get(group as usize).map_or(0, LogStore::bytes)
+    }
+
+    /// What `group`'s log holds now.
+    pub fn log_view(&self, group: GroupId) -> LogView {
+        self.logs
+            .get(group as usize)
+            .map(LogStore::view)
+            .unwrap_or_default()
+    }
+
+    pub fn group_view(&self, group: GroupId) -> Option<GroupView> {
+        let m = self.raft(group)?.metrics().borrow().clone();
+        let log = self.log_view(group);
+        Some(GroupView {
+            current_leader: m.current_leader,
+            current_term: m.current_term,
+            last_applied_index: m.last_applied.map(|l| l.index),
+            committed_index: log.committed.map(|l| l.index),
+            last_log_index: log.last.map(|l| l.index),
+            last_log_term: log.last.map(|l| l.leader_id.term),
+            voter_ids: m.membership_config.voter_ids().collect(),
+        })
+    }
+
+    /// The base URL of the group's leader, if known and not this node.
+    pub fn leader_url(&self, group: GroupId) -> Option<String> {
+        let leader = self.leader_of(group)?;
+        (leader != self.node_id)
+            .then(|| self.peers.urls.get(&leader).cloned())
+            .flatten()
+    }
+
+    pub fn leader_of(&self, group: GroupId) -> Option<u64> {
+        self.raft(group)?.metrics().borrow().current_leader
+    }
+
+    pub fn is_leader(&self, group: GroupId) -> bool {
+        self.leader_of(group) == Some(self.node_id)
+    }
+
+    /// Set once the node began to stop: background tasks end.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    /// Runs `task` on `group`'s core, next to the group's Raft.
+    pub fn spawn_on_core(
+        &self,
+        group: GroupId,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        match self.rt.core_handle(self.rt.core_of(group)) {
+            Some(h) => drop(h.spawn(task)),
+            None => drop(tokio::spawn(task)),
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! Starting the Raft engine, in steps with typed results, every refusal before the first write:
+//!
+//! 1. [`inspect`]: the WAL root's checks (format epoch, topology, locks), the previous run,
+//!    the recorded gates and every core's journal, read without changing anything, and the
+//!    gate decision ([`gates::decide`]).
+//! 2. The peers' Raft protocol ([`protocol::probe_peers`]): a node that would join a cluster of
+//!    another release writes nothing.
+//! 3. [`commit`]: the markers, the gate record, the cut journal tails and `running`.
+//! 4. [`open_journals`]: each core's journal, a new segment restating every group's state.
+//! 5. [`spawn_groups`]: each group's Raft on its core; a single node initializes empty groups.
+//! 6. The engine and its background tasks: gate watchers, the snapshot driver, the bootstrap.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openraft::BasicNode;
+use openraft::Config;
+use openraft::Raft;
+
+use super::GroupRaft;
+use super::batch::Batcher;
+use super::engine::EngineParts;
+use super::engine::RaftEngine;
+use super::peer::client::Factory;
+use super::peer::client::Peers;
+use super::peer::protocol;
+use super::recovery::bootstrap;
+use super::recovery::files;
+use super::recovery::files::GateRecord;
+use super::recovery::files::Root;
+use super::recovery::gates;
+use super::recovery::gates::Gates;
+use super::recovery::vote_hold::VoteHold;
+use super::recovery::watch;
+use super::replicas::Parts;
+use super::replicas::Replicas;
+use super::routes;
+use super::snapdrive;
+use super::stats::NodeLog;
+use super::stats::SnapStats;
+use super::storage::log_store::LogData;
+use super::storage::log_store::LogStore;
+use super::storage::state_machine::StateMachine;
+use super::storage::wal;
+use crate::engine::GroupEngine;
+use crate::runtime::Runtime;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Wal(#[from] wal::WalError),
+    #[error(transparent)]
+    Files(#[from] files::FilesError),
+    #[error("journal of core {core}: {message}")]
+    Recover { core: usize, message: String },
+    #[error("group {group}: {message}")]
+    Group { group: u32, message: String },
+    /// A peer answered the startup probe with another Raft protocol.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// How the engine is configured.
+#[derive(Debug, Clone)]
+pub struct RaftOptions {
+    pub node_id: u64,
+    pub dir: PathBuf,
+    pub fsync_always: bool,
+    pub segment_size: u64,
+    /// node id -> URL, this node included; empty for a single node.
+    pub peers: BTreeMap<u64, String>,
+    pub snapshot: snapdrive::Settings,
+    /// A test hook: a shutdown that stalls this long before it syncs its journals.
+    pub shutdown_stall: Option<std::time::Duration>,
+}
+
+/// A started engine and the HTTP routes it serves itself.
+pub struct Started {
+    pub engine: Arc<dyn GroupEngine>,
+    /// Peer RPCs and the protocol probe: the cluster plane.
+    pub peer_routes: axum::Router,
+    /// `accept-unsynced-loss`: for the admin plane.
+    pub admin_routes: axum::Router,
+}
+
+fn raft_config(enable_elect: bool, backstop_logs: u64) -> Result<Arc<Config>, StartError> {
+    let c = Config {
+        enable_elect,
+        heartbeat_interval: 250,
+        election_timeout_min: 1500,
+        election_timeout_max: 3000,
+        // The driver (`snapdrive`) snapshots by log bytes; the entry count is only a backstop.
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(backstop_logs),
+        // Entries kept past a snapshot let a follower a little behind catch up from the log;
+        // they still count against the budget, so a few hundred, not thousands of large ones.
+        max_in_snapshot_log_to_keep: 256,
+        ..Config::default()
+    };
+    c.validate().map(Arc::new).map_err(|e| StartError::Group {
+        group: 0,
+        message: e.to_string(),
+    })
+}
+
+/// What the WAL root and the journals held at start, read without changing anything.
+struct Inspected {
+    has_epoch: bool,
+    has_topology: bool,
+    locks: Vec<std::fs::File>,
+    recorded: Result<BTreeMap<u32, GateRecord>, ()>,
+    logs: Vec<LogData>,
+    scans: Vec<wal::Recovered>,
+    /// The groups to gate, with the reason to log.
+    gated: BTreeMap<u32, &'static str>,
+}
+
+/// Step 1: the root's checks, the journals read, the gate decision.
+fn inspect(rt: &Runtime, root: &Root) -> Result<Inspected, StartError> {
+    let (cores, groups) = (rt.core_count() as u32, rt.group_count());
+    let holds_data = root.holds_data()?;
+    let has_epoch = root.check_epoch(holds_data)?;
+    let has_topology = root.check_topology(holds_data || has_epoch, cores, groups)?;
+    let locks = root.lock_cores(rt.core_count())?;
+    let previous = root.previous_run()?;
+    let recorded = root.read_gates()?;
+    let mut logs: Vec<LogData> = (0..groups).map(|_| LogData::default()).collect();
+    let mut scans = Vec::new();
+    let mut damaged = BTreeSet::new();
+    for core in 0..rt.core_count() {
+        let mut r = wal::scan(&root.core_dir(core))?;
+        let mut by_group = wal::by_group(std::mem::take(&mut r.records));
+        for group in (0..groups).filter(|g| rt.core_of(*g) == core) {
+            let records = by_group.remove(&group).unwrap_or_default();
+            logs[group as usize] = LogData::recover(&records).map_err(|e| StartError::Recover {
+                core,
+                message: e.to_string(),
+            })?;
+            if r.damaged_tail {
+                damaged.insert(group);
+            }
+        }
+        scans.push(r);
+    }
+    let held: BTreeSet<u32> = (0..groups).filter(|g| logs[*g as usize].holds()).collect();
+    let recorded_groups = recorded
+        .as_ref()
+        .ok()
+        .map(|r| r.keys().copied().collect::<BTreeSet<u32>>());
+    let boot_id = files::boot_id();
+    let gated = gates::decide(&gates::Evidence {
+        previous: &previous,
+        boot_id: boot_id.as_deref(),
+        held: &held,
+        damaged: &damaged,
+        recorded: recorded_groups.as_ref(),
+    });
+    Ok(Inspected {
+        has_epoch,
+        has_topology,
+        locks,
+        recorded,
+        logs,
+        scans,
+        gated,
+    })
+}
+
+/// What the start committed to disk.
+struct Committed {
+    logs: Vec<LogData>,
+    gate_records: BTreeMap<u32, GateRecord>,
+}
+
+/// Step 3: every check passed, so the node writes: markers, the gate record, cut tails, and
+/// the run marked `running`.
+fn commit(
+    rt: &Runtime,
+    root: &Root,
+    opts: &RaftOptions,
+    i: Inspected,
+) -> Result<(Committed, Vec<std::fs::File>), StartError> {
+    let (cores, groups) = (rt.core_count() as u32, rt.group_count());
+    root.write_markers(cores, groups, i.has_topology, i.has_epoch)?;
+    std::fs::create_dir_all(&root.snap_dir).map_err(|e| {
+        StartError::Wal(wal::WalError::Io {
+            path: root.snap_dir.clone(),
+            source: e,
+        })
+    })?;
+    // A gate recorded closed keeps what it knew of a lost vote and its floor.
+    let gate_records: BTreeMap<u32, GateRecord> = i
+        .gated
+        .keys()
+        .map(|g| {
+            let r = i.recorded.as_ref().ok().and_then(|r| r.get(g)).copied();
+            (*g, r.unwrap_or_default())
+        })
+        .collect();
+    if i.recorded.as_ref().ok() != Some(&gate_records) {
+        root.write_gates(&gate_records)?;
+    }
+    for (group, why) in &i.gated {
+        let r = gate_records.get(group).copied().unwrap_or_default();
+        let floor = r.floor.map(|f| f.to_string());
+        tracing::warn!(
+            group,
+            reason = why,
+            lost_vote = r.wiped,
+            vote_floor = floor.as_deref(),
+            "recovery gate closed"
+        );
+    }
+    // The damage was recorded as closed gates: now the frames after it can go.
+    for (core, r) in i.scans.iter().enumerate() {
+        if r.damaged_tail {
+            tracing::warn!(
+                core,
+                cut_bytes = r.torn_bytes,
+                "journal tail failed verification and was cut"
+            );
+        } else if r.torn_bytes > 0 {
+            tracing::info!(
+                core,
+                cut_bytes = r.torn_bytes,
+                "an incomplete final journal frame was cut"
+            );
+        }
+        r.cut_tail()?;
+    }
+    root.record_running(opts.fsync_always)?;
+    let mut logs = i.logs;
+    for g in gate_records.keys() {
+        // A replica that led the group must not resume as its leader on start: its log may
+        // lack what it acknowledged. An uncommitted vote keeps the term but makes it campaign
+        // like anyone else, once the gate opens. The new segment restates it.
+        if let Some(v) = logs[*g as usize].vote.as_mut()
+            && v.leader_id.voted_for() == Some(opts.node_id)
+        {
+            v.committed = false;
+        }
+    }
+    Ok((Committed { logs, gate_records }, i.locks))
+}
+
+/// Step 4: each core's journal, opening a new segment that restates its groups' state.
+fn open_journals(
+    rt: &Runtime,
+    root: &Root,
+    opts: &RaftOptions,
+    logs: &[LogData],
+) -> Result<Vec<wal::Journal>, StartError> {
+    let mut journals = Vec::new();
+    for core in 0..rt.core_count() {
+        let mut restate = Vec::new();
+        let mut recovered_max = HashMap::new();
+        for group in (0..rt.group_count()).filter(|g| rt.core_of(*g) == core) {
+            let data = &logs[group as usize];
+            restate.extend(data.restate(group).map_err(|e| StartError::Recover {
+                core,
+                message: e.to_string(),
+            })?);
+            if let Some(last) = data.last_index() {
+                recovered_max.insert(group, last);
+            }
+        }
+        let fatal_root = root.clone();
+        let fsync_always = opts.fsync_always;
+        let wal_opts = wal::Options {
+            fsync_always: opts.fsync_always,
+            segment_size: opts.segment_size,
+            on_fatal: Some(Arc::new(move || {
+                if let Err(e) = fatal_root.record_io_error(fsync_always) {
+                    tracing::error!(error = %e, "cannot record the journal I/O error in run-state.bin");
+                }
+            })),
+        };
+        journals.push(wal::Journal::start(
+            root.core_dir(core),
+            wal_opts,
+            restate,
+            recovered_max,
+        )?);
+    }
+    Ok(journals)
+}
+
+/// The groups started on their cores.
+struct Groups {
+    rafts: Vec<GroupRaft>,
+    stores: Vec<LogStore>,
+    /// Groups this replica held nothing of.
+    fresh: BTreeSet<u32>,
+}
+
+/// What every group's Raft is built with.
+struct GroupParts<'a> {
+    journals: &'a [wal::Journal],
+    gated: &'a BTreeSet<u32>,
+    peers: &'a Peers,
+    log_bytes: &'a Arc<NodeLog>,
+    snap_stats: &'a Arc<SnapStats>,
+}
+
+/// Step 5: each group's Raft, created on its core so its tasks (and its state machine's
+/// calls) run there, next to the group's streams.
+async fn spawn_groups(
+    rt: &Runtime,
+    root: &Root,
+    opts: &RaftOptions,
+    mut logs: Vec<LogData>,
+    parts: GroupParts<'_>,
+) -> Result<Groups, StartError> {
+    let GroupParts {
+        journals,
+        gated,
+        peers,
+        log_bytes,
+        snap_stats,
+    } = parts;
+    let groups = rt.group_count();
+    let backstop = opts.snapshot.backstop_logs;
+    let config = raft_config(true, backstop)?;
+    let gated_config = raft_config(false, backstop)?;
+    let mut out = Groups {
+        rafts: Vec::with_capacity(groups as usize),
+        stores: Vec::with_capacity(groups as usize),
+        fresh: BTreeSet::new(),
+    };
+    for group in 0..groups {
+        let core = rt.core_of(group);
+        let data = std::mem::take(&mut logs[group as usize]);
+        if !data.holds() {
+            out.fresh.insert(group);
+        }
+        let log = LogStore::new(group, journals[core].clone(), data, log_bytes.clone());
+        out.stores.push(log.clone());
+        let net = Factory {
+            peers: peers.clone(),
+            group,
+        };
+        let config = if gated.contains(&group) {
+            gated_config.clone()
+        } else {
+            config.clone()
+        };
+        let (snap_dir, node_id, rt2) = (root.snap_dir.clone(), opts.node_id, rt.clone());
+        let snap_stats = snap_stats.clone();
+        let handle = rt
+            .core_handle(core)
+            .ok_or(StartError::Group {
+                group,
+                message: "no core".into(),
+            })?
+            .clone();
+        let raft = handle
+            .spawn(async move {
+                let sm = StateMachine::open(rt2, group, snap_dir, snap_stats)
+                    .map_err(|e| e.to_string())?;
+                Raft::new(node_id, config, net, log, sm)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| StartError::Group {
+                group,
+                message: e.to_string(),
+            })?
+            .map_err(|message| StartError::Group { group, message })?;
+        // A single node has nobody to ask: an empty group is new.
+        if opts.peers.is_empty() && out.fresh.contains(&group) {
+            let members = BTreeMap::from([(opts.node_id, BasicNode::default())]);
+            if let Err(e) = raft.initialize(members).await {
+                tracing::debug!(group, error = %e, "group already initialized");
+            }
+        }
+        out.rafts.push(raft);
+    }
+    Ok(out)
+}
+
+/// Checks the WAL root, recovers every core's journal, decides the recovery gates and starts
+/// every group on its core. Every refusal comes before the first write.
+pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartError> {
+    let root = Root::new(&opts.dir);
+    let inspected = inspect(rt, &root)?;
+    if !opts.peers.is_empty() {
+        protocol::probe_peers(opts.node_id, &opts.peers)
+            .await
+            .map_err(StartError::Protocol)?;
+    }
+    let (committed, locks) = commit(rt, &root, &opts, inspected)?;
+    let journals = open_journals(rt, &root, &opts, &committed.logs)?;
+    let gated: BTreeSet<u32> = committed.gate_records.keys().copied().collect();
+    let peers = Peers::new(opts.peers.clone(), opts.node_id);
+    let log_bytes = Arc::new(NodeLog::default());
+    let snap_stats = Arc::new(SnapStats::new(rt.group_count()));
+    let parts = GroupParts {
+        journals: &journals,
+        gated: &gated,
+        peers: &peers,
+        log_bytes: &log_bytes,
+        snap_stats: &snap_stats,
+    };
+    let groups = spawn_groups(rt, &root, &opts, committed.logs, parts).await?;
+    let batcher = Batcher::new(groups.rafts.len(), peers.urls.clone());
+    let node = Arc::new(Replicas::new(Parts {
+        node_id: opts.node_id,
+        rafts: groups.rafts,
+        logs: groups.stores,
+        peers,
+        gates: Gates::new(root.clone(), &committed.gate_records),
+        vote_hold: if opts.peers.is_empty() {
+            VoteHold::default()
+        } else {
+            VoteHold::new(&groups.fresh)
+        },
+        log_bytes,
+        snap_stats,
+        rt: rt.clone(),
+    }));
+    for group in &gated {
+        node.spawn_on_core(*group, watch::watch(Arc::downgrade(&node), *group));
+    }
+    if !opts.snapshot.interval.is_zero() {
+        tokio::spawn(snapdrive::run(Arc::downgrade(&node), opts.snapshot));
+    }
+    if !opts.peers.is_empty() && !groups.fresh.is_empty() {
+        tokio::spawn(bootstrap::run(Arc::downgrade(&node), groups.fresh));
+    }
+    let engine = RaftEngine::new(EngineParts {
+        node: node.clone(),
+        batcher,
+        journals,
+        root,
+        fsync_always: opts.fsync_always,
+        shutdown_stall: opts.shutdown_stall,
+        locks,
+    });
+    Ok(Started {
+        engine: Arc::new(engine),
+        peer_routes: routes::peer_router(node.clone()),
+        admin_routes: routes::admin_router(node),
+    })
+}

@@ -1,0 +1,9 @@
+//! Where a group's Raft state lives on disk and in memory.
+//!
+//! - [`wal`]: the per-core journal every group of a core shares (segments, frames, fsync).
+//! - [`log_store`]: a group's Raft log over its core's journal (openraft's `RaftLogStorage`).
+//! - [`state_machine`]: a group's state machine over its streams, and its snapshot files.
+
+pub mod log_store;
+pub mod state_machine;
+pub mod wal;

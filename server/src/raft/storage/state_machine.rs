@@ -1,0 +1,343 @@
+//! A group's state machine: the group's streams, applied from the log on the group's core;
+//! its snapshots captured on the core and encoded and written off it.
+
+// openraft's traits fix the error type, StorageError, which is large.
+#![allow(clippy::result_large_err)]
+
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+
+use openraft::Entry;
+use openraft::EntryPayload;
+use openraft::LogId;
+use openraft::RaftSnapshotBuilder;
+use openraft::Snapshot;
+use openraft::SnapshotMeta;
+use openraft::StorageError;
+use openraft::StorageIOError;
+use openraft::StoredMembership;
+use openraft::storage::RaftStateMachine;
+
+use crate::raft::Outcome;
+use crate::raft::TypeConfig;
+use crate::raft::stats::SnapStats;
+use crate::runtime;
+use crate::stream::GroupState;
+
+type StoreError = StorageError<u64>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A stored snapshot: its meta and the serialized group state, as the snapshot file holds it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StoredSnapshot {
+    pub meta: SnapshotMeta<u64, openraft::BasicNode>,
+    /// The group state: what `InstallSnapshot` ships. One MessagePack binary (serde's default wrote an integer per byte); older files with
+    /// integer arrays still read.
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+}
+
+/// Reads a snapshot file's bytes.
+pub fn read_snapshot_file(bytes: &[u8]) -> Result<StoredSnapshot, rmp_serde::decode::Error> {
+    rmp_serde::from_slice(bytes)
+}
+
+/// Reads a snapshot's group state, as a file or a leader's `InstallSnapshot` carries it.
+pub fn read_group_state(data: &[u8]) -> Result<GroupState, rmp_serde::decode::Error> {
+    rmp_serde::from_slice(data)
+}
+
+/// A snapshot file's bytes.
+pub fn write_snapshot_file(snap: &StoredSnapshot) -> Result<Vec<u8>, rmp_serde::encode::Error> {
+    rmp_serde::to_vec(snap)
+}
+
+/// A group state as a snapshot carries it.
+pub fn write_group_state(state: &GroupState) -> Result<Vec<u8>, rmp_serde::encode::Error> {
+    // Sized up front: growing a buffer of many megabytes by doubling cost more than the
+    // encoding itself.
+    let guess = state.held_bytes() as usize + 1024 * (state.len() + 64);
+    let mut data = Vec::with_capacity(guess);
+    rmp_serde::encode::write(&mut data, state)?;
+    Ok(data)
+}
+
+/// The state machine of one group. Its stream state lives on the group's core; every call
+/// here runs on that core (the group's Raft runs on the core's runtime).
+#[derive(Debug)]
+pub struct StateMachine {
+    group: u32,
+    rt: runtime::Runtime,
+    applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, openraft::BasicNode>,
+    current: Shelf,
+    /// Where the snapshot driver learns each build's size and time.
+    stats: Arc<SnapStats>,
+}
+
+/// A group's newest snapshot and its file, shared by the state machine and the builders that
+/// write it from a blocking thread: writing and syncing a large snapshot on the core stalled
+/// every group of the core for its duration.
+#[derive(Debug, Clone)]
+struct Shelf {
+    path: PathBuf,
+    snap: Arc<Mutex<Option<StoredSnapshot>>>,
+    /// Held while the file is written, so an older snapshot never overwrites a newer one.
+    file: Arc<Mutex<()>>,
+}
+
+impl Shelf {
+    fn get(&self) -> Option<StoredSnapshot> {
+        lock(&self.snap).clone()
+    }
+
+    /// Writes `snap` and makes it current unless a newer one already is. Returns whether it did.
+    fn store(&self, snap: StoredSnapshot) -> Result<bool, StoreError> {
+        let _file = lock(&self.file);
+        let newer = lock(&self.snap)
+            .as_ref()
+            .is_some_and(|c| c.meta.last_log_id > snap.meta.last_log_id);
+        if newer {
+            return Ok(false);
+        }
+        let bytes = write_snapshot_file(&snap).map_err(|e| StorageIOError::write(&e))?;
+        let tmp = self.path.with_extension("tmp");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        *lock(&self.snap) = Some(snap);
+        Ok(true)
+    }
+}
+
+fn on_group<R>(
+    rt: &runtime::Runtime,
+    group: u32,
+    f: impl FnOnce(&mut runtime::Group) -> R,
+) -> Result<R, StoreError> {
+    rt.with_group_now(group, f).ok_or_else(|| {
+        StorageIOError::write_state_machine(&std::io::Error::other("no such group")).into()
+    })
+}
+
+impl StateMachine {
+    /// Loads the group's last snapshot from disk, if any, into the group's state.
+    pub fn open(
+        rt: runtime::Runtime,
+        group: u32,
+        dir: PathBuf,
+        stats: Arc<SnapStats>,
+    ) -> Result<StateMachine, StoreError> {
+        let path = dir.join(format!("group-{group}.snap"));
+        let mut sm = StateMachine {
+            group,
+            rt: rt.clone(),
+            applied: None,
+            membership: StoredMembership::default(),
+            current: Shelf {
+                path,
+                snap: Arc::new(Mutex::new(None)),
+                file: Arc::new(Mutex::new(())),
+            },
+            stats,
+        };
+        match std::fs::read(&sm.current.path) {
+            Ok(bytes) => {
+                let snap = read_snapshot_file(&bytes)
+                    .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+                let state = read_group_state(&snap.data)
+                    .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+                on_group(&rt, group, move |g| g.replace_state(state))?;
+                sm.applied = snap.meta.last_log_id;
+                sm.membership = snap.meta.last_membership.clone();
+                sm.stats.built(group, snap.data.len() as u64, None);
+                *lock(&sm.current.snap) = Some(snap);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageIOError::read_snapshot(None, &e).into()),
+        }
+        Ok(sm)
+    }
+
+    /// Captures the group's state at the applied point, on the core: a clone that shares the
+    /// stream bytes, encoded later by the builder.
+    fn capture(&self) -> Result<Captured, StoreError> {
+        let state = on_group(&self.rt, self.group, |g| g.state.clone())?;
+        let id = format!(
+            "{}-{}",
+            self.applied.map_or(0, |l| l.index),
+            crate::runtime::now_ms()
+        );
+        let meta = SnapshotMeta {
+            last_log_id: self.applied,
+            last_membership: self.membership.clone(),
+            snapshot_id: id,
+        };
+        Ok(Captured { meta, state })
+    }
+}
+
+/// A group's state as a snapshot captured it, not yet encoded.
+#[derive(Debug)]
+struct Captured {
+    meta: SnapshotMeta<u64, openraft::BasicNode>,
+    state: GroupState,
+}
+
+impl Captured {
+    fn encode(self) -> Result<StoredSnapshot, StoreError> {
+        let data =
+            write_group_state(&self.state).map_err(|e| StorageIOError::read_state_machine(&e))?;
+        Ok(StoredSnapshot {
+            meta: self.meta,
+            data,
+        })
+    }
+}
+
+/// Encodes and writes a captured snapshot off the core; openraft purges the log only after it
+/// returns.
+#[derive(Debug)]
+pub struct Builder {
+    captured: Option<Result<Captured, String>>,
+    shelf: Shelf,
+    group: u32,
+    stats: Arc<SnapStats>,
+    started: std::time::Instant,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StoreError> {
+        let failed = |m: String| -> StoreError {
+            StorageIOError::read_state_machine(&std::io::Error::other(m)).into()
+        };
+        let captured = match self.captured.take() {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => return Err(failed(e)),
+            None => return Err(failed("the snapshot was already built".into())),
+        };
+        let shelf = self.shelf.clone();
+        let snap = tokio::task::spawn_blocking(move || -> Result<StoredSnapshot, StoreError> {
+            let snap = captured.encode()?;
+            shelf.store(snap.clone())?;
+            Ok(snap)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e)))??;
+        self.stats.built(
+            self.group,
+            snap.data.len() as u64,
+            Some(self.started.elapsed()),
+        );
+        Ok(Snapshot {
+            meta: snap.meta,
+            snapshot: Box::new(Cursor::new(snap.data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Builder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<
+        (
+            Option<LogId<u64>>,
+            StoredMembership<u64, openraft::BasicNode>,
+        ),
+        StoreError,
+    > {
+        Ok((self.applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Outcome>, StoreError>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut out = Vec::new();
+        for e in entries {
+            self.applied = Some(e.log_id);
+            match e.payload {
+                EntryPayload::Blank => out.push(Outcome(Vec::new())),
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(e.log_id), m);
+                    out.push(Outcome(Vec::new()));
+                }
+                EntryPayload::Normal(p) => {
+                    let now = p.now_ms;
+                    let r = on_group(&self.rt, self.group, move |g| {
+                        p.cmds.into_iter().map(|c| g.apply(c, now)).collect()
+                    })?;
+                    out.push(Outcome(r));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // Captured here, on the core, at the applied point; the builder writes it elsewhere.
+        let started = std::time::Instant::now();
+        let captured = self.capture().map_err(|e| e.to_string());
+        tracing::debug!(
+            group = self.group,
+            took_us = started.elapsed().as_micros() as u64,
+            "snapshot captured on the core"
+        );
+        Builder {
+            captured: Some(captured),
+            shelf: self.current.clone(),
+            group: self.group,
+            stats: self.stats.clone(),
+            started,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StoreError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StoreError> {
+        let data = snapshot.into_inner();
+        let state = read_group_state(&data).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        on_group(&self.rt, self.group, move |g| g.replace_state(state))?;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        let snap = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        let len = snap.data.len() as u64;
+        self.current.store(snap)?;
+        self.stats.built(self.group, len, None);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StoreError> {
+        Ok(self.current.get().map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}
