@@ -110,6 +110,8 @@ impl Stream {
 /// are shared segments): a snapshot clones on the core and encodes elsewhere.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct GroupState {
+    /// Encoded in key order, so equal states encode to equal bytes on every replica.
+    #[serde(serialize_with = "super::sorted::map")]
     streams: HashMap<Box<str>, Stream>,
     last_incarnation: u64,
     /// Cold objects no stream references any more, and when that happened (the command's

@@ -7,6 +7,7 @@
 //! - [`data`]: a stream's stored bytes.
 //! - [`producer`]: producer epochs, sequence numbers and receipts.
 //! - [`json`]: JSON-mode body validation and flattening.
+//! - [`sorted`]: hash maps encoded in key order, so a state's encoding is canonical.
 
 pub mod command;
 pub mod data;
@@ -14,6 +15,7 @@ pub mod json;
 pub mod machine;
 pub mod producer;
 pub mod read;
+mod sorted;
 #[cfg(test)]
 mod tests;
 

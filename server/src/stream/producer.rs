@@ -27,6 +27,8 @@ pub struct Producer {
 
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Producers {
+    /// Encoded in key order, so equal states encode to equal bytes on every replica.
+    #[serde(serialize_with = "super::sorted::map")]
     pub by_id: HashMap<Box<str>, Producer>,
     window: VecDeque<(Box<str>, u64, u64, Receipt)>,
 }

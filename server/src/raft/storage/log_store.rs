@@ -23,6 +23,8 @@ use openraft::Vote;
 use openraft::storage::LogFlushed;
 use openraft::storage::RaftLogStorage;
 
+use super::record;
+use super::record::RecordError;
 use super::wal;
 use crate::raft::TypeConfig;
 use crate::raft::stats::NodeLog;
@@ -33,8 +35,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A journal payload: a sealed record ([`record::JOURNAL`]).
 fn enc<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
-    rmp_serde::to_vec(v).map_err(|e| StorageIOError::write(&e).into())
+    record::encode(record::JOURNAL, v).map_err(|e| StorageIOError::write(&e).into())
 }
 
 /// The log of one group as far as this replica has it.
@@ -52,7 +55,7 @@ pub struct LogData {
 
 impl LogData {
     /// The records a new journal segment restates for `group`: vote, purge point, commit.
-    pub fn restate(&self, group: u32) -> Result<Vec<wal::Restated>, rmp_serde::encode::Error> {
+    pub fn restate(&self, group: u32) -> Result<Vec<wal::Restated>, RecordError> {
         let mut out = Vec::new();
         let mut add = |kind, payload, purged_to| {
             out.push(wal::Restated {
@@ -63,15 +66,19 @@ impl LogData {
             })
         };
         if let Some(v) = &self.vote {
-            add(wal::KIND_VOTE, rmp_serde::to_vec(v)?, None);
+            add(wal::KIND_VOTE, record::encode(record::JOURNAL, v)?, None);
         }
         if let Some(p) = &self.purged {
-            add(wal::KIND_PURGE, rmp_serde::to_vec(p)?, Some(p.index));
+            add(
+                wal::KIND_PURGE,
+                record::encode(record::JOURNAL, p)?,
+                Some(p.index),
+            );
         }
         if self.committed.is_some() {
             add(
                 wal::KIND_COMMITTED,
-                rmp_serde::to_vec(&self.committed)?,
+                record::encode(record::JOURNAL, &self.committed)?,
                 None,
             );
         }
@@ -88,27 +95,28 @@ impl LogData {
     }
 
     /// Rebuilds a group's log from its journal records, in journal order.
-    pub fn recover(records: &[wal::Record]) -> Result<LogData, rmp_serde::decode::Error> {
+    pub fn recover(records: &[wal::Record]) -> Result<LogData, RecordError> {
         let mut d = LogData::default();
+        let kind = record::JOURNAL;
         for r in records {
             match r.kind {
                 wal::KIND_ENTRIES => {
-                    let entries: Vec<Entry<TypeConfig>> = rmp_serde::from_slice(&r.payload)?;
+                    let entries: Vec<Entry<TypeConfig>> = record::decode(kind, &r.payload)?;
                     for e in entries {
                         d.entries.insert(e.log_id.index, e);
                     }
                 }
-                wal::KIND_VOTE => d.vote = Some(rmp_serde::from_slice(&r.payload)?),
+                wal::KIND_VOTE => d.vote = Some(record::decode(kind, &r.payload)?),
                 wal::KIND_TRUNCATE => {
-                    let from: u64 = rmp_serde::from_slice(&r.payload)?;
+                    let from: u64 = record::decode(kind, &r.payload)?;
                     d.entries.split_off(&from);
                 }
                 wal::KIND_PURGE => {
-                    let upto: LogId<u64> = rmp_serde::from_slice(&r.payload)?;
+                    let upto: LogId<u64> = record::decode(kind, &r.payload)?;
                     d.entries = d.entries.split_off(&(upto.index + 1));
                     d.purged = Some(upto);
                 }
-                wal::KIND_COMMITTED => d.committed = rmp_serde::from_slice(&r.payload)?,
+                wal::KIND_COMMITTED => d.committed = record::decode(kind, &r.payload)?,
                 _ => {}
             }
         }

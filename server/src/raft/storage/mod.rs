@@ -3,7 +3,12 @@
 //! - [`wal`]: the per-core journal every group of a core shares (segments, frames, fsync).
 //! - [`log_store`]: a group's Raft log over its core's journal (openraft's `RaftLogStorage`).
 //! - [`state_machine`]: a group's state machine over its streams, and its snapshot files.
+//! - [`record`]: the sealed, versioned envelope of journal payloads and snapshots.
 
 pub mod log_store;
+pub mod record;
 pub mod state_machine;
 pub mod wal;
+
+#[cfg(test)]
+mod fixtures;

@@ -21,6 +21,8 @@ use openraft::StorageIOError;
 use openraft::StoredMembership;
 use openraft::storage::RaftStateMachine;
 
+use super::record;
+use super::record::RecordError;
 use crate::raft::Outcome;
 use crate::raft::TypeConfig;
 use crate::raft::stats::SnapStats;
@@ -33,39 +35,38 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A stored snapshot: its meta and the serialized group state, as the snapshot file holds it.
+/// A stored snapshot: its meta and the group state, as the snapshot file holds it (a sealed
+/// [`record::SNAPSHOT_FILE`]).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StoredSnapshot {
     pub meta: SnapshotMeta<u64, openraft::BasicNode>,
-    /// The group state: what `InstallSnapshot` ships. One MessagePack binary (serde's default wrote an integer per byte); older files with
+    /// The group state, a sealed [`record::GROUP_STATE`]: what `InstallSnapshot` ships. One
+    /// MessagePack binary (serde's default wrote an integer per byte); older files with
     /// integer arrays still read.
     #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
 /// Reads a snapshot file's bytes.
-pub fn read_snapshot_file(bytes: &[u8]) -> Result<StoredSnapshot, rmp_serde::decode::Error> {
-    rmp_serde::from_slice(bytes)
+pub fn read_snapshot_file(bytes: &[u8]) -> Result<StoredSnapshot, RecordError> {
+    record::decode(record::SNAPSHOT_FILE, bytes)
 }
 
 /// Reads a snapshot's group state, as a file or a leader's `InstallSnapshot` carries it.
-pub fn read_group_state(data: &[u8]) -> Result<GroupState, rmp_serde::decode::Error> {
-    rmp_serde::from_slice(data)
+pub fn read_group_state(data: &[u8]) -> Result<GroupState, RecordError> {
+    record::decode(record::GROUP_STATE, data)
 }
 
 /// A snapshot file's bytes.
-pub fn write_snapshot_file(snap: &StoredSnapshot) -> Result<Vec<u8>, rmp_serde::encode::Error> {
-    rmp_serde::to_vec(snap)
+pub fn write_snapshot_file(snap: &StoredSnapshot) -> Result<Vec<u8>, RecordError> {
+    record::encode_sized(record::SNAPSHOT_FILE, snap, snap.data.len() + 256)
 }
 
 /// A group state as a snapshot carries it.
-pub fn write_group_state(state: &GroupState) -> Result<Vec<u8>, rmp_serde::encode::Error> {
-    // Sized up front: growing a buffer of many megabytes by doubling cost more than the
-    // encoding itself.
+pub fn write_group_state(state: &GroupState) -> Result<Vec<u8>, RecordError> {
+    // Sized up front: the stream bytes plus some per-stream metadata.
     let guess = state.held_bytes() as usize + 1024 * (state.len() + 64);
-    let mut data = Vec::with_capacity(guess);
-    rmp_serde::encode::write(&mut data, state)?;
-    Ok(data)
+    record::encode_sized(record::GROUP_STATE, state, guess)
 }
 
 /// The state machine of one group. Its stream state lives on the group's core; every call
