@@ -18,14 +18,22 @@ use crate::error::Kind;
 use crate::format::PAGE_SIZE;
 use crate::format::Record;
 use crate::local;
-use crate::local::FRAME;
-use crate::local::WAL_HEADER;
 use crate::log;
 use crate::settings;
 use crate::shim::real_write;
+use crate::sqlite_wal;
+use crate::sqlite_wal::FRAME_HEADER;
+use crate::sqlite_wal::FrameHeader;
+use crate::sqlite_wal::WalHeader;
 
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+/// The frame header SQLite wrote at `at`, when the overlay's write there is one: at a frame's
+/// position and exactly a frame header long (SQLite writes header and page separately).
+fn frame_header(at: u64, bytes: &[u8]) -> Option<FrameHeader> {
+    sqlite_wal::frame_at(at)?;
+    if bytes.len() != FRAME_HEADER as usize {
+        return None;
+    }
+    FrameHeader::parse(bytes)
 }
 
 /// Serves a read of the `-wal` from the overlay where it holds the bytes.
@@ -195,37 +203,39 @@ pub unsafe fn wal_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off:
         db.refuse(Kind::Unsupported, "locking_mode=EXCLUSIVE is not supported");
         return ffi::SQLITE_IOERR_WRITE;
     }
-    if off == 0 && data.len() >= 12 && be32(data, 8) != PAGE_SIZE as u32 {
+    if off == 0 && WalHeader::parse(data).is_some_and(|h| h.page_size != PAGE_SIZE as u32) {
         db.refuse(Kind::Unsupported, "the page size must be 4096 bytes");
         return ffi::SQLITE_IOERR_WRITE;
     }
     cs.overlay.insert(off, data.to_vec());
-    let is_page =
-        data.len() == PAGE_SIZE && off >= WAL_HEADER + 24 && (off - WAL_HEADER) % FRAME == 24;
-    if !is_page {
+    let Some(frame) = sqlite_wal::frame_of_page(off, data.len()) else {
         return ffi::SQLITE_OK;
-    }
-    let hdr_off = off - 24;
-    let commit_size = cs
+    };
+    let hdr_off = sqlite_wal::frame_offset(frame);
+    // The header was written before its page, so it is in the overlay.
+    let Some(hdr) = cs
         .overlay
         .get(&hdr_off)
-        .filter(|h| h.len() == 24)
-        .map_or(0, |h| be32(h, 4));
-    if commit_size == 0 {
+        .and_then(|b| frame_header(hdr_off, b))
+        .filter(FrameHeader::is_commit)
+    else {
         return ffi::SQLITE_OK;
-    }
-    unsafe { commit(db, &mut cs, real, hdr_off, commit_size) }
+    };
+    unsafe { commit(db, &mut cs, real, frame, hdr) }
 }
 
 /// The transaction's last image of each page, from the overlay's frames up to the commit frame.
 fn final_pages(overlay: &BTreeMap<u64, Vec<u8>>, commit_hdr: u64) -> BTreeMap<u32, &[u8]> {
     let mut pages = BTreeMap::new();
-    for (&at, hdr) in overlay.range(WAL_HEADER..=commit_hdr) {
-        if !(at - WAL_HEADER).is_multiple_of(FRAME) || hdr.len() != 24 {
+    for (&at, bytes) in overlay.range(sqlite_wal::HEADER..=commit_hdr) {
+        let Some(hdr) = frame_header(at, bytes) else {
             continue;
-        }
-        if let Some(page) = overlay.get(&(at + 24)).filter(|p| p.len() == PAGE_SIZE) {
-            pages.insert(be32(hdr, 0), page.as_slice());
+        };
+        if let Some(page) = overlay
+            .get(&(at + FRAME_HEADER))
+            .filter(|p| p.len() == PAGE_SIZE)
+        {
+            pages.insert(hdr.pgno, page.as_slice());
         }
     }
     pages
@@ -235,10 +245,12 @@ unsafe fn commit(
     db: &Db,
     cs: &mut crate::db::CommitState,
     real: *mut ffi::sqlite3_file,
-    hdr_off: u64,
-    db_pages: u32,
+    wal_frame: u32,
+    hdr: FrameHeader,
 ) -> c_int {
     let start = Instant::now();
+    let hdr_off = sqlite_wal::frame_offset(wal_frame);
+    let db_pages = hdr.commit_size;
     if let Some(p) = db.health().poison.clone() {
         log::event(
             log::Level::Warn,
@@ -248,24 +260,23 @@ unsafe fn commit(
         return ffi::SQLITE_IOERR_WRITE;
     }
     let pages = final_pages(&cs.overlay, hdr_off);
-    if let Some(p1) = pages.get(&1) {
-        let page_size = u16::from_be_bytes([p1[16], p1[17]]);
-        if page_size != 0x1000 || p1[18] != 2 || p1[19] != 2 {
-            log::event(
-                log::Level::Warn,
-                "journal_refused",
-                &[
-                    ("file", &db.file()),
-                    ("stream", &db.url),
-                    ("reason", "a commit that leaves WAL mode or 4 KiB pages"),
-                ],
-            );
-            db.refuse(
-                Kind::Unsupported,
-                "journal_mode must stay WAL and the page size 4096",
-            );
-            return ffi::SQLITE_IOERR_AUTH;
-        }
+    if let Some(p1) = pages.get(&1)
+        && !sqlite_wal::keeps_wal_and_4k(p1)
+    {
+        log::event(
+            log::Level::Warn,
+            "journal_refused",
+            &[
+                ("file", &db.file()),
+                ("stream", &db.url),
+                ("reason", "a commit that leaves WAL mode or 4 KiB pages"),
+            ],
+        );
+        db.refuse(
+            Kind::Unsupported,
+            "journal_mode must stay WAL and the page size 4096",
+        );
+        return ffi::SQLITE_IOERR_AUTH;
     }
     let record = Record::Commit {
         db_pages,
@@ -298,7 +309,6 @@ unsafe fn commit(
     let append_us = append_start.elapsed().as_micros() as u64;
     match result.outcome {
         append::Outcome::Acked { next_offset } => {
-            let salts = hdr_salts(cs, hdr_off);
             if cs.overlay.contains_key(&0) {
                 // A new WAL header: SQLite restarted the log, every earlier frame is checkpointed.
                 cs.wal_pages.clear();
@@ -306,9 +316,8 @@ unsafe fn commit(
             }
             let frames: Vec<(u32, u64)> = cs
                 .overlay
-                .range(WAL_HEADER..=hdr_off)
-                .filter(|(at, h)| (**at - WAL_HEADER).is_multiple_of(FRAME) && h.len() == 24)
-                .map(|(at, h)| (be32(h, 0), at + 24))
+                .range(sqlite_wal::HEADER..=hdr_off)
+                .filter_map(|(&at, b)| frame_header(at, b).map(|h| (h.pgno, at + FRAME_HEADER)))
                 .collect();
             for (pgno, at) in frames {
                 cs.wal_pages.entry(pgno).or_default().push(at);
@@ -330,9 +339,9 @@ unsafe fn commit(
             cs.seq = seq;
             cs.refused_seq = None;
             cs.wal = WalClaim {
-                salt1: salts.0,
-                salt2: salts.1,
-                frame: ((hdr_off - WAL_HEADER) / FRAME + 1) as u32,
+                salt1: hdr.salt1,
+                salt2: hdr.salt2,
+                frame: wal_frame,
             };
             cs.sidecar.wal = cs.wal.encode();
             cs.sidecar.offset = next_offset.clone();
@@ -370,12 +379,4 @@ unsafe fn commit(
             ffi::SQLITE_IOERR_WRITE
         }
     }
-}
-
-fn hdr_salts(cs: &crate::db::CommitState, hdr_off: u64) -> (u32, u32) {
-    // The commit frame header was written before its page, so it is in the overlay.
-    cs.overlay
-        .get(&hdr_off)
-        .filter(|h| h.len() == 24)
-        .map_or((0, 0), |h| (be32(h, 8), be32(h, 12)))
 }

@@ -33,6 +33,7 @@ pub mod settings;
 pub mod shim;
 pub mod snapshot;
 pub mod sql;
+pub mod sqlite_wal;
 pub mod token;
 
 use std::os::raw::c_char;

@@ -19,11 +19,11 @@ use crate::db::SnapshotStat;
 use crate::error::Kind;
 use crate::format;
 use crate::format::PAGE_SIZE;
-use crate::local::FRAME;
-use crate::local::WAL_HEADER;
 use crate::log;
 use crate::registry::sibling;
 use crate::settings;
+use crate::sqlite_wal;
+use crate::sqlite_wal::FrameHeader;
 
 const SMALL_BODY: usize = 1 << 20;
 
@@ -50,10 +50,6 @@ pub fn start(db: Arc<Db>) {
             &[("reason", &e.to_string())],
         );
     }
-}
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 fn due(db: &Db) -> bool {
@@ -146,26 +142,24 @@ fn copy_image(db: &Db) -> std::io::Result<(Vec<u8>, String, u64, u64)> {
     let mut image = std::fs::read(&db.path)?;
     if cs.wal.frame > 0 {
         let mut wal = std::fs::File::open(sibling(&db.path, "-wal"))?;
-        let mut frame = vec![0u8; FRAME as usize];
+        let mut frame = vec![0u8; sqlite_wal::FRAME as usize];
         let mut db_pages = (image.len() / PAGE_SIZE) as u32;
-        for i in 0..u64::from(cs.wal.frame) {
-            wal.seek(SeekFrom::Start(WAL_HEADER + i * FRAME))?;
+        for index in 1..=cs.wal.frame {
+            wal.seek(SeekFrom::Start(sqlite_wal::frame_offset(index)))?;
             wal.read_exact(&mut frame)?;
-            if be32(&frame, 8) != cs.wal.salt1 || be32(&frame, 12) != cs.wal.salt2 {
+            let (head, page) = frame.split_at(sqlite_wal::FRAME_HEADER as usize);
+            let Some(h) = FrameHeader::parse(head)
+                .filter(|h| h.has_salts(cs.wal.salt1, cs.wal.salt2) && h.pgno != 0)
+            else {
                 continue;
-            }
-            let pgno = be32(&frame, 0) as usize;
-            if pgno == 0 {
-                continue;
-            }
-            let end = pgno * PAGE_SIZE;
+            };
+            let end = h.pgno as usize * PAGE_SIZE;
             if image.len() < end {
                 image.resize(end, 0);
             }
-            image[end - PAGE_SIZE..end].copy_from_slice(&frame[24..]);
-            let commit = be32(&frame, 4);
-            if commit != 0 {
-                db_pages = commit;
+            image[end - PAGE_SIZE..end].copy_from_slice(page);
+            if h.is_commit() {
+                db_pages = h.commit_size;
             }
         }
         image.truncate(db_pages as usize * PAGE_SIZE);
