@@ -3,6 +3,9 @@
 //! final page images into one frame, appends it to the stream, and only after the stream
 //! acknowledged it writes the overlay to the local `-wal`. A refused append fails the write,
 //! SQLite rolls the transaction back, and nothing of it reaches the local files.
+//!
+//! The writes this module lets through go to a [`RealFile`], which the VFS shim implements
+//! over SQLite's `unix` file: the FFI, and every `unsafe`, stay in the shim.
 
 use std::collections::BTreeMap;
 use std::os::raw::c_int;
@@ -20,11 +23,17 @@ use crate::format::Record;
 use crate::local;
 use crate::log;
 use crate::settings;
-use crate::shim::real_write;
 use crate::sqlite_wal;
 use crate::sqlite_wal::FRAME_HEADER;
 use crate::sqlite_wal::FrameHeader;
 use crate::sqlite_wal::WalHeader;
+
+/// The underlying file of an attached database or its `-wal`, where a write goes once this
+/// module allows it.
+pub trait RealFile {
+    /// Writes `data` at `off`; SQLite's result code.
+    fn write(&mut self, data: &[u8], off: u64) -> c_int;
+}
 
 /// The frame header SQLite wrote at `at`, when the overlay's write there is one: at a frame's
 /// position and exactly a frame header long (SQLite writes header and page separately).
@@ -126,9 +135,7 @@ fn matches_wal_frame(db: &Db, cs: &mut crate::db::CommitState, pgno: u32, data: 
 /// A write to the main database file. Only a checkpoint may write it, copying committed WAL
 /// images: each write is checked to be one, so nothing reaches the file that the stream does
 /// not hold (a rollback journal, `journal_mode=MEMORY` or `OFF` would bypass the stream).
-/// # Safety
-/// `real` must be the open underlying file of the database.
-pub unsafe fn db_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: u64) -> c_int {
+pub fn db_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_int {
     if db.read_only {
         return ffi::SQLITE_READONLY;
     }
@@ -140,7 +147,7 @@ pub unsafe fn db_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: 
         return refuse_db_write(db);
     }
     let start = Instant::now();
-    let rc = unsafe { real_write(real, data, off) };
+    let rc = real.write(data, off);
     db.record_checkpoint(start.elapsed().as_micros() as u64);
     rc
 }
@@ -187,15 +194,13 @@ pub fn wal_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
 }
 
 /// A write to the `-wal` of an attached database.
-/// # Safety
-/// `real` must be the open underlying file of the `-wal`.
-pub unsafe fn wal_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: u64) -> c_int {
+pub fn wal_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_int {
     if db.read_only {
         return ffi::SQLITE_READONLY;
     }
     let mut cs = db.commit_state();
     if cs.passthrough {
-        return unsafe { real_write(real, data, off) };
+        return real.write(data, off);
     }
     if !cs.writer_active {
         // locking_mode=EXCLUSIVE keeps the WAL lock out of shared memory, where the
@@ -221,7 +226,7 @@ pub unsafe fn wal_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off:
     else {
         return ffi::SQLITE_OK;
     };
-    unsafe { commit(db, &mut cs, real, frame, hdr) }
+    commit(db, &mut cs, real, frame, hdr)
 }
 
 /// The transaction's last image of each page, from the overlay's frames up to the commit frame.
@@ -241,10 +246,10 @@ fn final_pages(overlay: &BTreeMap<u64, Vec<u8>>, commit_hdr: u64) -> BTreeMap<u3
     pages
 }
 
-unsafe fn commit(
+fn commit(
     db: &Db,
     cs: &mut crate::db::CommitState,
-    real: *mut ffi::sqlite3_file,
+    real: &mut dyn RealFile,
     wal_frame: u32,
     hdr: FrameHeader,
 ) -> c_int {
@@ -325,7 +330,7 @@ unsafe fn commit(
             cs.wal_sizes.insert(db_pages);
             // The stream holds it: now the local WAL may.
             for (&at, bytes) in &cs.overlay {
-                let rc = unsafe { real_write(real, bytes, at) };
+                let rc = real.write(bytes, at);
                 if rc != ffi::SQLITE_OK {
                     db.poison(
                         Kind::LocalDamage,
