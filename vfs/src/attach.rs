@@ -7,6 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
+use ursula_protocol::content_type::OCTET_STREAM;
+use ursula_protocol::headers as h;
+
 use crate::append;
 use crate::client::Answer;
 use crate::client::Attempt;
@@ -96,7 +99,7 @@ fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
         let (retry, err) = match Client::global().send(&req) {
             Attempt::Answered(a) => match a.status {
                 200 => {
-                    let inc = a.header("stream-incarnation").ok_or_else(|| {
+                    let inc = a.header(h::STREAM_INCARNATION).ok_or_else(|| {
                         VfsError::new(
                             Kind::StreamState,
                             "HEAD answered without Stream-Incarnation",
@@ -104,8 +107,8 @@ fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
                     })?;
                     return Ok(Some(Head {
                         incarnation: inc.to_owned(),
-                        tail: a.header("stream-next-offset").unwrap_or("-1").to_owned(),
-                        snapshot: a.header("stream-snapshot-offset").map(str::to_owned),
+                        tail: a.header(h::STREAM_NEXT_OFFSET).unwrap_or("-1").to_owned(),
+                        snapshot: a.header(h::STREAM_SNAPSHOT_OFFSET).map(str::to_owned),
                     }));
                 }
                 404 => return Ok(None),
@@ -168,7 +171,7 @@ fn create_stream(url: &str) -> Result<(), VfsError> {
     let req = Request {
         method: Method::Put,
         url,
-        headers: vec![("Content-Type", "application/octet-stream".to_owned())],
+        headers: vec![(h::CONTENT_TYPE, OCTET_STREAM.to_owned())],
         body: &[],
         long: false,
     };
@@ -263,14 +266,14 @@ fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<
             Attempt::Answered(a) => match a.status {
                 200 => {
                     return Ok(a
-                        .header("stream-next-offset")
+                        .header(h::STREAM_NEXT_OFFSET)
                         .map_or(Claimed::Lost, |n| Claimed::Ours(n.to_owned())));
                 }
                 // Same epoch, same seq: ours from an earlier attempt, or another attacher's.
                 204 => return Ok(Claimed::Lost),
-                403 if a.header("producer-epoch").is_some() => {
+                403 if a.header(h::PRODUCER_EPOCH).is_some() => {
                     let e = a
-                        .header("producer-epoch")
+                        .header(h::PRODUCER_EPOCH)
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(epoch);
                     return Ok(Claimed::NewerEpoch(e));
@@ -279,8 +282,8 @@ fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<
                 402 if !unknown => return Err(refusal(&a, Kind::PaymentRequired)),
                 401 | 429 if !unknown => return Err(refusal(&a, Kind::Refused)),
                 s if (400..600).contains(&s)
-                    && a.header("x-ursula-not-applied-checked").is_some()
-                    && a.header("x-ursula-not-applied").is_some()
+                    && a.header(h::NOT_APPLIED_CHECKED).is_some()
+                    && a.header(h::NOT_APPLIED).is_some()
                     && !unknown =>
                 {
                     return Err(refusal(&a, Kind::Refused));

@@ -27,6 +27,8 @@ use ureq::unversioned::transport::{
 };
 use ureq::{Agent, Timeout};
 
+use ursula_protocol::headers as h;
+
 use crate::dns::{self, CachingResolver, DnsCache, DnsPolicy};
 use crate::settings::Settings;
 use crate::token::{self, Tokens};
@@ -281,10 +283,10 @@ impl Client {
         let has_auth = req
             .headers
             .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("authorization"));
+            .any(|(n, _)| n.eq_ignore_ascii_case(h::AUTHORIZATION));
         if !has_auth && let Some(token) = self.tokens.current() {
             warn_if_in_clear(req.url);
-            builder = builder.header("authorization", format!("Bearer {token}"));
+            builder = builder.header(h::AUTHORIZATION, format!("Bearer {token}"));
         }
         // A GET, HEAD or DELETE without a body goes without Content-Length; PUT and POST always
         // carry one, even for an empty body.

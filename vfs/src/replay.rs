@@ -8,6 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 use std::time::Instant;
 
+use ursula_protocol::headers as h;
+
 use crate::client::Attempt;
 use crate::client::Client;
 use crate::client::Method;
@@ -81,7 +83,7 @@ pub fn get(
     let mut backoff = Duration::from_millis(50);
     let mut headers = Vec::new();
     if let Some(inc) = incarnation {
-        headers.push(("Stream-Incarnation", inc.to_owned()));
+        headers.push((h::STREAM_INCARNATION, inc.to_owned()));
     }
     loop {
         let req = Request {
@@ -164,7 +166,7 @@ pub fn replay(
             }
         }
         let next = a
-            .header("stream-next-offset")
+            .header(h::STREAM_NEXT_OFFSET)
             .map(str::to_owned)
             .ok_or_else(|| {
                 VfsError::new(
@@ -172,7 +174,7 @@ pub fn replay(
                     "a read answered without Stream-Next-Offset",
                 )
             })?;
-        let up_to_date = a.header("stream-up-to-date").is_some();
+        let up_to_date = a.header(h::STREAM_UP_TO_DATE).is_some();
         frames.push(&a.body);
         while let Some((record, len)) = frames.next(&seen.offset).map_err(format_err)? {
             seen.frame_bytes += len as u64;

@@ -10,6 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
+use ursula_protocol::content_type::OCTET_STREAM;
+use ursula_protocol::headers as h;
+
 use crate::client::Attempt;
 use crate::client::Client;
 use crate::client::Method;
@@ -194,8 +197,8 @@ fn publish(db: &Db) -> Result<String, Failure> {
     let url = format!("{}/snapshot/{offset}", db.url);
     let big = body.len() > SMALL_BODY;
     let headers = vec![
-        ("Content-Type", "application/octet-stream".to_owned()),
-        ("Stream-Incarnation", incarnation.clone()),
+        (h::CONTENT_TYPE, OCTET_STREAM.to_owned()),
+        (h::STREAM_INCARNATION, incarnation.clone()),
     ];
     let put = Request {
         method: Method::Put,
@@ -235,7 +238,7 @@ fn publish(db: &Db) -> Result<String, Failure> {
     let get = Request {
         method: Method::Get,
         url: &url,
-        headers: vec![("Stream-Incarnation", incarnation)],
+        headers: vec![(h::STREAM_INCARNATION, incarnation)],
         body: &[],
         long: true,
     };
@@ -282,7 +285,7 @@ fn retain(db: &Db, offset: &str) {
     let req = Request {
         method: Method::Put,
         url: &url,
-        headers: vec![("Stream-Incarnation", incarnation)],
+        headers: vec![(h::STREAM_INCARNATION, incarnation)],
         body: &[],
         long: false,
     };
