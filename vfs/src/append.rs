@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use ursula_protocol::content_type::OCTET_STREAM;
 use ursula_protocol::headers as h;
+use ursula_protocol::offset::Offset;
 
 use crate::client::Answer;
 use crate::client::Attempt;
@@ -23,7 +24,7 @@ pub const PRODUCER_PREFIX: &str = "sqlite-ursula-vfs/";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Acked {
-        next_offset: String,
+        next_offset: Offset,
     },
     /// Nothing of it reached the stream; the file stays usable.
     Refused {
@@ -108,7 +109,7 @@ enum Step {
 
 fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<u64>) -> Step {
     let status = a.status;
-    let next = a.header(h::STREAM_NEXT_OFFSET).map(str::to_owned);
+    let next = a.offset(h::STREAM_NEXT_OFFSET);
     let poison = |kind, reason: String| Step::Done(Outcome::Poisoned { kind, reason });
     let refuse = |kind, reason: String| {
         if had_unknown {
@@ -125,16 +126,19 @@ fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<
     };
     match status {
         200 => match next {
-            Some(n) => Step::Done(Outcome::Acked { next_offset: n }),
-            None => poison(
+            Ok(Some(n)) => Step::Done(Outcome::Acked { next_offset: n }),
+            Ok(None) => poison(
                 Kind::StreamState,
                 "the append answer carried no Stream-Next-Offset".into(),
             ),
+            Err(e) => poison(Kind::StreamState, e.to_string()),
         },
         204 => {
             let refused_here = refused_seq == Some(seq);
             match (next, had_unknown) {
-                (Some(n), true) => {
+                // The commit is in the stream, but where it ends is not known.
+                (Err(e), true) => poison(Kind::StreamState, e.to_string()),
+                (Ok(Some(n)), true) => {
                     if refused_here {
                         log::event(log::Level::Warn, "refused_commit_unchecked", &[("seq", &seq.to_string())]);
                     }

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use ursula_protocol::content_type::OCTET_STREAM;
 use ursula_protocol::headers as h;
+use ursula_protocol::offset::Offset;
 
 use crate::append;
 use crate::client::Answer;
@@ -25,6 +26,7 @@ use crate::error::VfsError;
 use crate::format::Record;
 use crate::format::SIDECAR_VERSION;
 use crate::format::Sidecar;
+use crate::format::offset_text;
 use crate::local;
 use crate::log;
 use crate::registry;
@@ -80,8 +82,9 @@ fn open_elsewhere(db: &Path) -> bool {
 
 struct Head {
     incarnation: String,
-    tail: String,
-    snapshot: Option<String>,
+    /// `None` when the server did not say.
+    tail: Option<Offset>,
+    snapshot: Option<Offset>,
 }
 
 fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
@@ -107,8 +110,8 @@ fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
                     })?;
                     return Ok(Some(Head {
                         incarnation: inc.to_owned(),
-                        tail: a.header(h::STREAM_NEXT_OFFSET).unwrap_or("-1").to_owned(),
-                        snapshot: a.header(h::STREAM_SNAPSHOT_OFFSET).map(str::to_owned),
+                        tail: a.offset(h::STREAM_NEXT_OFFSET)?,
+                        snapshot: a.offset(h::STREAM_SNAPSHOT_OFFSET)?,
                     }));
                 }
                 404 => return Ok(None),
@@ -231,7 +234,8 @@ fn init_wal_mode(db: &Path) -> Result<(), VfsError> {
 
 /// The answer of a claim attempt.
 enum Claimed {
-    Ours(String),
+    /// The claim is in the stream, which ends at this offset after it.
+    Ours(Offset),
     Lost,
     NewerEpoch(u64),
 }
@@ -266,8 +270,8 @@ fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<
             Attempt::Answered(a) => match a.status {
                 200 => {
                     return Ok(a
-                        .header(h::STREAM_NEXT_OFFSET)
-                        .map_or(Claimed::Lost, |n| Claimed::Ours(n.to_owned())));
+                        .offset(h::STREAM_NEXT_OFFSET)?
+                        .map_or(Claimed::Lost, Claimed::Ours));
                 }
                 // Same epoch, same seq: ours from an earlier attempt, or another attacher's.
                 204 => return Ok(Claimed::Lost),
@@ -331,7 +335,8 @@ fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<
     }
 }
 
-/// `ursula_attach(path, url[, 'read_only'])`.
+/// `ursula_attach(path, url[, 'read_only'])`: the offset the file reflects, as the server wrote
+/// it (`"-1"` for an empty stream).
 pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError> {
     let started = Instant::now();
     let url = check_url(url)?;
@@ -423,7 +428,7 @@ pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError
         Ok((db, offset)) => {
             reg.set_attached(db.clone());
             crate::snapshot::start(db);
-            Ok(offset)
+            Ok(offset_text::to_text(offset))
         }
         Err((e, wrote_pages)) => {
             if created_sidecar
@@ -474,13 +479,13 @@ fn run(
     read_only: bool,
     sidecar: Option<Sidecar>,
     started: Instant,
-) -> Result<(Arc<Db>, String), RunError> {
+) -> Result<(Arc<Db>, Option<Offset>), RunError> {
     let no_pages = |e: VfsError| (e, false);
     let head = match head_answer(url).map_err(no_pages)? {
         Some(h) => h,
         None => {
             let has_data =
-                sidecar.as_ref().is_some_and(|s| s.offset != "-1") || local::holds_data(path);
+                sidecar.as_ref().is_some_and(|s| s.offset.is_some()) || local::holds_data(path);
             if has_data || read_only {
                 let why = if read_only {
                     "a read-only attach never creates it"
@@ -508,25 +513,25 @@ fn run(
             && s.inode == local::inode(path)
             && WalClaim::decode(&s.wal).is_some_and(|c| local::wal_holds(path, &c))
     });
-    if let Some(s) = &sidecar
+    // A stream that does not say where it ends counts as empty.
+    if let Some(local) = sidecar.as_ref().and_then(|s| s.offset)
         && trusted
-        && s.offset != "-1"
-        && s.offset.as_str() > head.tail.as_str()
+        && Some(local) > head.tail
     {
         return Err(no_pages(VfsError::new(
             Kind::StreamState,
             format!(
-                "the stream ends at {} but the local file reflects {}: the stream lost acknowledged commits; the file is kept",
-                head.tail, s.offset
+                "the stream ends at {} but the local file reflects {local}: the stream lost acknowledged commits; the file is kept",
+                offset_text::to_text(head.tail)
             ),
         )));
     }
-    let mut local_offset = "-1".to_owned();
+    let mut local_offset = None;
     let mut epoch = 0;
     if trusted {
         if let Some(s) = &sidecar {
             fold_wal(path).map_err(no_pages)?;
-            local_offset = s.offset.clone();
+            local_offset = s.offset;
             epoch = s.epoch;
         }
     } else if sidecar.is_some() || path.exists() {
@@ -548,7 +553,7 @@ fn run(
         version: SIDECAR_VERSION,
         stream: url.to_owned(),
         incarnation: head.incarnation.clone(),
-        offset: local_offset.clone(),
+        offset: local_offset,
         epoch,
         log_bytes: sidecar
             .as_ref()
@@ -567,35 +572,33 @@ fn run(
             format!("cannot write the sidecar: {e}"),
         ))
     })?;
-    let mut installed = "-1".to_owned();
+    let mut installed: Option<Offset> = None;
     let mut head = head;
     let mut rounds = 0;
     // Retention or a newer snapshot can move while the file catches up: start over from a
     // fresh HEAD, a bounded number of times.
     let mut seen = loop {
         rounds += 1;
-        let mut from = local_offset.clone();
-        let behind = head
-            .snapshot
-            .as_ref()
-            .is_some_and(|snap| from == "-1" || from.as_str() < snap.as_str());
-        if installed != "-1" && head.snapshot.as_deref() == Some(installed.as_str()) {
-            from = installed.clone();
-        } else if let Some(snap) = head.snapshot.clone().filter(|_| behind) {
+        let mut from = local_offset;
+        // No local offset is behind any snapshot.
+        let behind = head.snapshot.is_some_and(|snap| from < Some(snap));
+        if installed.is_some() && head.snapshot == installed {
+            from = installed;
+        } else if let Some(snap) = head.snapshot.filter(|_| behind) {
             log::event(
                 log::Level::Info,
                 "attach_rebuilding",
                 &[
                     ("file", &path.display().to_string()),
                     ("stream", url),
-                    ("snapshot", &snap),
+                    ("snapshot", &snap.to_string()),
                 ],
             );
-            match replay::install_snapshot(&file, url, &head.incarnation, &snap) {
+            match replay::install_snapshot(&file, url, &head.incarnation, snap) {
                 Ok(h) => {
                     epoch = epoch.max(h.epoch);
-                    installed = snap.clone();
-                    from = snap;
+                    installed = Some(snap);
+                    from = Some(snap);
                     sc.log_bytes = 0;
                 }
                 Err(e) if e.message.starts_with(replay::MOVED) && rounds < MAX_ROUNDS => {
@@ -605,7 +608,7 @@ fn run(
                 Err(e) => return Err((e, true)),
             }
         }
-        match replay::replay(&file, url, &head.incarnation, &from, None) {
+        match replay::replay(&file, url, &head.incarnation, from, None) {
             Ok(seen) => break seen,
             Err(e) if e.message.starts_with(replay::MOVED) && rounds < MAX_ROUNDS => {
                 head = retry_head(path, url, &e)?;
@@ -615,7 +618,7 @@ fn run(
     };
     epoch = epoch.max(seen.max_epoch);
     sc.log_bytes += seen.frame_bytes;
-    let mut offset = seen.offset.clone();
+    let mut offset = seen.offset;
     if std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
         drop(file);
         init_wal_mode(path).map_err(|e| (e, true))?;
@@ -649,15 +652,15 @@ fn run(
             match claimed {
                 Claimed::NewerEpoch(e) => next_epoch = next_epoch.max(e + 1),
                 Claimed::Lost | Claimed::Ours(_) => {
-                    let until = if let Claimed::Ours(n) = &claimed {
-                        Some(n.clone())
+                    let until = if let Claimed::Ours(n) = claimed {
+                        Some(n)
                     } else {
                         None
                     };
-                    seen = replay::replay(&f, url, &head.incarnation, &offset, until.as_deref())
+                    seen = replay::replay(&f, url, &head.incarnation, offset, until)
                         .map_err(|e| (e, true))?;
                     sc.log_bytes += seen.frame_bytes;
-                    offset = seen.offset.clone();
+                    offset = seen.offset;
                     match seen.last_claim {
                         Some((e, n, _)) if e == next_epoch && n == nonce => {
                             epoch = next_epoch;
@@ -685,7 +688,7 @@ fn run(
             true,
         )
     })?;
-    sc.offset = offset.clone();
+    sc.offset = offset;
     sc.epoch = epoch;
     sc.inode = local::inode(path);
     local::write_sidecar(path, &sc).map_err(|e| {
@@ -706,9 +709,9 @@ fn run(
     }
     {
         let mut h = db.health();
-        h.offset = offset.clone();
+        h.offset = offset;
         h.epoch = epoch;
-        h.snapshot = head.snapshot.clone().unwrap_or_else(|| "-1".into());
+        h.snapshot = head.snapshot;
         h.local = local_offset;
         h.installed = installed;
         h.attach_ms = started.elapsed().as_millis() as u64;

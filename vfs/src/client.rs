@@ -28,8 +28,10 @@ use ureq::unversioned::transport::{
 use ureq::{Agent, Timeout};
 
 use ursula_protocol::headers as h;
+use ursula_protocol::offset::Offset;
 
 use crate::dns::{self, CachingResolver, DnsCache, DnsPolicy};
+use crate::error::{Kind, VfsError};
 use crate::settings::Settings;
 use crate::token::{self, Tokens};
 use crate::{log, settings};
@@ -69,6 +71,45 @@ impl Answer {
     /// The first value of a header, the name compared case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
         header_in(&self.headers, name)
+    }
+
+    /// A header whose value has a form the protocol fixes: `Ok(None)` when it is absent, an
+    /// error naming the header and the value when it is there in another form.
+    pub fn parsed<T>(
+        &self,
+        name: &'static str,
+        expected: &'static str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, BadHeader> {
+        let Some(value) = self.header(name) else {
+            return Ok(None);
+        };
+        parse(value).map(Some).ok_or_else(|| BadHeader {
+            name,
+            value: value.to_owned(),
+            expected,
+        })
+    }
+
+    /// An offset header (`Stream-Next-Offset`, `Stream-Snapshot-Offset`).
+    pub fn offset(&self, name: &'static str) -> Result<Option<Offset>, BadHeader> {
+        self.parsed(name, "an offset (20 digits)", Offset::parse)
+    }
+}
+
+/// A header the server sent in a form the protocol does not allow: the stream's server is not
+/// one this extension can follow, so the answer is not acted on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the server sent {name}: {value:?}, which is not {expected}")]
+pub struct BadHeader {
+    pub name: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+impl From<BadHeader> for VfsError {
+    fn from(e: BadHeader) -> VfsError {
+        VfsError::new(Kind::StreamState, e.to_string())
     }
 }
 

@@ -349,7 +349,7 @@ fn commit(
                 frame: wal_frame,
             };
             cs.sidecar.wal = cs.wal.encode();
-            cs.sidecar.offset = next_offset.clone();
+            cs.sidecar.offset = Some(next_offset);
             cs.sidecar.log_bytes += frame.len() as u64;
             if let Err(e) = local::write_sidecar(&db.path, &cs.sidecar) {
                 db.poison(Kind::LocalDamage, &format!("cannot write the sidecar: {e}"));

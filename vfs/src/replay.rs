@@ -9,6 +9,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use ursula_protocol::headers as h;
+use ursula_protocol::offset::Offset;
 
 use crate::client::Attempt;
 use crate::client::Client;
@@ -20,6 +21,7 @@ use crate::format;
 use crate::format::FrameReader;
 use crate::format::PAGE_SIZE;
 use crate::format::Record;
+use crate::format::offset_text;
 use crate::settings;
 
 /// Prefix of errors that a fresh HEAD may cure: retention moved, or the snapshot was replaced.
@@ -28,11 +30,12 @@ pub const MOVED: &str = "the stream moved on during catch-up";
 /// What a catch-up saw on the way.
 #[derive(Debug, Default, Clone)]
 pub struct Seen {
-    /// Offset after the last frame applied.
-    pub offset: String,
+    /// Offset after the last frame applied; `None` before the stream's first frame.
+    pub offset: Option<Offset>,
     pub max_epoch: u64,
-    /// The last claim read: its epoch, nonce, and the offset after it.
-    pub last_claim: Option<(u64, [u8; 16], String)>,
+    /// The last claim read: its epoch, nonce, and the offset after it (`None` until the read
+    /// that holds it ended).
+    pub last_claim: Option<(u64, [u8; 16], Option<Offset>)>,
     pub frame_bytes: u64,
     pub db_pages: Option<u32>,
 }
@@ -117,27 +120,29 @@ pub fn get(
     }
 }
 
-fn with_offset(url: &str, offset: &str) -> String {
+/// A read from after `from`, or from the stream's start (`offset=-1`) for `None`.
+fn with_offset(url: &str, from: Option<Offset>) -> String {
+    let offset = offset_text::to_text(from);
     format!("{url}?offset={offset}&consistency=leader")
 }
 
-/// Applies frames from `from` until the stream says the reader is up to date. `until`: stop
-/// once this offset is reached (used after a claim).
+/// Applies frames from `from` (`None`: the stream's start) until the stream says the reader is
+/// up to date. `until`: stop once this offset is reached (used after a claim).
 pub fn replay(
     db: &File,
     url: &str,
     incarnation: &str,
-    from: &str,
-    until: Option<&str>,
+    from: Option<Offset>,
+    until: Option<Offset>,
 ) -> Result<Seen, VfsError> {
     let mut seen = Seen {
-        offset: from.to_owned(),
+        offset: from,
         ..Seen::default()
     };
     let mut frames = FrameReader::default();
-    let mut read_at = from.to_owned();
+    let mut read_at = from;
     loop {
-        let a = get(&with_offset(url, &read_at), Some(incarnation), false)?;
+        let a = get(&with_offset(url, read_at), Some(incarnation), false)?;
         match a.status {
             200 => {}
             410 => {
@@ -165,18 +170,18 @@ pub fn replay(
                 ));
             }
         }
-        let next = a
-            .header(h::STREAM_NEXT_OFFSET)
-            .map(str::to_owned)
-            .ok_or_else(|| {
-                VfsError::new(
-                    Kind::StreamState,
-                    "a read answered without Stream-Next-Offset",
-                )
-            })?;
+        let next = a.offset(h::STREAM_NEXT_OFFSET)?.ok_or_else(|| {
+            VfsError::new(
+                Kind::StreamState,
+                "a read answered without Stream-Next-Offset",
+            )
+        })?;
         let up_to_date = a.header(h::STREAM_UP_TO_DATE).is_some();
         frames.push(&a.body);
-        while let Some((record, len)) = frames.next(&seen.offset).map_err(format_err)? {
+        while let Some((record, len)) = frames
+            .next(&offset_text::to_text(seen.offset))
+            .map_err(format_err)?
+        {
             seen.frame_bytes += len as u64;
             match record {
                 Record::Commit { db_pages, pages } => {
@@ -185,23 +190,23 @@ pub fn replay(
                 }
                 Record::Claim { epoch, nonce } => {
                     seen.max_epoch = seen.max_epoch.max(epoch);
-                    seen.last_claim = Some((epoch, nonce, String::new()));
+                    seen.last_claim = Some((epoch, nonce, None));
                 }
             }
             if frames.pending() == 0 {
                 // Frame boundary at a known offset: the end of this read.
-                seen.offset = next.clone();
+                seen.offset = Some(next);
                 if let Some(c) = seen.last_claim.as_mut()
-                    && c.2.is_empty()
+                    && c.2.is_none()
                 {
-                    c.2 = next.clone();
+                    c.2 = Some(next);
                 }
             }
         }
-        read_at = next;
-        let reached = until.is_some_and(|u| read_at.as_str() >= u);
+        read_at = Some(next);
+        let reached = until.is_some_and(|u| next >= u);
         if (up_to_date || reached) && frames.pending() == 0 {
-            seen.offset = read_at;
+            seen.offset = Some(next);
             return Ok(seen);
         }
         if up_to_date && frames.pending() > 0 {
@@ -225,7 +230,7 @@ pub fn install_snapshot(
     db: &File,
     url: &str,
     incarnation: &str,
-    offset: &str,
+    offset: Offset,
 ) -> Result<format::SnapshotHeader, VfsError> {
     let a = get(&format!("{url}/snapshot/{offset}"), Some(incarnation), true)?;
     if a.status == 404 {

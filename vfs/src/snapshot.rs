@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use ursula_protocol::content_type::OCTET_STREAM;
 use ursula_protocol::headers as h;
+use ursula_protocol::offset::Offset;
 
 use crate::client::Attempt;
 use crate::client::Client;
@@ -66,7 +67,7 @@ fn due(db: &Db) -> bool {
 fn run(db: &Db) {
     let mut failures: u32 = 0;
     let mut wait = Duration::ZERO;
-    let mut previous: Option<String> = None;
+    let mut previous: Option<Offset> = None;
     loop {
         {
             let (m, c) = &db.snapshot_wake;
@@ -103,7 +104,7 @@ fn run(db: &Db) {
                 failures = 0;
                 wait = Duration::ZERO;
                 if let Some(prev) = previous.replace(offset) {
-                    retain(db, &prev);
+                    retain(db, prev);
                 }
             }
             Err((kind, reason, too_large)) => {
@@ -140,7 +141,7 @@ fn run(db: &Db) {
 
 /// A page-exact image of the database at the last acknowledged commit, with its offset,
 /// epoch and the log bytes it covers.
-fn copy_image(db: &Db) -> std::io::Result<(Vec<u8>, String, u64, u64)> {
+fn copy_image(db: &Db) -> std::io::Result<(Vec<u8>, Option<Offset>, u64, u64)> {
     let cs = db.commit_state();
     let mut image = std::fs::read(&db.path)?;
     if cs.wal.frame > 0 {
@@ -169,7 +170,7 @@ fn copy_image(db: &Db) -> std::io::Result<(Vec<u8>, String, u64, u64)> {
     }
     Ok((
         image,
-        cs.sidecar.offset.clone(),
+        cs.sidecar.offset,
         cs.sidecar.epoch,
         cs.sidecar.log_bytes,
     ))
@@ -177,10 +178,18 @@ fn copy_image(db: &Db) -> std::io::Result<(Vec<u8>, String, u64, u64)> {
 
 type Failure = (&'static str, String, bool);
 
-fn publish(db: &Db) -> Result<String, Failure> {
+fn publish(db: &Db) -> Result<Offset, Failure> {
     let started = Instant::now();
     let (image, offset, epoch, log_at) =
         copy_image(db).map_err(|e| ("other", format!("copying the image: {e}"), false))?;
+    let Some(offset) = offset else {
+        // Not reached in practice: the log bytes that make a snapshot due come with an offset.
+        return Err((
+            "other",
+            "the file reflects no frame of the stream yet".into(),
+            false,
+        ));
+    };
     let copy_us = started.elapsed().as_micros() as u64;
     let crc = crc32fast::hash(&image);
     let compressed = zstd::bulk::compress(&image, format::SNAPSHOT_LEVEL)
@@ -189,7 +198,7 @@ fn publish(db: &Db) -> Result<String, Failure> {
         epoch,
         pages: (image.len() / PAGE_SIZE) as u32,
         crc,
-        offset: offset.clone(),
+        offset,
     };
     let body = format::encode_snapshot(&header, &compressed);
     db.health().snapshot_bytes = Some(body.len() as u64);
@@ -257,7 +266,7 @@ fn publish(db: &Db) -> Result<String, Failure> {
         Attempt::NeverSent(r) | Attempt::NoAnswer(r) => return Err(("outage", r, false)),
     }
     let mut h = db.health();
-    h.snapshot = offset.clone();
+    h.snapshot = Some(offset);
     h.snapshot_at = Some(Instant::now());
     h.snapshot_failures = 0;
     h.snapshot_error = None;
@@ -267,7 +276,7 @@ fn publish(db: &Db) -> Result<String, Failure> {
         h.dropped.snapshots += 1;
     }
     h.snapshot_stats.push_back(SnapshotStat {
-        offset: offset.clone(),
+        offset,
         bytes: body.len() as u64,
         raw: image.len() as u64,
         copy_us,
@@ -279,7 +288,7 @@ fn publish(db: &Db) -> Result<String, Failure> {
     Ok(offset)
 }
 
-fn retain(db: &Db, offset: &str) {
+fn retain(db: &Db, offset: Offset) {
     let incarnation = db.commit_state().sidecar.incarnation.clone();
     let url = format!("{}/retention/{offset}", db.url);
     let req = Request {
@@ -291,7 +300,7 @@ fn retain(db: &Db, offset: &str) {
     };
     match Client::global().send(&req) {
         Attempt::Answered(a) if a.status == 204 || a.status == 200 => {
-            db.health().retained = offset.to_owned()
+            db.health().retained = Some(offset)
         }
         other => {
             let reason = match other {
@@ -304,7 +313,7 @@ fn retain(db: &Db, offset: &str) {
                 &[
                     ("file", &db.file()),
                     ("stream", &db.url),
-                    ("offset", offset),
+                    ("offset", &offset.to_string()),
                     ("reason", &reason),
                 ],
             );
