@@ -60,7 +60,7 @@ pub fn frame_headers(sidecar: &Sidecar, epoch: u64, seq: u64) -> Vec<(&'static s
         (h::PRODUCER_EPOCH, epoch.to_string()),
         (h::PRODUCER_SEQ, seq.to_string()),
         (h::STREAM_SEQ, stream_seq(epoch, seq)),
-        (h::STREAM_INCARNATION, sidecar.incarnation.clone()),
+        (h::STREAM_INCARNATION, sidecar.incarnation.to_string()),
     ]
 }
 

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use ursula_protocol::content_type::OCTET_STREAM;
 use ursula_protocol::headers as h;
+use ursula_protocol::incarnation::Incarnation;
 use ursula_protocol::offset::Offset;
 
 use crate::append;
@@ -81,7 +82,7 @@ fn open_elsewhere(db: &Path) -> bool {
 }
 
 struct Head {
-    incarnation: String,
+    incarnation: Incarnation,
     /// `None` when the server did not say.
     tail: Option<Offset>,
     snapshot: Option<Offset>,
@@ -102,14 +103,14 @@ fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
         let (retry, err) = match Client::global().send(&req) {
             Attempt::Answered(a) => match a.status {
                 200 => {
-                    let inc = a.header(h::STREAM_INCARNATION).ok_or_else(|| {
+                    let inc = a.incarnation()?.ok_or_else(|| {
                         VfsError::new(
                             Kind::StreamState,
                             "HEAD answered without Stream-Incarnation",
                         )
                     })?;
                     return Ok(Some(Head {
-                        incarnation: inc.to_owned(),
+                        incarnation: inc,
                         tail: a.offset(h::STREAM_NEXT_OFFSET)?,
                         snapshot: a.offset(h::STREAM_SNAPSHOT_OFFSET)?,
                     }));
@@ -552,7 +553,7 @@ fn run(
     let mut sc = Sidecar {
         version: SIDECAR_VERSION,
         stream: url.to_owned(),
-        incarnation: head.incarnation.clone(),
+        incarnation: head.incarnation,
         offset: local_offset,
         epoch,
         log_bytes: sidecar
@@ -594,7 +595,7 @@ fn run(
                     ("snapshot", &snap.to_string()),
                 ],
             );
-            match replay::install_snapshot(&file, url, &head.incarnation, snap) {
+            match replay::install_snapshot(&file, url, head.incarnation, snap) {
                 Ok(h) => {
                     epoch = epoch.max(h.epoch);
                     installed = Some(snap);
@@ -608,7 +609,7 @@ fn run(
                 Err(e) => return Err((e, true)),
             }
         }
-        match replay::replay(&file, url, &head.incarnation, from, None) {
+        match replay::replay(&file, url, head.incarnation, from, None) {
             Ok(seen) => break seen,
             Err(e) if e.message.starts_with(replay::MOVED) && rounds < MAX_ROUNDS => {
                 head = retry_head(path, url, &e)?;
@@ -657,7 +658,7 @@ fn run(
                     } else {
                         None
                     };
-                    seen = replay::replay(&f, url, &head.incarnation, offset, until)
+                    seen = replay::replay(&f, url, head.incarnation, offset, until)
                         .map_err(|e| (e, true))?;
                     sc.log_bytes += seen.frame_bytes;
                     offset = seen.offset;

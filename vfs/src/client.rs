@@ -28,6 +28,7 @@ use ureq::unversioned::transport::{
 use ureq::{Agent, Timeout};
 
 use ursula_protocol::headers as h;
+use ursula_protocol::incarnation::Incarnation;
 use ursula_protocol::offset::Offset;
 
 use crate::dns::{self, CachingResolver, DnsCache, DnsPolicy};
@@ -94,6 +95,15 @@ impl Answer {
     /// An offset header (`Stream-Next-Offset`, `Stream-Snapshot-Offset`).
     pub fn offset(&self, name: &'static str) -> Result<Option<Offset>, BadHeader> {
         self.parsed(name, "an offset (20 digits)", Offset::parse)
+    }
+
+    /// `Stream-Incarnation`.
+    pub fn incarnation(&self) -> Result<Option<Incarnation>, BadHeader> {
+        self.parsed(
+            h::STREAM_INCARNATION,
+            "an incarnation (16 lowercase hex digits)",
+            Incarnation::parse,
+        )
     }
 }
 

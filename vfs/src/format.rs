@@ -9,6 +9,7 @@ use std::io::Read;
 
 use serde::Deserialize;
 use serde::Serialize;
+use ursula_protocol::incarnation::Incarnation;
 use ursula_protocol::offset::Offset;
 
 pub const PAGE_SIZE: usize = 4096;
@@ -255,7 +256,8 @@ pub struct Sidecar {
     pub version: u32,
     /// The stream URL as attached.
     pub stream: String,
-    pub incarnation: String,
+    #[serde(with = "incarnation_text")]
+    pub incarnation: Incarnation,
     /// Stream offset after the last frame the local files reflect; `"-1"` for none.
     #[serde(with = "offset_text")]
     pub offset: Option<Offset>,
@@ -330,6 +332,23 @@ pub mod offset_text {
     }
 }
 
+/// The stream's incarnation as the sidecar stores it: the server's 16-hex-digit token.
+mod incarnation_text {
+    use serde::Deserialize;
+    use serde::Deserializer;
+    use serde::Serializer;
+    use ursula_protocol::incarnation::Incarnation;
+
+    pub fn serialize<S: Serializer>(i: &Incarnation, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(i)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Incarnation, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,7 +405,7 @@ mod tests {
         let s = Sidecar {
             version: SIDECAR_VERSION,
             stream: "http://h/b/s".into(),
-            incarnation: "i".into(),
+            incarnation: Incarnation(0x75b_cd15),
             offset: None,
             epoch: 0,
             log_bytes: 0,
@@ -438,6 +457,12 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(s.offset, Some(Offset(4242)));
+        assert_eq!(s.incarnation, Incarnation(123_456_789));
+        let other_spelling = br#"{"version":1,"stream":"","incarnation":"00000000075BCD15","offset":"-1","epoch":0,"log_bytes":0,"boot_id":"","inode":0,"wal":":0"}"#;
+        assert_eq!(
+            Sidecar::parse(other_spelling),
+            Err(FormatError::Malformed("sidecar fields"))
+        );
         for bad in ["now", "42", ""] {
             let text = format!(
                 r#"{{"version":1,"stream":"","incarnation":"00000000075bcd15","offset":"{bad}","epoch":0,"log_bytes":0,"boot_id":"","inode":0,"wal":":0"}}"#

@@ -9,6 +9,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use ursula_protocol::headers as h;
+use ursula_protocol::incarnation::Incarnation;
 use ursula_protocol::offset::Offset;
 
 use crate::client::Attempt;
@@ -78,7 +79,7 @@ pub fn apply_commit(f: &File, db_pages: u32, pages: &[(u32, Vec<u8>)]) -> Result
 /// 5xx, 307); a refused connection fails at once.
 pub fn get(
     url: &str,
-    incarnation: Option<&str>,
+    incarnation: Option<Incarnation>,
     long: bool,
 ) -> Result<crate::client::Answer, VfsError> {
     let budget = Duration::from_millis(settings::get().retry_ms);
@@ -86,7 +87,7 @@ pub fn get(
     let mut backoff = Duration::from_millis(50);
     let mut headers = Vec::new();
     if let Some(inc) = incarnation {
-        headers.push((h::STREAM_INCARNATION, inc.to_owned()));
+        headers.push((h::STREAM_INCARNATION, inc.to_string()));
     }
     loop {
         let req = Request {
@@ -131,7 +132,7 @@ fn with_offset(url: &str, from: Option<Offset>) -> String {
 pub fn replay(
     db: &File,
     url: &str,
-    incarnation: &str,
+    incarnation: Incarnation,
     from: Option<Offset>,
     until: Option<Offset>,
 ) -> Result<Seen, VfsError> {
@@ -229,7 +230,7 @@ pub fn format_err(e: format::FormatError) -> VfsError {
 pub fn install_snapshot(
     db: &File,
     url: &str,
-    incarnation: &str,
+    incarnation: Incarnation,
     offset: Offset,
 ) -> Result<format::SnapshotHeader, VfsError> {
     let a = get(&format!("{url}/snapshot/{offset}"), Some(incarnation), true)?;

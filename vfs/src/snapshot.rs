@@ -202,7 +202,7 @@ fn publish(db: &Db) -> Result<Offset, Failure> {
     };
     let body = format::encode_snapshot(&header, &compressed);
     db.health().snapshot_bytes = Some(body.len() as u64);
-    let incarnation = db.commit_state().sidecar.incarnation.clone();
+    let incarnation = db.commit_state().sidecar.incarnation.to_string();
     let url = format!("{}/snapshot/{offset}", db.url);
     let big = body.len() > SMALL_BODY;
     let headers = vec![
@@ -289,7 +289,7 @@ fn publish(db: &Db) -> Result<Offset, Failure> {
 }
 
 fn retain(db: &Db, offset: Offset) {
-    let incarnation = db.commit_state().sidecar.incarnation.clone();
+    let incarnation = db.commit_state().sidecar.incarnation.to_string();
     let url = format!("{}/retention/{offset}", db.url);
     let req = Request {
         method: Method::Put,
