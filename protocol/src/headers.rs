@@ -41,3 +41,10 @@ pub const RAFT_PROTOCOL: &str = "x-ursula-raft-protocol";
 pub const RAFT_FROM: &str = "x-ursula-raft-from";
 /// Peer RPCs: the node id the sender meant the RPC for.
 pub const RAFT_TO: &str = "x-ursula-raft-to";
+
+/// Standard HTTP headers the protocol gives a meaning to: the type a stream is created with,
+/// when to retry a refusal, where a redirect points, and the bearer token.
+pub const CONTENT_TYPE: &str = "content-type";
+pub const RETRY_AFTER: &str = "retry-after";
+pub const LOCATION: &str = "location";
+pub const AUTHORIZATION: &str = "authorization";

@@ -4,6 +4,10 @@
 use std::time::Duration;
 use std::time::Instant;
 
+use ursula_protocol::content_type::OCTET_STREAM;
+use ursula_protocol::headers as h;
+use ursula_protocol::offset::Offset;
+
 use crate::client::Answer;
 use crate::client::Attempt;
 use crate::client::Client;
@@ -20,7 +24,7 @@ pub const PRODUCER_PREFIX: &str = "sqlite-ursula-vfs/";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Acked {
-        next_offset: String,
+        next_offset: Offset,
     },
     /// Nothing of it reached the stream; the file stays usable.
     Refused {
@@ -48,15 +52,15 @@ pub fn stream_seq(epoch: u64, seq: u64) -> String {
 /// The headers every frame append carries.
 pub fn frame_headers(sidecar: &Sidecar, epoch: u64, seq: u64) -> Vec<(&'static str, String)> {
     vec![
-        ("Content-Type", "application/octet-stream".to_owned()),
+        (h::CONTENT_TYPE, OCTET_STREAM.to_owned()),
         (
-            "Producer-Id",
+            h::PRODUCER_ID,
             format!("{PRODUCER_PREFIX}{}", sidecar.incarnation),
         ),
-        ("Producer-Epoch", epoch.to_string()),
-        ("Producer-Seq", seq.to_string()),
-        ("Stream-Seq", stream_seq(epoch, seq)),
-        ("Stream-Incarnation", sidecar.incarnation.clone()),
+        (h::PRODUCER_EPOCH, epoch.to_string()),
+        (h::PRODUCER_SEQ, seq.to_string()),
+        (h::STREAM_SEQ, stream_seq(epoch, seq)),
+        (h::STREAM_INCARNATION, sidecar.incarnation.to_string()),
     ]
 }
 
@@ -67,7 +71,7 @@ pub fn reason_of(a: &Answer) -> String {
     let body = body.trim();
     if body.is_empty() {
         return a
-            .header("x-ursula-not-applied")
+            .header(h::NOT_APPLIED)
             .map_or_else(|| format!("HTTP {}", a.status), str::to_owned);
     }
     if body.len() > 256 {
@@ -82,11 +86,11 @@ pub fn reason_of(a: &Answer) -> String {
 }
 
 fn vouched(a: &Answer) -> bool {
-    a.header("x-ursula-not-applied").is_some() && a.header("x-ursula-not-applied-checked").is_some()
+    a.header(h::NOT_APPLIED).is_some() && a.header(h::NOT_APPLIED_CHECKED).is_some()
 }
 
 fn retry_after(a: &Answer) -> Duration {
-    a.header("retry-after")
+    a.header(h::RETRY_AFTER)
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(Duration::ZERO, Duration::from_secs)
 }
@@ -105,7 +109,7 @@ enum Step {
 
 fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<u64>) -> Step {
     let status = a.status;
-    let next = a.header("stream-next-offset").map(str::to_owned);
+    let next = a.offset(h::STREAM_NEXT_OFFSET);
     let poison = |kind, reason: String| Step::Done(Outcome::Poisoned { kind, reason });
     let refuse = |kind, reason: String| {
         if had_unknown {
@@ -122,16 +126,19 @@ fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<
     };
     match status {
         200 => match next {
-            Some(n) => Step::Done(Outcome::Acked { next_offset: n }),
-            None => poison(
+            Ok(Some(n)) => Step::Done(Outcome::Acked { next_offset: n }),
+            Ok(None) => poison(
                 Kind::StreamState,
                 "the append answer carried no Stream-Next-Offset".into(),
             ),
+            Err(e) => poison(Kind::StreamState, e.to_string()),
         },
         204 => {
             let refused_here = refused_seq == Some(seq);
             match (next, had_unknown) {
-                (Some(n), true) => {
+                // The commit is in the stream, but where it ends is not known.
+                (Err(e), true) => poison(Kind::StreamState, e.to_string()),
+                (Ok(Some(n)), true) => {
                     if refused_here {
                         log::event(log::Level::Warn, "refused_commit_unchecked", &[("seq", &seq.to_string())]);
                     }
@@ -157,7 +164,7 @@ fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<
             refusal: Some((Kind::RateLimited, reason_of(a))),
             reason: "429".into(),
         },
-        403 if a.header("producer-epoch").is_some() => poison(
+        403 if a.header(h::PRODUCER_EPOCH).is_some() => poison(
             Kind::Fenced,
             "another owner claimed the stream with a newer producer epoch".into(),
         ),
@@ -168,9 +175,7 @@ fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<
                 _ => Kind::NotApplied,
             };
             let reason = if kind == Kind::NotApplied {
-                a.header("x-ursula-not-applied")
-                    .unwrap_or_default()
-                    .to_owned()
+                a.header(h::NOT_APPLIED).unwrap_or_default().to_owned()
             } else {
                 reason_of(a)
             };
@@ -181,25 +186,20 @@ fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<
             wait: retry_after(a),
             refusal: Some((
                 Kind::NotApplied,
-                a.header("x-ursula-not-applied")
-                    .unwrap_or_default()
-                    .to_owned(),
+                a.header(h::NOT_APPLIED).unwrap_or_default().to_owned(),
             )),
-            reason: format!(
-                "{status} {}",
-                a.header("x-ursula-not-applied").unwrap_or_default()
-            ),
+            reason: format!("{status} {}", a.header(h::NOT_APPLIED).unwrap_or_default()),
         },
         403 => poison(
             Kind::OutcomeUnknown,
             format!("403 without a not-applied mark: {}", reason_of(a)),
         ),
-        409 if a.header("producer-expected-seq").is_some() => poison(
+        409 if a.header(h::PRODUCER_EXPECTED_SEQ).is_some() => poison(
             Kind::Fenced,
             "the stream forgot this owner's producer (idle too long) or another owner took over"
                 .into(),
         ),
-        409 if a.header("stream-closed").is_some() => {
+        409 if a.header(h::STREAM_CLOSED).is_some() => {
             poison(Kind::StreamState, "the stream is closed".into())
         }
         409 => poison(
@@ -218,7 +218,7 @@ fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<
             Kind::InvalidUrl,
             format!(
                 "the stream answered {status} to {}: use that address",
-                a.header("location").unwrap_or("?")
+                a.header(h::LOCATION).unwrap_or("?")
             ),
         ),
         500..=599 => Step::Again {

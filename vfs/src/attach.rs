@@ -7,6 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
+use ursula_protocol::content_type::OCTET_STREAM;
+use ursula_protocol::headers as h;
+use ursula_protocol::ids::IdError;
+use ursula_protocol::incarnation::Incarnation;
+use ursula_protocol::offset::Offset;
+use ursula_protocol::path;
+
 use crate::append;
 use crate::client::Answer;
 use crate::client::Attempt;
@@ -22,6 +29,7 @@ use crate::error::VfsError;
 use crate::format::Record;
 use crate::format::SIDECAR_VERSION;
 use crate::format::Sidecar;
+use crate::format::offset_text;
 use crate::local;
 use crate::log;
 use crate::registry;
@@ -32,7 +40,8 @@ use crate::settings;
 /// Rounds of catch-up before giving up when retention or a snapshot keeps moving.
 const MAX_ROUNDS: usize = 10;
 
-/// Checks a stream URL before any request: http(s), a path, no query or fragment.
+/// Checks a stream URL before any request: http(s), a path, no query or fragment, and where
+/// the path is one the protocol names a stream by, IDs by the protocol's rules.
 pub fn check_url(url: &str) -> Result<String, VfsError> {
     let bad = |m: &str| VfsError::new(Kind::InvalidUrl, format!("{url:?}: {m}"));
     if url.contains('?') || url.contains('#') {
@@ -48,7 +57,25 @@ pub fn check_url(url: &str) -> Result<String, VfsError> {
     if host.is_empty() || path.trim_matches('/').is_empty() {
         return Err(bad("a stream URL needs a host and a /bucket/stream path"));
     }
+    check_stream_ids(path.trim_end_matches('/')).map_err(|e| {
+        VfsError::new(
+            Kind::InvalidName,
+            format!("{url:?}: the stream's name breaks the protocol's rules: {e}"),
+        )
+    })?;
     Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// The bucket and stream IDs of `/{bucket}/{stream}` or `/v1/stream/{name}` (`path` without
+/// its leading `/`), checked as the server checks them, so a bad name fails before any
+/// request. A longer path is left to the server: it may be a proxy's prefix, whose first
+/// segments are no IDs.
+fn check_stream_ids(path: &str) -> Result<(), IdError> {
+    let segments: Vec<&str> = path.split('/').collect();
+    if !matches!(segments.as_slice(), [_, _] | ["v1", "stream", _]) {
+        return Ok(());
+    }
+    path::parse(&format!("/{path}")).map(|_| ())
 }
 
 pub fn check_path(path: &str) -> Result<PathBuf, VfsError> {
@@ -76,9 +103,10 @@ fn open_elsewhere(db: &Path) -> bool {
 }
 
 struct Head {
-    incarnation: String,
-    tail: String,
-    snapshot: Option<String>,
+    incarnation: Incarnation,
+    /// `None` when the server did not say.
+    tail: Option<Offset>,
+    snapshot: Option<Offset>,
 }
 
 fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
@@ -96,16 +124,16 @@ fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
         let (retry, err) = match Client::global().send(&req) {
             Attempt::Answered(a) => match a.status {
                 200 => {
-                    let inc = a.header("stream-incarnation").ok_or_else(|| {
+                    let inc = a.incarnation()?.ok_or_else(|| {
                         VfsError::new(
                             Kind::StreamState,
                             "HEAD answered without Stream-Incarnation",
                         )
                     })?;
                     return Ok(Some(Head {
-                        incarnation: inc.to_owned(),
-                        tail: a.header("stream-next-offset").unwrap_or("-1").to_owned(),
-                        snapshot: a.header("stream-snapshot-offset").map(str::to_owned),
+                        incarnation: inc,
+                        tail: a.offset(h::STREAM_NEXT_OFFSET)?,
+                        snapshot: a.offset(h::STREAM_SNAPSHOT_OFFSET)?,
                     }));
                 }
                 404 => return Ok(None),
@@ -168,7 +196,7 @@ fn create_stream(url: &str) -> Result<(), VfsError> {
     let req = Request {
         method: Method::Put,
         url,
-        headers: vec![("Content-Type", "application/octet-stream".to_owned())],
+        headers: vec![(h::CONTENT_TYPE, OCTET_STREAM.to_owned())],
         body: &[],
         long: false,
     };
@@ -228,7 +256,8 @@ fn init_wal_mode(db: &Path) -> Result<(), VfsError> {
 
 /// The answer of a claim attempt.
 enum Claimed {
-    Ours(String),
+    /// The claim is in the stream, which ends at this offset after it.
+    Ours(Offset),
     Lost,
     NewerEpoch(u64),
 }
@@ -263,14 +292,14 @@ fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<
             Attempt::Answered(a) => match a.status {
                 200 => {
                     return Ok(a
-                        .header("stream-next-offset")
-                        .map_or(Claimed::Lost, |n| Claimed::Ours(n.to_owned())));
+                        .offset(h::STREAM_NEXT_OFFSET)?
+                        .map_or(Claimed::Lost, Claimed::Ours));
                 }
                 // Same epoch, same seq: ours from an earlier attempt, or another attacher's.
                 204 => return Ok(Claimed::Lost),
-                403 if a.header("producer-epoch").is_some() => {
+                403 if a.header(h::PRODUCER_EPOCH).is_some() => {
                     let e = a
-                        .header("producer-epoch")
+                        .header(h::PRODUCER_EPOCH)
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(epoch);
                     return Ok(Claimed::NewerEpoch(e));
@@ -279,8 +308,8 @@ fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<
                 402 if !unknown => return Err(refusal(&a, Kind::PaymentRequired)),
                 401 | 429 if !unknown => return Err(refusal(&a, Kind::Refused)),
                 s if (400..600).contains(&s)
-                    && a.header("x-ursula-not-applied-checked").is_some()
-                    && a.header("x-ursula-not-applied").is_some()
+                    && a.header(h::NOT_APPLIED_CHECKED).is_some()
+                    && a.header(h::NOT_APPLIED).is_some()
                     && !unknown =>
                 {
                     return Err(refusal(&a, Kind::Refused));
@@ -328,7 +357,8 @@ fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<
     }
 }
 
-/// `ursula_attach(path, url[, 'read_only'])`.
+/// `ursula_attach(path, url[, 'read_only'])`: the offset the file reflects, as the server wrote
+/// it (`"-1"` for an empty stream).
 pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError> {
     let started = Instant::now();
     let url = check_url(url)?;
@@ -420,7 +450,7 @@ pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError
         Ok((db, offset)) => {
             reg.set_attached(db.clone());
             crate::snapshot::start(db);
-            Ok(offset)
+            Ok(offset_text::to_text(offset))
         }
         Err((e, wrote_pages)) => {
             if created_sidecar
@@ -471,13 +501,13 @@ fn run(
     read_only: bool,
     sidecar: Option<Sidecar>,
     started: Instant,
-) -> Result<(Arc<Db>, String), RunError> {
+) -> Result<(Arc<Db>, Option<Offset>), RunError> {
     let no_pages = |e: VfsError| (e, false);
     let head = match head_answer(url).map_err(no_pages)? {
         Some(h) => h,
         None => {
             let has_data =
-                sidecar.as_ref().is_some_and(|s| s.offset != "-1") || local::holds_data(path);
+                sidecar.as_ref().is_some_and(|s| s.offset.is_some()) || local::holds_data(path);
             if has_data || read_only {
                 let why = if read_only {
                     "a read-only attach never creates it"
@@ -505,25 +535,25 @@ fn run(
             && s.inode == local::inode(path)
             && WalClaim::decode(&s.wal).is_some_and(|c| local::wal_holds(path, &c))
     });
-    if let Some(s) = &sidecar
+    // A stream that does not say where it ends counts as empty.
+    if let Some(local) = sidecar.as_ref().and_then(|s| s.offset)
         && trusted
-        && s.offset != "-1"
-        && s.offset.as_str() > head.tail.as_str()
+        && Some(local) > head.tail
     {
         return Err(no_pages(VfsError::new(
             Kind::StreamState,
             format!(
-                "the stream ends at {} but the local file reflects {}: the stream lost acknowledged commits; the file is kept",
-                head.tail, s.offset
+                "the stream ends at {} but the local file reflects {local}: the stream lost acknowledged commits; the file is kept",
+                offset_text::to_text(head.tail)
             ),
         )));
     }
-    let mut local_offset = "-1".to_owned();
+    let mut local_offset = None;
     let mut epoch = 0;
     if trusted {
         if let Some(s) = &sidecar {
             fold_wal(path).map_err(no_pages)?;
-            local_offset = s.offset.clone();
+            local_offset = s.offset;
             epoch = s.epoch;
         }
     } else if sidecar.is_some() || path.exists() {
@@ -544,8 +574,8 @@ fn run(
     let mut sc = Sidecar {
         version: SIDECAR_VERSION,
         stream: url.to_owned(),
-        incarnation: head.incarnation.clone(),
-        offset: local_offset.clone(),
+        incarnation: head.incarnation,
+        offset: local_offset,
         epoch,
         log_bytes: sidecar
             .as_ref()
@@ -564,35 +594,33 @@ fn run(
             format!("cannot write the sidecar: {e}"),
         ))
     })?;
-    let mut installed = "-1".to_owned();
+    let mut installed: Option<Offset> = None;
     let mut head = head;
     let mut rounds = 0;
     // Retention or a newer snapshot can move while the file catches up: start over from a
     // fresh HEAD, a bounded number of times.
     let mut seen = loop {
         rounds += 1;
-        let mut from = local_offset.clone();
-        let behind = head
-            .snapshot
-            .as_ref()
-            .is_some_and(|snap| from == "-1" || from.as_str() < snap.as_str());
-        if installed != "-1" && head.snapshot.as_deref() == Some(installed.as_str()) {
-            from = installed.clone();
-        } else if let Some(snap) = head.snapshot.clone().filter(|_| behind) {
+        let mut from = local_offset;
+        // No local offset is behind any snapshot.
+        let behind = head.snapshot.is_some_and(|snap| from < Some(snap));
+        if installed.is_some() && head.snapshot == installed {
+            from = installed;
+        } else if let Some(snap) = head.snapshot.filter(|_| behind) {
             log::event(
                 log::Level::Info,
                 "attach_rebuilding",
                 &[
                     ("file", &path.display().to_string()),
                     ("stream", url),
-                    ("snapshot", &snap),
+                    ("snapshot", &snap.to_string()),
                 ],
             );
-            match replay::install_snapshot(&file, url, &head.incarnation, &snap) {
+            match replay::install_snapshot(&file, url, head.incarnation, snap) {
                 Ok(h) => {
                     epoch = epoch.max(h.epoch);
-                    installed = snap.clone();
-                    from = snap;
+                    installed = Some(snap);
+                    from = Some(snap);
                     sc.log_bytes = 0;
                 }
                 Err(e) if e.message.starts_with(replay::MOVED) && rounds < MAX_ROUNDS => {
@@ -602,7 +630,7 @@ fn run(
                 Err(e) => return Err((e, true)),
             }
         }
-        match replay::replay(&file, url, &head.incarnation, &from, None) {
+        match replay::replay(&file, url, head.incarnation, from, None) {
             Ok(seen) => break seen,
             Err(e) if e.message.starts_with(replay::MOVED) && rounds < MAX_ROUNDS => {
                 head = retry_head(path, url, &e)?;
@@ -612,7 +640,7 @@ fn run(
     };
     epoch = epoch.max(seen.max_epoch);
     sc.log_bytes += seen.frame_bytes;
-    let mut offset = seen.offset.clone();
+    let mut offset = seen.offset;
     if std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
         drop(file);
         init_wal_mode(path).map_err(|e| (e, true))?;
@@ -646,15 +674,15 @@ fn run(
             match claimed {
                 Claimed::NewerEpoch(e) => next_epoch = next_epoch.max(e + 1),
                 Claimed::Lost | Claimed::Ours(_) => {
-                    let until = if let Claimed::Ours(n) = &claimed {
-                        Some(n.clone())
+                    let until = if let Claimed::Ours(n) = claimed {
+                        Some(n)
                     } else {
                         None
                     };
-                    seen = replay::replay(&f, url, &head.incarnation, &offset, until.as_deref())
+                    seen = replay::replay(&f, url, head.incarnation, offset, until)
                         .map_err(|e| (e, true))?;
                     sc.log_bytes += seen.frame_bytes;
-                    offset = seen.offset.clone();
+                    offset = seen.offset;
                     match seen.last_claim {
                         Some((e, n, _)) if e == next_epoch && n == nonce => {
                             epoch = next_epoch;
@@ -682,7 +710,7 @@ fn run(
             true,
         )
     })?;
-    sc.offset = offset.clone();
+    sc.offset = offset;
     sc.epoch = epoch;
     sc.inode = local::inode(path);
     local::write_sidecar(path, &sc).map_err(|e| {
@@ -703,9 +731,9 @@ fn run(
     }
     {
         let mut h = db.health();
-        h.offset = offset.clone();
+        h.offset = offset;
         h.epoch = epoch;
-        h.snapshot = head.snapshot.clone().unwrap_or_else(|| "-1".into());
+        h.snapshot = head.snapshot;
         h.local = local_offset;
         h.installed = installed;
         h.attach_ms = started.elapsed().as_millis() as u64;
@@ -713,4 +741,40 @@ fn run(
         h.db_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     }
     Ok((db, offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_urls_are_checked_before_any_request() {
+        assert_eq!(
+            check_url("http://h:1/demo/x/").map_err(|e| e.kind),
+            Ok("http://h:1/demo/x".to_owned())
+        );
+        for ok in [
+            "https://h/v1/stream/x",
+            "http://h/prefix/demo/x",
+            "http://h/demo/h%C3%A9llo",
+        ] {
+            assert!(check_url(ok).is_ok(), "{ok}");
+        }
+        for (bad, kind) in [
+            ("http://h/demo/x?a=1", Kind::InvalidUrl),
+            ("ftp://h/demo/x", Kind::InvalidUrl),
+            ("http://h/", Kind::InvalidUrl),
+            ("http://h/ab/x", Kind::InvalidName),
+            ("http://h/demo/a..b", Kind::InvalidName),
+            ("http://h/demo/a%2Fb", Kind::InvalidName),
+            ("http://h/v1/stream/$x", Kind::InvalidName),
+        ] {
+            assert_eq!(check_url(bad).map_err(|e| e.kind), Err(kind), "{bad}");
+        }
+        let e = check_url("http://h/demo/streams").expect_err("reserved");
+        assert!(
+            e.message.contains("stream ID \"streams\" is reserved"),
+            "{e}"
+        );
+    }
 }

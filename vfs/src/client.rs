@@ -27,7 +27,12 @@ use ureq::unversioned::transport::{
 };
 use ureq::{Agent, Timeout};
 
+use ursula_protocol::headers as h;
+use ursula_protocol::incarnation::Incarnation;
+use ursula_protocol::offset::Offset;
+
 use crate::dns::{self, CachingResolver, DnsCache, DnsPolicy};
+use crate::error::{Kind, VfsError};
 use crate::settings::Settings;
 use crate::token::{self, Tokens};
 use crate::{log, settings};
@@ -67,6 +72,54 @@ impl Answer {
     /// The first value of a header, the name compared case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
         header_in(&self.headers, name)
+    }
+
+    /// A header whose value has a form the protocol fixes: `Ok(None)` when it is absent, an
+    /// error naming the header and the value when it is there in another form.
+    pub fn parsed<T>(
+        &self,
+        name: &'static str,
+        expected: &'static str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, BadHeader> {
+        let Some(value) = self.header(name) else {
+            return Ok(None);
+        };
+        parse(value).map(Some).ok_or_else(|| BadHeader {
+            name,
+            value: value.to_owned(),
+            expected,
+        })
+    }
+
+    /// An offset header (`Stream-Next-Offset`, `Stream-Snapshot-Offset`).
+    pub fn offset(&self, name: &'static str) -> Result<Option<Offset>, BadHeader> {
+        self.parsed(name, "an offset (20 digits)", Offset::parse)
+    }
+
+    /// `Stream-Incarnation`.
+    pub fn incarnation(&self) -> Result<Option<Incarnation>, BadHeader> {
+        self.parsed(
+            h::STREAM_INCARNATION,
+            "an incarnation (16 lowercase hex digits)",
+            Incarnation::parse,
+        )
+    }
+}
+
+/// A header the server sent in a form the protocol does not allow: the stream's server is not
+/// one this extension can follow, so the answer is not acted on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the server sent {name}: {value:?}, which is not {expected}")]
+pub struct BadHeader {
+    pub name: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+impl From<BadHeader> for VfsError {
+    fn from(e: BadHeader) -> VfsError {
+        VfsError::new(Kind::StreamState, e.to_string())
     }
 }
 
@@ -281,10 +334,10 @@ impl Client {
         let has_auth = req
             .headers
             .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("authorization"));
+            .any(|(n, _)| n.eq_ignore_ascii_case(h::AUTHORIZATION));
         if !has_auth && let Some(token) = self.tokens.current() {
             warn_if_in_clear(req.url);
-            builder = builder.header("authorization", format!("Bearer {token}"));
+            builder = builder.header(h::AUTHORIZATION, format!("Bearer {token}"));
         }
         // A GET, HEAD or DELETE without a body goes without Content-Length; PUT and POST always
         // carry one, even for an empty body.

@@ -3,6 +3,9 @@
 //! final page images into one frame, appends it to the stream, and only after the stream
 //! acknowledged it writes the overlay to the local `-wal`. A refused append fails the write,
 //! SQLite rolls the transaction back, and nothing of it reaches the local files.
+//!
+//! The writes this module lets through go to a [`RealFile`], which the VFS shim implements
+//! over SQLite's `unix` file: the FFI, and every `unsafe`, stay in the shim.
 
 use std::collections::BTreeMap;
 use std::os::raw::c_int;
@@ -18,14 +21,28 @@ use crate::error::Kind;
 use crate::format::PAGE_SIZE;
 use crate::format::Record;
 use crate::local;
-use crate::local::FRAME;
-use crate::local::WAL_HEADER;
 use crate::log;
 use crate::settings;
-use crate::shim::real_write;
+use crate::sqlite_wal;
+use crate::sqlite_wal::FRAME_HEADER;
+use crate::sqlite_wal::FrameHeader;
+use crate::sqlite_wal::WalHeader;
 
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+/// The underlying file of an attached database or its `-wal`, where a write goes once this
+/// module allows it.
+pub trait RealFile {
+    /// Writes `data` at `off`; SQLite's result code.
+    fn write(&mut self, data: &[u8], off: u64) -> c_int;
+}
+
+/// The frame header SQLite wrote at `at`, when the overlay's write there is one: at a frame's
+/// position and exactly a frame header long (SQLite writes header and page separately).
+fn frame_header(at: u64, bytes: &[u8]) -> Option<FrameHeader> {
+    sqlite_wal::frame_at(at)?;
+    if bytes.len() != FRAME_HEADER as usize {
+        return None;
+    }
+    FrameHeader::parse(bytes)
 }
 
 /// Serves a read of the `-wal` from the overlay where it holds the bytes.
@@ -118,9 +135,7 @@ fn matches_wal_frame(db: &Db, cs: &mut crate::db::CommitState, pgno: u32, data: 
 /// A write to the main database file. Only a checkpoint may write it, copying committed WAL
 /// images: each write is checked to be one, so nothing reaches the file that the stream does
 /// not hold (a rollback journal, `journal_mode=MEMORY` or `OFF` would bypass the stream).
-/// # Safety
-/// `real` must be the open underlying file of the database.
-pub unsafe fn db_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: u64) -> c_int {
+pub fn db_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_int {
     if db.read_only {
         return ffi::SQLITE_READONLY;
     }
@@ -132,7 +147,7 @@ pub unsafe fn db_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: 
         return refuse_db_write(db);
     }
     let start = Instant::now();
-    let rc = unsafe { real_write(real, data, off) };
+    let rc = real.write(data, off);
     db.record_checkpoint(start.elapsed().as_micros() as u64);
     rc
 }
@@ -179,15 +194,13 @@ pub fn wal_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
 }
 
 /// A write to the `-wal` of an attached database.
-/// # Safety
-/// `real` must be the open underlying file of the `-wal`.
-pub unsafe fn wal_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off: u64) -> c_int {
+pub fn wal_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_int {
     if db.read_only {
         return ffi::SQLITE_READONLY;
     }
     let mut cs = db.commit_state();
     if cs.passthrough {
-        return unsafe { real_write(real, data, off) };
+        return real.write(data, off);
     }
     if !cs.writer_active {
         // locking_mode=EXCLUSIVE keeps the WAL lock out of shared memory, where the
@@ -195,50 +208,54 @@ pub unsafe fn wal_write(db: &Db, real: *mut ffi::sqlite3_file, data: &[u8], off:
         db.refuse(Kind::Unsupported, "locking_mode=EXCLUSIVE is not supported");
         return ffi::SQLITE_IOERR_WRITE;
     }
-    if off == 0 && data.len() >= 12 && be32(data, 8) != PAGE_SIZE as u32 {
+    if off == 0 && WalHeader::parse(data).is_some_and(|h| h.page_size != PAGE_SIZE as u32) {
         db.refuse(Kind::Unsupported, "the page size must be 4096 bytes");
         return ffi::SQLITE_IOERR_WRITE;
     }
     cs.overlay.insert(off, data.to_vec());
-    let is_page =
-        data.len() == PAGE_SIZE && off >= WAL_HEADER + 24 && (off - WAL_HEADER) % FRAME == 24;
-    if !is_page {
+    let Some(frame) = sqlite_wal::frame_of_page(off, data.len()) else {
         return ffi::SQLITE_OK;
-    }
-    let hdr_off = off - 24;
-    let commit_size = cs
+    };
+    let hdr_off = sqlite_wal::frame_offset(frame);
+    // The header was written before its page, so it is in the overlay.
+    let Some(hdr) = cs
         .overlay
         .get(&hdr_off)
-        .filter(|h| h.len() == 24)
-        .map_or(0, |h| be32(h, 4));
-    if commit_size == 0 {
+        .and_then(|b| frame_header(hdr_off, b))
+        .filter(FrameHeader::is_commit)
+    else {
         return ffi::SQLITE_OK;
-    }
-    unsafe { commit(db, &mut cs, real, hdr_off, commit_size) }
+    };
+    commit(db, &mut cs, real, frame, hdr)
 }
 
 /// The transaction's last image of each page, from the overlay's frames up to the commit frame.
 fn final_pages(overlay: &BTreeMap<u64, Vec<u8>>, commit_hdr: u64) -> BTreeMap<u32, &[u8]> {
     let mut pages = BTreeMap::new();
-    for (&at, hdr) in overlay.range(WAL_HEADER..=commit_hdr) {
-        if !(at - WAL_HEADER).is_multiple_of(FRAME) || hdr.len() != 24 {
+    for (&at, bytes) in overlay.range(sqlite_wal::HEADER..=commit_hdr) {
+        let Some(hdr) = frame_header(at, bytes) else {
             continue;
-        }
-        if let Some(page) = overlay.get(&(at + 24)).filter(|p| p.len() == PAGE_SIZE) {
-            pages.insert(be32(hdr, 0), page.as_slice());
+        };
+        if let Some(page) = overlay
+            .get(&(at + FRAME_HEADER))
+            .filter(|p| p.len() == PAGE_SIZE)
+        {
+            pages.insert(hdr.pgno, page.as_slice());
         }
     }
     pages
 }
 
-unsafe fn commit(
+fn commit(
     db: &Db,
     cs: &mut crate::db::CommitState,
-    real: *mut ffi::sqlite3_file,
-    hdr_off: u64,
-    db_pages: u32,
+    real: &mut dyn RealFile,
+    wal_frame: u32,
+    hdr: FrameHeader,
 ) -> c_int {
     let start = Instant::now();
+    let hdr_off = sqlite_wal::frame_offset(wal_frame);
+    let db_pages = hdr.commit_size;
     if let Some(p) = db.health().poison.clone() {
         log::event(
             log::Level::Warn,
@@ -248,24 +265,23 @@ unsafe fn commit(
         return ffi::SQLITE_IOERR_WRITE;
     }
     let pages = final_pages(&cs.overlay, hdr_off);
-    if let Some(p1) = pages.get(&1) {
-        let page_size = u16::from_be_bytes([p1[16], p1[17]]);
-        if page_size != 0x1000 || p1[18] != 2 || p1[19] != 2 {
-            log::event(
-                log::Level::Warn,
-                "journal_refused",
-                &[
-                    ("file", &db.file()),
-                    ("stream", &db.url),
-                    ("reason", "a commit that leaves WAL mode or 4 KiB pages"),
-                ],
-            );
-            db.refuse(
-                Kind::Unsupported,
-                "journal_mode must stay WAL and the page size 4096",
-            );
-            return ffi::SQLITE_IOERR_AUTH;
-        }
+    if let Some(p1) = pages.get(&1)
+        && !sqlite_wal::keeps_wal_and_4k(p1)
+    {
+        log::event(
+            log::Level::Warn,
+            "journal_refused",
+            &[
+                ("file", &db.file()),
+                ("stream", &db.url),
+                ("reason", "a commit that leaves WAL mode or 4 KiB pages"),
+            ],
+        );
+        db.refuse(
+            Kind::Unsupported,
+            "journal_mode must stay WAL and the page size 4096",
+        );
+        return ffi::SQLITE_IOERR_AUTH;
     }
     let record = Record::Commit {
         db_pages,
@@ -298,7 +314,6 @@ unsafe fn commit(
     let append_us = append_start.elapsed().as_micros() as u64;
     match result.outcome {
         append::Outcome::Acked { next_offset } => {
-            let salts = hdr_salts(cs, hdr_off);
             if cs.overlay.contains_key(&0) {
                 // A new WAL header: SQLite restarted the log, every earlier frame is checkpointed.
                 cs.wal_pages.clear();
@@ -306,9 +321,8 @@ unsafe fn commit(
             }
             let frames: Vec<(u32, u64)> = cs
                 .overlay
-                .range(WAL_HEADER..=hdr_off)
-                .filter(|(at, h)| (**at - WAL_HEADER).is_multiple_of(FRAME) && h.len() == 24)
-                .map(|(at, h)| (be32(h, 0), at + 24))
+                .range(sqlite_wal::HEADER..=hdr_off)
+                .filter_map(|(&at, b)| frame_header(at, b).map(|h| (h.pgno, at + FRAME_HEADER)))
                 .collect();
             for (pgno, at) in frames {
                 cs.wal_pages.entry(pgno).or_default().push(at);
@@ -316,7 +330,7 @@ unsafe fn commit(
             cs.wal_sizes.insert(db_pages);
             // The stream holds it: now the local WAL may.
             for (&at, bytes) in &cs.overlay {
-                let rc = unsafe { real_write(real, bytes, at) };
+                let rc = real.write(bytes, at);
                 if rc != ffi::SQLITE_OK {
                     db.poison(
                         Kind::LocalDamage,
@@ -330,12 +344,12 @@ unsafe fn commit(
             cs.seq = seq;
             cs.refused_seq = None;
             cs.wal = WalClaim {
-                salt1: salts.0,
-                salt2: salts.1,
-                frame: ((hdr_off - WAL_HEADER) / FRAME + 1) as u32,
+                salt1: hdr.salt1,
+                salt2: hdr.salt2,
+                frame: wal_frame,
             };
             cs.sidecar.wal = cs.wal.encode();
-            cs.sidecar.offset = next_offset.clone();
+            cs.sidecar.offset = Some(next_offset);
             cs.sidecar.log_bytes += frame.len() as u64;
             if let Err(e) = local::write_sidecar(&db.path, &cs.sidecar) {
                 db.poison(Kind::LocalDamage, &format!("cannot write the sidecar: {e}"));
@@ -370,12 +384,4 @@ unsafe fn commit(
             ffi::SQLITE_IOERR_WRITE
         }
     }
-}
-
-fn hdr_salts(cs: &crate::db::CommitState, hdr_off: u64) -> (u32, u32) {
-    // The commit frame header was written before its page, so it is in the overlay.
-    cs.overlay
-        .get(&hdr_off)
-        .filter(|h| h.len() == 24)
-        .map_or((0, 0), |h| (be32(h, 8), be32(h, 12)))
 }

@@ -11,10 +11,12 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 
 use serde_json::json;
+use ursula_protocol::offset::Offset;
 
 use crate::error::Action;
 use crate::error::Kind;
 use crate::format::Sidecar;
+use crate::format::offset_text;
 use crate::log;
 
 /// Measurements kept between drains, per kind.
@@ -45,7 +47,7 @@ pub struct CommitStat {
 
 #[derive(Debug, Clone)]
 pub struct SnapshotStat {
-    pub offset: String,
+    pub offset: Offset,
     pub bytes: u64,
     pub raw: u64,
     pub copy_us: u64,
@@ -61,19 +63,20 @@ pub struct Dropped {
     pub snapshots: u64,
 }
 
-/// Everything `status` and `stats` report. Held briefly, never across a request.
+/// Everything `status` and `stats` report. Held briefly, never across a request. `None` offsets
+/// are reported as `"-1"`.
 #[derive(Debug)]
 pub struct Health {
-    pub offset: String,
+    pub offset: Option<Offset>,
     pub epoch: u64,
     pub poison: Option<Poison>,
     pub refused: Option<Refused>,
     /// The latest refusal a layer answered was a 402.
     pub payment: Option<String>,
-    pub snapshot: String,
-    pub retained: String,
-    pub local: String,
-    pub installed: String,
+    pub snapshot: Option<Offset>,
+    pub retained: Option<Offset>,
+    pub local: Option<Offset>,
+    pub installed: Option<Offset>,
     pub attach_ms: u64,
     pub commits: u64,
     pub append_retries: u64,
@@ -177,15 +180,15 @@ impl Db {
                 ..CommitState::default()
             }),
             health: Mutex::new(Health {
-                offset: "-1".into(),
+                offset: None,
                 epoch: 0,
                 poison: None,
                 refused: None,
                 payment: None,
-                snapshot: "-1".into(),
-                retained: "-1".into(),
-                local: "-1".into(),
-                installed: "-1".into(),
+                snapshot: None,
+                retained: None,
+                local: None,
+                installed: None,
                 attach_ms: 0,
                 commits: 0,
                 append_retries: 0,
@@ -294,11 +297,11 @@ impl Db {
         });
     }
 
-    pub fn record_commit(&self, offset: String, frame_bytes: u64, stat: CommitStat, retries: u64) {
+    pub fn record_commit(&self, offset: Offset, frame_bytes: u64, stat: CommitStat, retries: u64) {
         let mut h = self.health();
         let resumed =
             h.refused.as_ref().is_some_and(|r| r.kind != Kind::TooLarge) || h.payment.is_some();
-        h.offset = offset;
+        h.offset = Some(offset);
         h.refused = None;
         h.payment = None;
         h.commits += 1;
@@ -331,7 +334,8 @@ impl Db {
         h.checkpoint_stats.push_back(us);
     }
 
-    /// `ursula_status`: every field the spec lists. Offsets are strings.
+    /// `ursula_status`: every field the spec lists. Offsets are the server's strings, `"-1"`
+    /// for none.
     pub fn status_json(&self, snapshot_min_bytes: u64) -> serde_json::Value {
         let h = self.health();
         let poisoned = h.poison.is_some();
@@ -348,7 +352,7 @@ impl Db {
             serde_json::Value::Null
         };
         json!({
-            "offset": h.offset,
+            "offset": offset_text::to_text(h.offset),
             "epoch": h.epoch,
             "poisoned": poisoned,
             "fenced": h.poison.as_ref().is_some_and(|p| p.fenced),
@@ -359,10 +363,10 @@ impl Db {
             "refused_reason": if poisoned { None } else { h.refused.as_ref().map(|r| r.reason.clone()) },
             "payment_required": !poisoned && h.payment.is_some(),
             "payment_reason": if poisoned { None } else { h.payment.clone() },
-            "snapshot": h.snapshot,
-            "retained": h.retained,
-            "local": h.local,
-            "installed": h.installed,
+            "snapshot": offset_text::to_text(h.snapshot),
+            "retained": offset_text::to_text(h.retained),
+            "local": offset_text::to_text(h.local),
+            "installed": offset_text::to_text(h.installed),
             "attach_ms": h.attach_ms,
             "commits": h.commits,
             "append_retries": h.append_retries,
@@ -388,7 +392,7 @@ impl Db {
         let snapshots: Vec<_> = h
             .snapshot_stats
             .drain(..)
-            .map(|s| json!({"offset": s.offset, "bytes": s.bytes, "raw": s.raw, "copy_us": s.copy_us, "total_us": s.total_us}))
+            .map(|s| json!({"offset": s.offset.to_string(), "bytes": s.bytes, "raw": s.raw, "copy_us": s.copy_us, "total_us": s.total_us}))
             .collect();
         let d = std::mem::take(&mut h.dropped);
         json!({

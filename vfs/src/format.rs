@@ -9,6 +9,8 @@ use std::io::Read;
 
 use serde::Deserialize;
 use serde::Serialize;
+use ursula_protocol::incarnation::Incarnation;
+use ursula_protocol::offset::Offset;
 
 pub const PAGE_SIZE: usize = 4096;
 /// Frame magic: "USQ" plus the format version byte.
@@ -199,24 +201,26 @@ fn check_magic(got: &[u8], want: &[u8; 4], at: &str) -> Result<(), FormatError> 
 }
 
 /// A snapshot body: `"USS1" | epoch u64 | pages u32 | crc32(image) u32 | offset_len u16 |
-/// offset | zstd(image)`. `offset` is the stream offset the image reflects.
+/// offset | zstd(image)`. `offset` is the stream offset the image reflects, in the server's
+/// text form (so `offset_len` is 20).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotHeader {
     /// Highest epoch claimed before the snapshot offset, so fencing survives retention.
     pub epoch: u64,
     pub pages: u32,
     pub crc: u32,
-    pub offset: String,
+    pub offset: Offset,
 }
 
 pub fn encode_snapshot(h: &SnapshotHeader, compressed_image: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(24 + h.offset.len() + compressed_image.len());
+    let offset = h.offset.to_string();
+    let mut out = Vec::with_capacity(24 + offset.len() + compressed_image.len());
     out.extend_from_slice(&SNAPSHOT_MAGIC);
     out.extend_from_slice(&h.epoch.to_le_bytes());
     put_u32(&mut out, h.pages);
     put_u32(&mut out, h.crc);
-    out.extend_from_slice(&(h.offset.len() as u16).to_le_bytes());
-    out.extend_from_slice(h.offset.as_bytes());
+    out.extend_from_slice(&(offset.len() as u16).to_le_bytes());
+    out.extend_from_slice(offset.as_bytes());
     out.extend_from_slice(compressed_image);
     out
 }
@@ -234,8 +238,10 @@ pub fn read_snapshot_header(r: &mut impl Read) -> Result<SnapshotHeader, FormatE
     let mut offset = vec![0u8; olen];
     r.read_exact(&mut offset)
         .map_err(|_| FormatError::Malformed("short snapshot offset"))?;
-    let offset =
-        String::from_utf8(offset).map_err(|_| FormatError::Malformed("snapshot offset"))?;
+    let offset = std::str::from_utf8(&offset)
+        .ok()
+        .and_then(Offset::parse)
+        .ok_or(FormatError::Malformed("snapshot offset"))?;
     Ok(SnapshotHeader {
         epoch,
         pages,
@@ -250,9 +256,11 @@ pub struct Sidecar {
     pub version: u32,
     /// The stream URL as attached.
     pub stream: String,
-    pub incarnation: String,
-    /// Stream offset after the last frame the local files reflect; "-1" for none.
-    pub offset: String,
+    #[serde(with = "incarnation_text")]
+    pub incarnation: Incarnation,
+    /// Stream offset after the last frame the local files reflect; `"-1"` for none.
+    #[serde(with = "offset_text")]
+    pub offset: Option<Offset>,
     pub epoch: u64,
     /// Frame bytes since the latest snapshot the owner knows.
     pub log_bytes: u64,
@@ -282,6 +290,62 @@ impl Sidecar {
 
     pub fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Offsets as text, where users and the sidecar see them: the server's 20-digit token, or
+/// `"-1"` (the protocol's "from the start") for none. Inside the extension an offset is an
+/// `Option<Offset>`; only here does it become text, so the sidecar's bytes and what
+/// `ursula_attach`, `ursula_status` and `ursula_stats` return stay as the server wrote them.
+pub mod offset_text {
+    use serde::Deserialize;
+    use serde::Deserializer;
+    use serde::Serializer;
+    use ursula_protocol::offset::Offset;
+    use ursula_protocol::offset::ReadFrom;
+
+    pub const NONE: &str = "-1";
+
+    pub fn to_text(offset: Option<Offset>) -> String {
+        offset.map_or_else(|| NONE.to_owned(), |o| o.to_string())
+    }
+
+    /// The offset `text` names: `Some(None)` for `"-1"`, `None` for anything that is neither
+    /// that nor a 20-digit token.
+    pub fn parse(text: &str) -> Option<Option<Offset>> {
+        match ReadFrom::parse(text)? {
+            ReadFrom::Start => Some(None),
+            ReadFrom::At(o) => Some(Some(o)),
+            ReadFrom::Now => None,
+        }
+    }
+
+    pub fn serialize<S: Serializer>(offset: &Option<Offset>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&to_text(*offset))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Offset>, D::Error> {
+        let text = String::deserialize(d)?;
+        parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!("{text:?} is neither an offset nor \"-1\""))
+        })
+    }
+}
+
+/// The stream's incarnation as the sidecar stores it: the server's 16-hex-digit token.
+mod incarnation_text {
+    use serde::Deserialize;
+    use serde::Deserializer;
+    use serde::Serializer;
+    use ursula_protocol::incarnation::Incarnation;
+
+    pub fn serialize<S: Serializer>(i: &Incarnation, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(i)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Incarnation, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -341,8 +405,8 @@ mod tests {
         let s = Sidecar {
             version: SIDECAR_VERSION,
             stream: "http://h/b/s".into(),
-            incarnation: "i".into(),
-            offset: "-1".into(),
+            incarnation: Incarnation(0x75b_cd15),
+            offset: None,
             epoch: 0,
             log_bytes: 0,
             boot_id: "b".into(),
@@ -362,11 +426,68 @@ mod tests {
             epoch: 4,
             pages: 10,
             crc: 99,
-            offset: "00000000000000000042".into(),
+            offset: Offset(42),
         };
         let body = encode_snapshot(&h, b"zz");
+        assert_eq!(&body[20..42], b"\x14\x0000000000000000000042");
         let mut r = &body[..];
         assert_eq!(read_snapshot_header(&mut r), Ok(h));
         assert_eq!(r, b"zz");
+        let mut other = body.clone();
+        other[22..24].copy_from_slice(b"-1");
+        assert_eq!(
+            read_snapshot_header(&mut &other[..]),
+            Err(FormatError::Malformed("snapshot offset"))
+        );
+    }
+
+    /// A sidecar as the extension wrote it before offsets were typed: it reads, and writes back
+    /// byte for byte.
+    #[test]
+    fn sidecar_bytes_are_kept() {
+        for offset in ["\"-1\"", "\"00000000000000004242\""] {
+            let bytes = format!(
+                "{{\n  \"version\": 1,\n  \"stream\": \"http://h/b/s\",\n  \"incarnation\": \"00000000075bcd15\",\n  \"offset\": {offset},\n  \"epoch\": 3,\n  \"log_bytes\": 7,\n  \"boot_id\": \"b\",\n  \"inode\": 1,\n  \"wal\": \":0\"\n}}"
+            );
+            let s = Sidecar::parse(bytes.as_bytes()).expect("parses");
+            assert_eq!(String::from_utf8(s.to_bytes()).expect("utf-8"), bytes);
+        }
+        let s = Sidecar::parse(
+            br#"{"version":1,"stream":"","incarnation":"00000000075bcd15","offset":"00000000000000004242","epoch":0,"log_bytes":0,"boot_id":"","inode":0,"wal":":0"}"#,
+        )
+        .expect("parses");
+        assert_eq!(s.offset, Some(Offset(4242)));
+        assert_eq!(s.incarnation, Incarnation(123_456_789));
+        let other_spelling = br#"{"version":1,"stream":"","incarnation":"00000000075BCD15","offset":"-1","epoch":0,"log_bytes":0,"boot_id":"","inode":0,"wal":":0"}"#;
+        assert_eq!(
+            Sidecar::parse(other_spelling),
+            Err(FormatError::Malformed("sidecar fields"))
+        );
+        for bad in ["now", "42", ""] {
+            let text = format!(
+                r#"{{"version":1,"stream":"","incarnation":"00000000075bcd15","offset":"{bad}","epoch":0,"log_bytes":0,"boot_id":"","inode":0,"wal":":0"}}"#
+            );
+            assert_eq!(
+                Sidecar::parse(text.as_bytes()),
+                Err(FormatError::Malformed("sidecar fields")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn offsets_as_text() {
+        assert_eq!(offset_text::to_text(None), "-1");
+        assert_eq!(
+            offset_text::to_text(Some(Offset(7))),
+            "00000000000000000007"
+        );
+        assert_eq!(offset_text::parse("-1"), Some(None));
+        assert_eq!(
+            offset_text::parse("00000000000000000007"),
+            Some(Some(Offset(7)))
+        );
+        assert_eq!(offset_text::parse("now"), None);
+        assert_eq!(offset_text::parse("7"), None);
     }
 }

@@ -1,19 +1,22 @@
 //! `sqlite-ursula-vfs`: a SQLite loadable extension that replicates a database to an Ursula
 //! stream. Every commit is appended to the stream before it reaches the local file.
 //!
-//! Module map:
+//! Module map, each module importing only those below it (no two import each other):
 //! - [`entry`]: the loadable-extension entry points and the host version check.
-//! - [`shim`]: the `ursula` VFS, a shim over `unix` (FFI).
-//! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
-//! - [`append`]: appending frames and the refusal table.
-//! - [`attach`]: local-file checks, catch-up, claim.
-//! - [`replay`]: snapshot install and tail replay.
-//! - [`snapshot`]: the per-database snapshot thread.
-//! - [`db`], [`registry`]: per-database and process-wide state.
-//! - [`format`]: frame, snapshot and sidecar layouts (see `docs/sqlite-vfs.md`).
-//! - [`local`]: sidecar, boot id, WAL checks.
-//! - [`client`], [`token`], [`dns`]: the HTTP client, bearer tokens, name resolution.
 //! - [`sql`]: `ursula_attach`, `ursula_status`, `ursula_stats`, `ursula_set_token`.
+//! - [`shim`]: the `ursula` VFS, a shim over `unix`: the FFI with SQLite, and the only place
+//!   besides [`entry`] with `unsafe`. It hands attached files' writes to [`commit`] through
+//!   the [`commit::RealFile`] trait.
+//! - [`attach`]: local-file checks, catch-up, claim.
+//! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
+//! - [`snapshot`]: the per-database snapshot thread.
+//! - [`append`]: appending frames and the refusal table.
+//! - [`replay`]: snapshot install and tail replay.
+//! - [`local`]: sidecar, boot id, WAL checks.
+//! - [`registry`], [`db`]: process-wide and per-database state.
+//! - [`client`], [`token`], [`dns`]: the HTTP client, bearer tokens, name resolution.
+//! - [`sqlite_wal`]: SQLite's `-wal` layout (header, frame headers) and WAL mode on page 1.
+//! - [`format`]: frame, snapshot and sidecar layouts (see `docs/sqlite-vfs.md`).
 //! - [`settings`], [`log`], [`error`]: env vars, logfmt events, failure kinds.
 
 pub mod append;
@@ -22,6 +25,7 @@ pub mod client;
 pub mod commit;
 pub mod db;
 pub mod dns;
+#[allow(unsafe_code)]
 pub mod entry;
 pub mod error;
 pub mod format;
@@ -30,9 +34,11 @@ pub mod log;
 pub mod registry;
 pub mod replay;
 pub mod settings;
+#[allow(unsafe_code)]
 pub mod shim;
 pub mod snapshot;
 pub mod sql;
+pub mod sqlite_wal;
 pub mod token;
 
 use std::os::raw::c_char;
@@ -42,6 +48,7 @@ use std::os::raw::c_int;
 ///
 /// # Safety
 /// Called by SQLite's extension loader.
+#[allow(unsafe_code)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sqlite3_sqliteursulavfs_init(
     db: *mut rusqlite::ffi::sqlite3,
@@ -55,6 +62,7 @@ pub unsafe extern "C" fn sqlite3_sqliteursulavfs_init(
 ///
 /// # Safety
 /// Called by SQLite's extension loader.
+#[allow(unsafe_code)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sqlite3_extension_init(
     db: *mut rusqlite::ffi::sqlite3,

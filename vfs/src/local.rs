@@ -11,9 +11,9 @@ use crate::db::WalClaim;
 use crate::format::PAGE_SIZE;
 use crate::format::Sidecar;
 use crate::registry::sibling;
-
-pub const WAL_HEADER: u64 = 32;
-pub const FRAME: u64 = 24 + PAGE_SIZE as u64;
+use crate::sqlite_wal;
+use crate::sqlite_wal::FrameHeader;
+use crate::sqlite_wal::WalHeader;
 
 /// The kernel's boot id; `"unknown"` never matches a recorded one.
 pub fn boot_id() -> String {
@@ -54,10 +54,6 @@ pub fn remove_sidecar(db: &Path) -> std::io::Result<()> {
     }
 }
 
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
 /// Whether the `-wal` next to `db` still holds the commit frame `claim` names.
 pub fn wal_holds(db: &Path, claim: &WalClaim) -> bool {
     let path = sibling(db, "-wal");
@@ -67,19 +63,19 @@ pub fn wal_holds(db: &Path, claim: &WalClaim) -> bool {
     let Ok(mut f) = std::fs::File::open(path) else {
         return false;
     };
-    let mut header = [0u8; 32];
-    if f.read_exact(&mut header).is_err()
-        || be32(&header, 16) != claim.salt1
-        || be32(&header, 20) != claim.salt2
-    {
+    let mut header = [0u8; sqlite_wal::HEADER as usize];
+    let same_generation = f.read_exact(&mut header).is_ok()
+        && WalHeader::parse(&header)
+            .is_some_and(|h| (h.salt1, h.salt2) == (claim.salt1, claim.salt2));
+    if !same_generation {
         return false;
     }
-    let at = WAL_HEADER + (u64::from(claim.frame) - 1) * FRAME;
-    let mut fh = [0u8; 24];
+    let at = sqlite_wal::frame_offset(claim.frame);
+    let mut fh = [0u8; sqlite_wal::FRAME_HEADER as usize];
     if f.seek(SeekFrom::Start(at)).is_err() || f.read_exact(&mut fh).is_err() {
         return false;
     }
-    be32(&fh, 4) != 0 && be32(&fh, 8) == claim.salt1 && be32(&fh, 12) == claim.salt2
+    FrameHeader::parse(&fh).is_some_and(|h| h.is_commit() && h.has_salts(claim.salt1, claim.salt2))
 }
 
 /// Whether a plain SQLite file holds any data (a page beyond an empty header counts).
@@ -88,7 +84,7 @@ pub fn holds_data(db: &Path) -> bool {
     let wal = std::fs::metadata(sibling(db, "-wal"))
         .map(|m| m.len())
         .unwrap_or(0);
-    size > PAGE_SIZE as u64 || wal > WAL_HEADER
+    size > PAGE_SIZE as u64 || wal > sqlite_wal::HEADER
 }
 
 /// Removes the database and every local file next to it except the lock file.

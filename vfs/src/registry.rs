@@ -91,16 +91,11 @@ impl Registry {
             .create(true)
             .truncate(false)
             .open(&path)?;
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a descriptor we own; no memory is shared with the call.
-        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            return if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                Ok(false)
-            } else {
-                Err(err)
-            };
+        // flock(LOCK_EX | LOCK_NB) on Linux, as the lock file is documented to be taken.
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
         }
         locks.insert(db.to_path_buf(), f);
         Ok(true)

@@ -8,6 +8,10 @@ use std::path::Path;
 use std::time::Duration;
 use std::time::Instant;
 
+use ursula_protocol::headers as h;
+use ursula_protocol::incarnation::Incarnation;
+use ursula_protocol::offset::Offset;
+
 use crate::client::Attempt;
 use crate::client::Client;
 use crate::client::Method;
@@ -18,6 +22,7 @@ use crate::format;
 use crate::format::FrameReader;
 use crate::format::PAGE_SIZE;
 use crate::format::Record;
+use crate::format::offset_text;
 use crate::settings;
 
 /// Prefix of errors that a fresh HEAD may cure: retention moved, or the snapshot was replaced.
@@ -26,11 +31,12 @@ pub const MOVED: &str = "the stream moved on during catch-up";
 /// What a catch-up saw on the way.
 #[derive(Debug, Default, Clone)]
 pub struct Seen {
-    /// Offset after the last frame applied.
-    pub offset: String,
+    /// Offset after the last frame applied; `None` before the stream's first frame.
+    pub offset: Option<Offset>,
     pub max_epoch: u64,
-    /// The last claim read: its epoch, nonce, and the offset after it.
-    pub last_claim: Option<(u64, [u8; 16], String)>,
+    /// The last claim read: its epoch, nonce, and the offset after it (`None` until the read
+    /// that holds it ended).
+    pub last_claim: Option<(u64, [u8; 16], Option<Offset>)>,
     pub frame_bytes: u64,
     pub db_pages: Option<u32>,
 }
@@ -73,7 +79,7 @@ pub fn apply_commit(f: &File, db_pages: u32, pages: &[(u32, Vec<u8>)]) -> Result
 /// 5xx, 307); a refused connection fails at once.
 pub fn get(
     url: &str,
-    incarnation: Option<&str>,
+    incarnation: Option<Incarnation>,
     long: bool,
 ) -> Result<crate::client::Answer, VfsError> {
     let budget = Duration::from_millis(settings::get().retry_ms);
@@ -81,7 +87,7 @@ pub fn get(
     let mut backoff = Duration::from_millis(50);
     let mut headers = Vec::new();
     if let Some(inc) = incarnation {
-        headers.push(("Stream-Incarnation", inc.to_owned()));
+        headers.push((h::STREAM_INCARNATION, inc.to_string()));
     }
     loop {
         let req = Request {
@@ -115,27 +121,29 @@ pub fn get(
     }
 }
 
-fn with_offset(url: &str, offset: &str) -> String {
+/// A read from after `from`, or from the stream's start (`offset=-1`) for `None`.
+fn with_offset(url: &str, from: Option<Offset>) -> String {
+    let offset = offset_text::to_text(from);
     format!("{url}?offset={offset}&consistency=leader")
 }
 
-/// Applies frames from `from` until the stream says the reader is up to date. `until`: stop
-/// once this offset is reached (used after a claim).
+/// Applies frames from `from` (`None`: the stream's start) until the stream says the reader is
+/// up to date. `until`: stop once this offset is reached (used after a claim).
 pub fn replay(
     db: &File,
     url: &str,
-    incarnation: &str,
-    from: &str,
-    until: Option<&str>,
+    incarnation: Incarnation,
+    from: Option<Offset>,
+    until: Option<Offset>,
 ) -> Result<Seen, VfsError> {
     let mut seen = Seen {
-        offset: from.to_owned(),
+        offset: from,
         ..Seen::default()
     };
     let mut frames = FrameReader::default();
-    let mut read_at = from.to_owned();
+    let mut read_at = from;
     loop {
-        let a = get(&with_offset(url, &read_at), Some(incarnation), false)?;
+        let a = get(&with_offset(url, read_at), Some(incarnation), false)?;
         match a.status {
             200 => {}
             410 => {
@@ -163,18 +171,18 @@ pub fn replay(
                 ));
             }
         }
-        let next = a
-            .header("stream-next-offset")
-            .map(str::to_owned)
-            .ok_or_else(|| {
-                VfsError::new(
-                    Kind::StreamState,
-                    "a read answered without Stream-Next-Offset",
-                )
-            })?;
-        let up_to_date = a.header("stream-up-to-date").is_some();
+        let next = a.offset(h::STREAM_NEXT_OFFSET)?.ok_or_else(|| {
+            VfsError::new(
+                Kind::StreamState,
+                "a read answered without Stream-Next-Offset",
+            )
+        })?;
+        let up_to_date = a.header(h::STREAM_UP_TO_DATE).is_some();
         frames.push(&a.body);
-        while let Some((record, len)) = frames.next(&seen.offset).map_err(format_err)? {
+        while let Some((record, len)) = frames
+            .next(&offset_text::to_text(seen.offset))
+            .map_err(format_err)?
+        {
             seen.frame_bytes += len as u64;
             match record {
                 Record::Commit { db_pages, pages } => {
@@ -183,23 +191,23 @@ pub fn replay(
                 }
                 Record::Claim { epoch, nonce } => {
                     seen.max_epoch = seen.max_epoch.max(epoch);
-                    seen.last_claim = Some((epoch, nonce, String::new()));
+                    seen.last_claim = Some((epoch, nonce, None));
                 }
             }
             if frames.pending() == 0 {
                 // Frame boundary at a known offset: the end of this read.
-                seen.offset = next.clone();
+                seen.offset = Some(next);
                 if let Some(c) = seen.last_claim.as_mut()
-                    && c.2.is_empty()
+                    && c.2.is_none()
                 {
-                    c.2 = next.clone();
+                    c.2 = Some(next);
                 }
             }
         }
-        read_at = next;
-        let reached = until.is_some_and(|u| read_at.as_str() >= u);
+        read_at = Some(next);
+        let reached = until.is_some_and(|u| next >= u);
         if (up_to_date || reached) && frames.pending() == 0 {
-            seen.offset = read_at;
+            seen.offset = Some(next);
             return Ok(seen);
         }
         if up_to_date && frames.pending() > 0 {
@@ -222,8 +230,8 @@ pub fn format_err(e: format::FormatError) -> VfsError {
 pub fn install_snapshot(
     db: &File,
     url: &str,
-    incarnation: &str,
-    offset: &str,
+    incarnation: Incarnation,
+    offset: Offset,
 ) -> Result<format::SnapshotHeader, VfsError> {
     let a = get(&format!("{url}/snapshot/{offset}"), Some(incarnation), true)?;
     if a.status == 404 {

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use rusqlite::ffi;
 
 use crate::commit;
+use crate::commit::RealFile;
 use crate::db::Db;
 use crate::error::Kind;
 use crate::log;
@@ -43,6 +44,18 @@ struct ShimFile {
 }
 
 const HEADER: usize = (std::mem::size_of::<ShimFile>() + 15) & !15;
+
+/// A shim file's underlying `unix` file, as the commit code writes to it. Made only from an
+/// open [`ShimFile`]'s `real`, inside one of its callbacks, and not kept past it: so the
+/// pointer is valid for as long as the handle lives.
+struct Real(*mut ffi::sqlite3_file);
+
+impl RealFile for Real {
+    fn write(&mut self, data: &[u8], off: u64) -> c_int {
+        // SAFETY: see `Real`: an open file of the underlying VFS.
+        unsafe { real_write(self.0, data, off) }
+    }
+}
 
 struct Vfs(*mut ffi::sqlite3_vfs);
 // SAFETY: the pointers are to SQLite's registered VFS objects, which live for the process.
@@ -292,8 +305,8 @@ unsafe extern "C" fn x_write(
         let s = shim(f);
         let data = std::slice::from_raw_parts(buf as *const u8, amt.max(0) as usize);
         let rc = match (s.role, db_of(s)) {
-            (ROLE_WAL, Some(db)) => commit::wal_write(db, s.real, data, off as u64),
-            (ROLE_MAIN, Some(db)) => commit::db_write(db, s.real, data, off as u64),
+            (ROLE_WAL, Some(db)) => commit::wal_write(db, &mut Real(s.real), data, off as u64),
+            (ROLE_MAIN, Some(db)) => commit::db_write(db, &mut Real(s.real), data, off as u64),
             _ => real_write(s.real, data, off as u64),
         };
         panicked = false;
@@ -309,7 +322,7 @@ unsafe extern "C" fn x_write(
 ///
 /// # Safety
 /// `real` must be an open file of the underlying VFS.
-pub unsafe fn real_write(real: *mut ffi::sqlite3_file, data: &[u8], off: u64) -> c_int {
+unsafe fn real_write(real: *mut ffi::sqlite3_file, data: &[u8], off: u64) -> c_int {
     // SAFETY: `real` is an open unix file (caller's contract); `data` outlives the call.
     unsafe {
         match (*(*real).pMethods).xWrite {
@@ -328,7 +341,7 @@ pub unsafe fn real_write(real: *mut ffi::sqlite3_file, data: &[u8], off: u64) ->
 ///
 /// # Safety
 /// `real` must be an open file of the underlying VFS.
-pub unsafe fn real_size(real: *mut ffi::sqlite3_file) -> Result<u64, c_int> {
+unsafe fn real_size(real: *mut ffi::sqlite3_file) -> Result<u64, c_int> {
     let mut size: i64 = 0;
     // SAFETY: `real` is an open unix file.
     let rc = unsafe {

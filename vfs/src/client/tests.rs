@@ -584,3 +584,31 @@ fn request_through_the_tunnel_is_answered() {
     assert_eq!(heads.lock().expect("heads lock").len(), 1);
     assert!(seen.lock().expect("seen lock").heads[0].starts_with("get /s "));
 }
+
+#[test]
+fn offset_headers_are_absent_an_offset_or_an_error_naming_the_value() {
+    let answer = |value: &str| Answer {
+        status: 200,
+        headers: vec![("stream-next-offset".to_owned(), value.to_owned())],
+        body: Vec::new(),
+    };
+    let name = ursula_protocol::headers::STREAM_NEXT_OFFSET;
+    assert_eq!(
+        answer("00000000000000000042").offset(name),
+        Ok(Some(Offset(42)))
+    );
+    let none = Answer {
+        headers: Vec::new(),
+        ..answer("")
+    };
+    assert_eq!(none.offset(name), Ok(None));
+    for bad in ["42", "-1", "now", "0000000000000000004x", ""] {
+        let e = answer(bad).offset(name).expect_err(bad);
+        assert_eq!(e.value, bad);
+        assert!(
+            e.to_string()
+                .starts_with("the server sent stream-next-offset: "),
+            "{e}"
+        );
+    }
+}
