@@ -1,11 +1,32 @@
 //! Configuration: built-in defaults < preset < TOML file < CLI flags. Unknown keys and bad
 //! values stop the server at start with a message naming the key.
+//!
+//! A leaf: it imports no subsystem of the server. What a subsystem runs with, resolved from the
+//! file, is a plain type here ([`ColdSettings`], [`SnapshotDriver`]), which the subsystem uses.
+//!
+//! - [`file`]: the TOML schema.
+//! - [`units`]: sizes and durations.
+//! - [`cold`]: `[storage.cold]` checked and resolved.
+//! - [`raft`]: the snapshot driver's settings.
+
+pub mod cold;
+pub mod file;
+pub mod raft;
+#[cfg(test)]
+mod tests;
+pub mod units;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+pub use cold::ColdSettings;
+pub use file::FileConfig;
+pub use raft::SnapshotDriver;
+pub use units::Dur;
+pub use units::Size;
+pub use units::parse_duration;
+pub use units::parse_size;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -27,213 +48,6 @@ fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
         key,
         message: message.into(),
     }
-}
-
-/// A byte size: an integer, or a string such as `"64MiB"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "SizeRepr")]
-pub struct Size(pub u64);
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum SizeRepr {
-    Int(u64),
-    Text(String),
-}
-
-impl TryFrom<SizeRepr> for Size {
-    type Error = String;
-    fn try_from(r: SizeRepr) -> Result<Size, String> {
-        match r {
-            SizeRepr::Int(n) => Ok(Size(n)),
-            SizeRepr::Text(s) => parse_size(&s)
-                .map(Size)
-                .ok_or_else(|| format!("{s:?} is not a size like \"64MiB\"")),
-        }
-    }
-}
-
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let mult: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        "KB" | "kB" => 1000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
-
-/// A duration: a string such as `"500ms"`, `"5s"`, `"5m"`, `"1h"`, or `"0"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "String")]
-pub struct Dur(pub std::time::Duration);
-
-impl TryFrom<String> for Dur {
-    type Error = String;
-    fn try_from(s: String) -> Result<Dur, String> {
-        parse_duration(&s)
-            .map(Dur)
-            .ok_or_else(|| format!("{s:?} is not a duration like \"5s\""))
-    }
-}
-
-pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let ms = match unit {
-        "ms" => n,
-        "s" | "" if unit == "s" || n == 0 => n.checked_mul(1000)?,
-        "m" => n.checked_mul(60_000)?,
-        "h" => n.checked_mul(3_600_000)?,
-        _ => return None,
-    };
-    Some(std::time::Duration::from_millis(ms))
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    #[serde(default)]
-    pub server: ServerSection,
-    #[serde(default)]
-    pub runtime: RuntimeSection,
-    #[serde(default)]
-    pub raft: RaftSection,
-    #[serde(default)]
-    pub storage: StorageSection,
-    #[serde(default)]
-    pub observability: ObservabilitySection,
-    #[serde(default)]
-    pub governance: toml::Table,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerSection {
-    pub listen: Option<String>,
-    pub cluster_listen: Option<String>,
-    pub admin_listen: Option<String>,
-    pub http_inflight_body_size: Option<Size>,
-    pub keyed_state_upstream: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RuntimeSection {
-    pub cpu_affinity: Option<bool>,
-    pub core_count: Option<usize>,
-    pub live_read_max_waiters_per_core: Option<usize>,
-    pub external_payload_min_size: Option<Size>,
-    pub node_memory_abort_cap_size: Option<Size>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ObservabilitySection {
-    pub tokio_console: Option<bool>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Peer {
-    pub node_id: u64,
-    pub url: String,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RaftSection {
-    pub node_id: Option<u64>,
-    pub append_transport_budget_bytes: Option<u64>,
-    pub group_count: Option<u32>,
-    #[serde(default)]
-    pub wal: WalSection,
-    #[serde(default)]
-    pub peers: Vec<Peer>,
-    pub init_membership_per_group: Option<bool>,
-    pub snapshot_log_budget: Option<Size>,
-    pub snapshot_build_max_concurrency: Option<u32>,
-    pub snapshot_pressure_max_groups_per_tick: Option<u32>,
-    pub snapshot_pressure_unpurged_logs: Option<u64>,
-    pub snapshot_backstop_logs: Option<u64>,
-    pub max_uncommitted_size_per_group: Option<Size>,
-    pub rejoin_probe: Option<toml::Value>,
-    pub memory_bootstrap_marker_dir: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WalSection {
-    pub path: Option<PathBuf>,
-    pub backend: Option<String>,
-    pub fsync: Option<String>,
-    pub segment_size: Option<Size>,
-    pub cache_size: Option<Size>,
-    pub min_available_size: Option<Size>,
-    pub resume_available_size: Option<Size>,
-    pub allow_volatile_multi_peer: Option<bool>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StorageSection {
-    #[serde(default)]
-    pub cold: ColdSection,
-    #[serde(default)]
-    pub snapshot: SnapshotSection,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ColdSection {
-    pub backend: Option<String>,
-    pub root: Option<String>,
-    pub s3: Option<S3Section>,
-    pub flush_interval: Option<Dur>,
-    pub flush_size: Option<Size>,
-    pub flush_min_hot_size: Option<Size>,
-    pub flush_max_size: Option<Size>,
-    pub flush_max_concurrency: Option<u32>,
-    pub max_hot_size_per_group: Option<Size>,
-    pub flush_max_hot_age: Option<Dur>,
-    pub compaction_enabled: Option<bool>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct S3Section {
-    pub bucket: Option<String>,
-    pub region: Option<String>,
-    pub endpoint: Option<String>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-    pub session_token: Option<String>,
-    pub server_side_encryption: Option<String>,
-    pub kms_key_id: Option<String>,
-    pub probe_timeout: Option<Dur>,
-    pub unhealthy_ticks: Option<u32>,
-    pub heal_ticks: Option<u32>,
-    pub timeout: Option<Dur>,
-    pub max_retries: Option<u32>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SnapshotSection {
-    pub backend: Option<String>,
-    pub drive_interval: Option<Dur>,
-    pub drive_flush_concurrency: Option<u32>,
 }
 
 /// Which engine runs the groups.
@@ -272,9 +86,9 @@ pub struct Config {
     pub snapshot_log_budget: u64,
     /// The snapshot driver: the budget above, `raft.snapshot_*` and
     /// `storage.snapshot.drive_interval`.
-    pub snapshot_driver: crate::raft::snapdrive::Settings,
+    pub snapshot_driver: SnapshotDriver,
     /// `[storage.cold]`; `None` without a cold backend.
-    pub cold: Option<crate::coldtier::ColdSettings>,
+    pub cold: Option<ColdSettings>,
 }
 
 /// What the command line supplies.
@@ -346,27 +160,34 @@ fn find_config(flag: Option<&Path>) -> Option<PathBuf> {
     candidates.into_iter().find(|p| p.is_file())
 }
 
-pub fn resolve(o: &Overrides) -> Result<Config, ConfigError> {
-    let path = find_config(o.config.as_deref());
-    let file = match &path {
-        Some(p) => load_file(p)?,
-        None => FileConfig::default(),
-    };
-    let preset_name = o.preset.clone().unwrap_or_else(|| "default".to_owned());
-    // A config file runs Raft unless `--preset default` (or `dev`) asks for the in-memory node.
-    let memory_preset = matches!(preset_name.as_str(), "default" | "dev");
-    let raft = (path.is_some() && o.preset.is_none()) || !memory_preset;
-    resolve_engine(&file, &preset_name, o, raft)
+/// Whether the Raft engine runs: the Configuration page's rule, decided here only. Without a
+/// `--preset`, a config file means Raft (over a temporary WAL when `raft.wal.path` is unset) and
+/// no file means the in-memory node; `--preset default` or `dev` always means the in-memory node,
+/// and any other preset Raft.
+pub fn runs_raft(file_found: bool, preset: Option<&str>) -> bool {
+    match preset {
+        None => file_found,
+        Some(p) => !matches!(p, "default" | "dev"),
+    }
 }
 
-/// Resolves a config without looking for files: Raft only when the file asks for a WAL or peers.
-pub fn resolve_with(
-    file: &FileConfig,
-    preset_name: &str,
-    o: &Overrides,
-) -> Result<Config, ConfigError> {
-    let raft = file.raft.wal.path.is_some() || !file.raft.peers.is_empty();
-    resolve_engine(file, preset_name, o, raft)
+/// The configuration of `ursula server`: the config file the flags or the standard places name,
+/// resolved with the flags.
+pub fn resolve(o: &Overrides) -> Result<Config, ConfigError> {
+    let file = match find_config(o.config.as_deref()) {
+        Some(p) => Some(load_file(&p)?),
+        None => None,
+    };
+    resolve_from(file.as_ref(), o)
+}
+
+/// Resolves a parsed config file (`None`: no file was found) with the flags, without looking
+/// for files. The engine follows [`runs_raft`].
+pub fn resolve_from(file: Option<&FileConfig>, o: &Overrides) -> Result<Config, ConfigError> {
+    let preset_name = o.preset.as_deref().unwrap_or("default");
+    let raft = runs_raft(file.is_some(), o.preset.as_deref());
+    let empty = FileConfig::default();
+    resolve_engine(file.unwrap_or(&empty), preset_name, o, raft)
 }
 
 fn resolve_engine(
@@ -431,52 +252,6 @@ fn resolve_engine(
             "raft.wal.resume_available_size",
             "must exceed raft.wal.min_available_size",
         ));
-    }
-    if let Some(b) = &file.storage.cold.backend {
-        if !["none", "memory", "s3", "fs"].contains(&b.as_str()) {
-            return Err(invalid(
-                "storage.cold.backend",
-                format!("{b:?} is not none, memory, fs or s3"),
-            ));
-        }
-        if b == "s3"
-            && file
-                .storage
-                .cold
-                .s3
-                .as_ref()
-                .and_then(|s| s.bucket.as_ref())
-                .is_none()
-        {
-            return Err(invalid(
-                "storage.cold.s3.bucket",
-                "is required when storage.cold.backend = \"s3\"",
-            ));
-        }
-    }
-    if let Some(s3) = &file.storage.cold.s3 {
-        if let Some(sse) = &s3.server_side_encryption
-            && !["aes256", "aws-kms", "none"].contains(&sse.as_str())
-        {
-            return Err(invalid(
-                "storage.cold.s3.server_side_encryption",
-                format!("{sse:?} is not aes256, aws-kms or none"),
-            ));
-        }
-        if s3.kms_key_id.is_some() && s3.server_side_encryption.as_deref() != Some("aws-kms") {
-            return Err(invalid(
-                "storage.cold.s3.kms_key_id",
-                "is only valid with server_side_encryption = \"aws-kms\"",
-            ));
-        }
-        for (key, v) in [
-            ("storage.cold.s3.unhealthy_ticks", s3.unhealthy_ticks),
-            ("storage.cold.s3.heal_ticks", s3.heal_ticks),
-        ] {
-            if v == Some(0) {
-                return Err(invalid(key, "must be non-zero"));
-            }
-        }
     }
     if let Some(b) = &file.storage.snapshot.backend
         && !["auto", "inline", "s3"].contains(&b.as_str())
@@ -544,12 +319,12 @@ fn resolve_engine(
             .map_or(64 << 20, |s| s.0),
         snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
         snapshot_driver: snapshot_driver(file)?,
-        cold: crate::coldtier::settings::resolve(&file.storage.cold),
+        cold: cold::resolve(&file.storage.cold)?,
     })
 }
 
-fn snapshot_driver(file: &FileConfig) -> Result<crate::raft::snapdrive::Settings, ConfigError> {
-    let d = crate::raft::snapdrive::Settings::default();
+fn snapshot_driver(file: &FileConfig) -> Result<SnapshotDriver, ConfigError> {
+    let d = SnapshotDriver::default();
     if file.raft.snapshot_pressure_max_groups_per_tick == Some(0) {
         return Err(invalid(
             "raft.snapshot_pressure_max_groups_per_tick",
@@ -559,7 +334,7 @@ fn snapshot_driver(file: &FileConfig) -> Result<crate::raft::snapdrive::Settings
     if file.raft.snapshot_backstop_logs == Some(0) {
         return Err(invalid("raft.snapshot_backstop_logs", "must be at least 1"));
     }
-    Ok(crate::raft::snapdrive::Settings {
+    Ok(SnapshotDriver {
         budget: file.raft.snapshot_log_budget.map_or(d.budget, |s| s.0),
         max_concurrency: file
             .raft
@@ -576,51 +351,4 @@ fn snapshot_driver(file: &FileConfig) -> Result<crate::raft::snapdrive::Settings
             .map_or(d.interval, |i| i.0),
         backstop_logs: file.raft.snapshot_backstop_logs.unwrap_or(d.backstop_logs),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn resolve_text(text: &str) -> Result<Config, String> {
-        let file = parse_file(text)?;
-        resolve_with(&file, "default", &Overrides::default()).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn defaults_listen_on_4437() {
-        let c = resolve_text("").expect("empty config is valid");
-        assert_eq!(c.listen.to_string(), "127.0.0.1:4437");
-        assert_eq!(c.group_count, 16 * c.core_count as u32);
-    }
-
-    #[test]
-    fn unknown_keys_are_refused_by_name() {
-        let err = resolve_text("[server]\nlisen = \"x\"\n").expect_err("typo must fail");
-        assert!(err.contains("lisen"), "{err}");
-        let err =
-            resolve_text("[raft.wal]\nfsync = \"sometimes\"\n").expect_err("bad value must fail");
-        assert!(err.contains("raft.wal.fsync"), "{err}");
-        let err = resolve_text("[runtime]\ncore_count = 0\n").expect_err("zero cores");
-        assert!(err.contains("runtime.core_count"), "{err}");
-        let err =
-            resolve_text("[storage.cold]\nflush_size = \"8 parsecs\"\n").expect_err("bad size");
-        assert!(err.contains("flush_size"), "{err}");
-    }
-
-    #[test]
-    fn documented_examples_parse() {
-        let c = resolve_text(
-            "[server]\nlisten = \"127.0.0.1:9000\"\n[raft]\nnode_id = 3\ngroup_count = 16\n",
-        )
-        .expect("valid");
-        assert_eq!((c.listen.port(), c.node_id, c.group_count), (9000, 3, 16));
-        assert!(parse_file("[storage.cold]\nbackend = \"s3\"\nroot = \"r\"\nflush_interval = \"200ms\"\n[storage.cold.s3]\nbucket = \"b\"\nregion = \"us-east-1\"\n").is_ok());
-        assert_eq!(parse_size("64MiB"), Some(64 << 20));
-        assert_eq!(
-            parse_duration("5m"),
-            Some(std::time::Duration::from_secs(300))
-        );
-        assert_eq!(parse_duration("0"), Some(std::time::Duration::ZERO));
-    }
 }

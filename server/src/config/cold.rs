@@ -1,0 +1,146 @@
+//! `[storage.cold]` and `[storage.cold.s3]`: checked, then resolved into what the cold tier
+//! (`coldtier`) runs with.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ursula_cold::BackendConfig;
+use ursula_cold::ColdConfig;
+use ursula_cold::Sse;
+
+use super::ConfigError;
+use super::file::ColdSection;
+use super::invalid;
+
+#[derive(Debug, Clone)]
+pub struct ColdSettings {
+    pub store: ColdConfig,
+    /// `flush_interval`: the worker's tick.
+    pub flush_interval: Duration,
+    /// `flush_min_hot_size` (else `flush_size`): a group flushes once its hot bytes reach it.
+    pub flush_min_hot: u64,
+    /// `flush_max_size` (else `flush_size`): bytes packed into one object.
+    pub flush_max: u64,
+    pub flush_max_concurrency: usize,
+    /// `max_hot_size_per_group`; 0 turns the cap off.
+    pub max_hot_per_group: u64,
+    /// `flush_max_hot_age`; zero turns age flushes off.
+    pub flush_max_hot_age: Duration,
+    /// How long a released object stays before deletion (5 minutes, the spec's grace).
+    pub gc_grace: Duration,
+}
+
+/// The spec's grace before a released cold object is deleted.
+const GC_GRACE: Duration = Duration::from_secs(300);
+
+/// Refuses a `[storage.cold]` the cold tier could not run with, naming the key.
+fn check(c: &ColdSection) -> Result<(), ConfigError> {
+    if let Some(b) = &c.backend {
+        if !["none", "memory", "s3", "fs"].contains(&b.as_str()) {
+            return Err(invalid(
+                "storage.cold.backend",
+                format!("{b:?} is not none, memory, fs or s3"),
+            ));
+        }
+        if b == "s3" && c.s3.as_ref().and_then(|s| s.bucket.as_ref()).is_none() {
+            return Err(invalid(
+                "storage.cold.s3.bucket",
+                "is required when storage.cold.backend = \"s3\"",
+            ));
+        }
+    }
+    if let Some(s3) = &c.s3 {
+        if let Some(sse) = &s3.server_side_encryption
+            && !["aes256", "aws-kms", "none"].contains(&sse.as_str())
+        {
+            return Err(invalid(
+                "storage.cold.s3.server_side_encryption",
+                format!("{sse:?} is not aes256, aws-kms or none"),
+            ));
+        }
+        if s3.kms_key_id.is_some() && s3.server_side_encryption.as_deref() != Some("aws-kms") {
+            return Err(invalid(
+                "storage.cold.s3.kms_key_id",
+                "is only valid with server_side_encryption = \"aws-kms\"",
+            ));
+        }
+        for (key, v) in [
+            ("storage.cold.s3.unhealthy_ticks", s3.unhealthy_ticks),
+            ("storage.cold.s3.heal_ticks", s3.heal_ticks),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(key, "must be non-zero"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `None` when `storage.cold.backend` is `none` or absent.
+pub fn resolve(c: &ColdSection) -> Result<Option<ColdSettings>, ConfigError> {
+    check(c)?;
+    let root = c.root.clone().unwrap_or_default();
+    let (backend, root) = match c.backend.as_deref() {
+        None | Some("none") => return Ok(None),
+        Some("memory") => (BackendConfig::Memory, root),
+        // The development backend keeps objects in the directory `root` names.
+        Some("fs") => (
+            BackendConfig::Fs {
+                dir: PathBuf::from(if root.is_empty() {
+                    "ursula-cold"
+                } else {
+                    &root
+                }),
+            },
+            String::new(),
+        ),
+        Some(_) => {
+            let s3 = c.s3.clone().unwrap_or_default();
+            let sse = match s3.server_side_encryption.as_deref() {
+                Some("none") => Sse::None,
+                Some("aws-kms") => Sse::AwsKms {
+                    key_id: s3.kms_key_id.clone(),
+                },
+                _ => Sse::Aes256,
+            };
+            (
+                BackendConfig::S3 {
+                    bucket: s3.bucket.clone().unwrap_or_default(),
+                    region: s3.region.clone(),
+                    endpoint: s3.endpoint.clone(),
+                    access_key_id: s3.access_key_id.clone(),
+                    secret_access_key: s3.secret_access_key.clone(),
+                    session_token: s3.session_token.clone(),
+                    sse,
+                    timeout: s3.timeout.map(|d| d.0),
+                    max_retries: s3.max_retries,
+                },
+                root,
+            )
+        }
+    };
+    let flush_size = c.flush_size.map_or(8 << 20, |s| s.0);
+    // A test knob, not a setting: tests cannot wait out five minutes.
+    let gc_grace = std::env::var("URSULA_TEST_COLD_GC_GRACE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(GC_GRACE, Duration::from_millis);
+    Ok(Some(ColdSettings {
+        store: ColdConfig {
+            backend,
+            root: root.trim_matches('/').to_owned(),
+        },
+        flush_interval: c
+            .flush_interval
+            .map_or(Duration::from_secs(1), |d| d.0)
+            .max(Duration::from_millis(10)),
+        flush_min_hot: c.flush_min_hot_size.map_or(flush_size, |s| s.0).max(1),
+        flush_max: c.flush_max_size.map_or(flush_size, |s| s.0).max(1),
+        flush_max_concurrency: c.flush_max_concurrency.unwrap_or(4).max(1) as usize,
+        max_hot_per_group: c.max_hot_size_per_group.map_or(64 << 20, |s| s.0),
+        flush_max_hot_age: c
+            .flush_max_hot_age
+            .map_or(Duration::from_secs(300), |d| d.0),
+        gc_grace,
+    }))
+}

@@ -1,0 +1,144 @@
+//! The config file's schema: every section and key `ursula server` reads from TOML. Unknown
+//! keys are refused by name (`deny_unknown_fields`), so a typo cannot pass as a setting.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::units::Dur;
+use super::units::Size;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub runtime: RuntimeSection,
+    #[serde(default)]
+    pub raft: RaftSection,
+    #[serde(default)]
+    pub storage: StorageSection,
+    #[serde(default)]
+    pub observability: ObservabilitySection,
+    #[serde(default)]
+    pub governance: toml::Table,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub listen: Option<String>,
+    pub cluster_listen: Option<String>,
+    pub admin_listen: Option<String>,
+    pub http_inflight_body_size: Option<Size>,
+    pub keyed_state_upstream: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSection {
+    pub cpu_affinity: Option<bool>,
+    pub core_count: Option<usize>,
+    pub live_read_max_waiters_per_core: Option<usize>,
+    pub external_payload_min_size: Option<Size>,
+    pub node_memory_abort_cap_size: Option<Size>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObservabilitySection {
+    pub tokio_console: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    pub node_id: u64,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RaftSection {
+    pub node_id: Option<u64>,
+    pub append_transport_budget_bytes: Option<u64>,
+    pub group_count: Option<u32>,
+    #[serde(default)]
+    pub wal: WalSection,
+    #[serde(default)]
+    pub peers: Vec<Peer>,
+    pub init_membership_per_group: Option<bool>,
+    pub snapshot_log_budget: Option<Size>,
+    pub snapshot_build_max_concurrency: Option<u32>,
+    pub snapshot_pressure_max_groups_per_tick: Option<u32>,
+    pub snapshot_pressure_unpurged_logs: Option<u64>,
+    pub snapshot_backstop_logs: Option<u64>,
+    pub max_uncommitted_size_per_group: Option<Size>,
+    pub rejoin_probe: Option<toml::Value>,
+    pub memory_bootstrap_marker_dir: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WalSection {
+    pub path: Option<PathBuf>,
+    pub backend: Option<String>,
+    pub fsync: Option<String>,
+    pub segment_size: Option<Size>,
+    pub cache_size: Option<Size>,
+    pub min_available_size: Option<Size>,
+    pub resume_available_size: Option<Size>,
+    pub allow_volatile_multi_peer: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSection {
+    #[serde(default)]
+    pub cold: ColdSection,
+    #[serde(default)]
+    pub snapshot: SnapshotSection,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColdSection {
+    pub backend: Option<String>,
+    pub root: Option<String>,
+    pub s3: Option<S3Section>,
+    pub flush_interval: Option<Dur>,
+    pub flush_size: Option<Size>,
+    pub flush_min_hot_size: Option<Size>,
+    pub flush_max_size: Option<Size>,
+    pub flush_max_concurrency: Option<u32>,
+    pub max_hot_size_per_group: Option<Size>,
+    pub flush_max_hot_age: Option<Dur>,
+    pub compaction_enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Section {
+    pub bucket: Option<String>,
+    pub region: Option<String>,
+    pub endpoint: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub session_token: Option<String>,
+    pub server_side_encryption: Option<String>,
+    pub kms_key_id: Option<String>,
+    pub probe_timeout: Option<Dur>,
+    pub unhealthy_ticks: Option<u32>,
+    pub heal_ticks: Option<u32>,
+    pub timeout: Option<Dur>,
+    pub max_retries: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotSection {
+    pub backend: Option<String>,
+    pub drive_interval: Option<Dur>,
+    pub drive_flush_concurrency: Option<u32>,
+}
