@@ -120,16 +120,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let deadline = cfg.shutdown_deadline;
     let result = rt.block_on(async move {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
             wait_for_signal().await;
             let _ = tx.send(true);
             // On its own thread: a shutdown stuck on the runtime must not hold the deadline up.
-            std::thread::spawn(|| {
-                std::thread::sleep(SHUTDOWN_DEADLINE);
+            std::thread::spawn(move || {
+                std::thread::sleep(deadline);
                 tracing::error!(
-                    "shutdown did not finish within 20 s of the signal: exiting without recording a clean shutdown; the next start treats the run as a crash"
+                    "shutdown did not finish within {deadline:?} of the signal (server.shutdown_deadline): exiting without recording a clean shutdown; the next start treats the run as a crash"
                 );
                 std::process::exit(1);
             });
@@ -144,9 +145,6 @@ fn main() -> ExitCode {
         }
     }
 }
-
-/// The Operations page's deadline for a graceful shutdown, from the first signal.
-const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
 
 async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

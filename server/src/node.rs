@@ -140,6 +140,7 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
         peers: peers.clone(),
         max_uncommitted: config.max_uncommitted_per_group,
         snapshot: config.snapshot_driver,
+        shutdown_stall: config.shutdown_stall,
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
     let admission = Admission::new(limits(config, Some(opts.dir.clone())));
@@ -163,6 +164,12 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
 
 /// Runs the node until `shutdown` flips to `true`.
 pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+    if let Some(stall) = config.shutdown_stall {
+        tracing::warn!(
+            ?stall,
+            "testing.shutdown_stall is set: a test hook; this node's shutdown stalls on purpose"
+        );
+    }
     let (mut state, temp) = start_state(&config).await?;
     attach_cold(&mut state, &config).await?;
     let listener =

@@ -26,7 +26,8 @@ pub struct ColdSettings {
     pub max_hot_per_group: u64,
     /// `flush_max_hot_age`; zero turns age flushes off.
     pub flush_max_hot_age: Duration,
-    /// How long a released object stays before deletion (5 minutes, the spec's grace).
+    /// `gc_grace` (ours): how long a released object stays before deletion; 5 minutes, the
+    /// spec's grace, unless set.
     pub gc_grace: Duration,
 }
 
@@ -72,6 +73,10 @@ fn check(c: &ColdSection) -> Result<(), ConfigError> {
                 return Err(invalid(key, "must be non-zero"));
             }
         }
+    }
+    if c.gc_grace.is_some_and(|d| d.0.is_zero()) {
+        // A read that resolved the object just before its release still fetches it.
+        return Err(invalid("storage.cold.gc_grace", "must be non-zero"));
     }
     Ok(())
 }
@@ -120,11 +125,6 @@ pub fn resolve(c: &ColdSection) -> Result<Option<ColdSettings>, ConfigError> {
         }
     };
     let flush_size = c.flush_size.map_or(8 << 20, |s| s.0);
-    // A test knob, not a setting: tests cannot wait out five minutes.
-    let gc_grace = std::env::var("URSULA_TEST_COLD_GC_GRACE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(GC_GRACE, Duration::from_millis);
     Ok(Some(ColdSettings {
         store: ColdConfig {
             backend,
@@ -141,6 +141,6 @@ pub fn resolve(c: &ColdSection) -> Result<Option<ColdSettings>, ConfigError> {
         flush_max_hot_age: c
             .flush_max_hot_age
             .map_or(Duration::from_secs(300), |d| d.0),
-        gc_grace,
+        gc_grace: c.gc_grace.map_or(GC_GRACE, |d| d.0),
     }))
 }

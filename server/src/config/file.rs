@@ -23,6 +23,8 @@ pub struct FileConfig {
     pub observability: ObservabilitySection,
     #[serde(default)]
     pub governance: toml::Table,
+    #[serde(default)]
+    pub testing: TestingSection,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -33,6 +35,8 @@ pub struct ServerSection {
     pub admin_listen: Option<String>,
     pub http_inflight_body_size: Option<Size>,
     pub keyed_state_upstream: Option<String>,
+    /// Ours, beyond the spec: how long a graceful shutdown may take from the first signal.
+    pub shutdown_deadline: Option<Dur>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -115,6 +119,8 @@ pub struct ColdSection {
     pub max_hot_size_per_group: Option<Size>,
     pub flush_max_hot_age: Option<Dur>,
     pub compaction_enabled: Option<bool>,
+    /// Ours, beyond the spec: how long a released object stays before it is deleted.
+    pub gc_grace: Option<Dur>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -141,4 +147,14 @@ pub struct SnapshotSection {
     pub backend: Option<String>,
     pub drive_interval: Option<Dur>,
     pub drive_flush_concurrency: Option<u32>,
+}
+
+/// Test hooks: settings that make the node misbehave on purpose, so process tests can reach
+/// states a healthy node does not (documented as such in docs/configuration.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestingSection {
+    /// A Raft node's shutdown waits this long before it stops its groups and syncs its
+    /// journals, as a shutdown stuck on a slow disk would: what `server.shutdown_deadline` cuts.
+    pub shutdown_stall: Option<Dur>,
 }

@@ -19,6 +19,7 @@ pub mod units;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use cold::ColdSettings;
 pub use file::FileConfig;
@@ -89,7 +90,16 @@ pub struct Config {
     pub snapshot_driver: SnapshotDriver,
     /// `[storage.cold]`; `None` without a cold backend.
     pub cold: Option<ColdSettings>,
+    /// `server.shutdown_deadline` (ours): a shutdown not done this long after the first signal
+    /// exits without recording a clean run. 20 s, the Operations page's deadline, unless set.
+    pub shutdown_deadline: Duration,
+    /// `testing.shutdown_stall`, a test hook: a Raft node's shutdown stalls this long before
+    /// it syncs its journals.
+    pub shutdown_stall: Option<Duration>,
 }
+
+/// The Operations page's deadline for a graceful shutdown, from the first signal.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
 
 /// What the command line supplies.
 #[derive(Debug, Clone, Default)]
@@ -320,7 +330,18 @@ fn resolve_engine(
         snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
         snapshot_driver: snapshot_driver(file)?,
         cold: cold::resolve(&file.storage.cold)?,
+        shutdown_deadline: shutdown_deadline(file)?,
+        shutdown_stall: file.testing.shutdown_stall.map(|d| d.0),
     })
+}
+
+fn shutdown_deadline(file: &FileConfig) -> Result<Duration, ConfigError> {
+    match file.server.shutdown_deadline {
+        // A zero deadline would exit on the signal itself, never recording a clean run.
+        Some(d) if d.0.is_zero() => Err(invalid("server.shutdown_deadline", "must be non-zero")),
+        Some(d) => Ok(d.0),
+        None => Ok(SHUTDOWN_DEADLINE),
+    }
 }
 
 fn snapshot_driver(file: &FileConfig) -> Result<SnapshotDriver, ConfigError> {

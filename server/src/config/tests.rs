@@ -42,3 +42,54 @@ fn documented_examples_parse() {
     );
     assert_eq!(parse_duration("0"), Some(std::time::Duration::ZERO));
 }
+
+#[test]
+fn config_imports_no_subsystem_of_the_server() {
+    // The module is a leaf: subsystems depend on it, never the other way round.
+    let sources = [
+        ("mod.rs", include_str!("mod.rs")),
+        ("file.rs", include_str!("file.rs")),
+        ("units.rs", include_str!("units.rs")),
+        ("cold.rs", include_str!("cold.rs")),
+        ("raft.rs", include_str!("raft.rs")),
+    ];
+    for (name, text) in sources {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for path in code.split("crate::").skip(1) {
+                assert!(
+                    path.starts_with("config"),
+                    "config/{name}:{} reaches outside config: {line}",
+                    n + 1
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_cold_gc_grace_is_five_minutes_unless_set_and_never_zero() {
+    let cold = "[storage.cold]\nbackend = \"memory\"\n";
+    let c = resolve_text(cold).expect("valid");
+    let grace = c.cold.expect("a cold tier").gc_grace;
+    assert_eq!(grace, std::time::Duration::from_secs(300));
+    let c = resolve_text(&format!("{cold}gc_grace = \"300ms\"\n")).expect("valid");
+    let grace = c.cold.expect("a cold tier").gc_grace;
+    assert_eq!(grace, std::time::Duration::from_millis(300));
+    let err = resolve_text(&format!("{cold}gc_grace = \"0s\"\n")).expect_err("zero grace");
+    assert_eq!(err, "storage.cold.gc_grace: must be non-zero");
+}
+
+#[test]
+fn the_shutdown_deadline_is_20_s_unless_set_and_never_zero() {
+    let c = resolve_text("").expect("valid");
+    assert_eq!(c.shutdown_deadline, std::time::Duration::from_secs(20));
+    assert_eq!(c.shutdown_stall, None);
+    let c =
+        resolve_text("[server]\nshutdown_deadline = \"3s\"\n[testing]\nshutdown_stall = \"1m\"\n")
+            .expect("valid");
+    assert_eq!(c.shutdown_deadline, std::time::Duration::from_secs(3));
+    assert_eq!(c.shutdown_stall, Some(std::time::Duration::from_secs(60)));
+    let err = resolve_text("[server]\nshutdown_deadline = \"0s\"\n").expect_err("zero deadline");
+    assert_eq!(err, "server.shutdown_deadline: must be non-zero");
+}

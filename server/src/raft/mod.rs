@@ -82,6 +82,9 @@ pub struct RaftOptions {
     pub peers: BTreeMap<u64, String>,
     pub max_uncommitted: u64,
     pub snapshot: snapdrive::Settings,
+    /// `testing.shutdown_stall`, a test hook: [`RaftEngine::shutdown`] waits this long before
+    /// it stops the groups and syncs the journals, as one stuck on a slow disk would.
+    pub shutdown_stall: Option<std::time::Duration>,
 }
 
 pub struct RaftEngine {
@@ -105,6 +108,7 @@ pub struct RaftEngine {
     pub vote_hold: bootstrap::VoteHold,
     root: files::Root,
     fsync_always: bool,
+    shutdown_stall: Option<std::time::Duration>,
     stopping: AtomicBool,
     rt: Runtime,
     /// The cores' `journal.lock`s, held until the process ends.
@@ -411,6 +415,7 @@ impl RaftEngine {
             },
             root,
             fsync_always: opts.fsync_always,
+            shutdown_stall: opts.shutdown_stall,
             stopping: AtomicBool::new(false),
             rt: rt.clone(),
             _locks: locks,
@@ -494,12 +499,9 @@ impl RaftEngine {
         for r in &self.rafts {
             r.runtime_config().elect(false);
         }
-        if let Some(ms) = std::env::var("URSULA_TEST_SHUTDOWN_STALL_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            // Test knob: a shutdown stuck before its journals are synced (the 20 s deadline).
-            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        if let Some(stall) = self.shutdown_stall {
+            // The test hook: a shutdown stuck before its journals are synced, for the deadline.
+            tokio::time::sleep(stall).await;
         }
         for r in &self.rafts {
             let _ = r.shutdown().await;
