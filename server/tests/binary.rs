@@ -414,6 +414,30 @@ fn unknown_config_keys_and_presets_stop_the_server_at_start_naming_the_problem()
     assert!(String::from_utf8_lossy(&out.stderr).contains("huge"));
 }
 
+#[test]
+fn a_removed_config_key_stops_the_server_naming_the_key_and_its_release() {
+    let scratch = Scratch::new("removedkey");
+    let config = scratch.file("old.toml", "[raft.wal]\nbackend = \"memory\"\n");
+    let out = ursula(
+        &scratch,
+        &[
+            "server",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .output()
+    .expect("run ursula");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("raft.wal.backend: removed in Ursula 0.7.0"),
+        "{stderr}"
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn the_node_stops_cleanly_on_sigterm() {

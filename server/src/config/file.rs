@@ -1,5 +1,6 @@
 //! The config file's schema: every section and key `ursula server` reads from TOML. Unknown
-//! keys are refused by name (`deny_unknown_fields`), so a typo cannot pass as a setting.
+//! keys are refused by name (`deny_unknown_fields`), so a typo cannot pass as a setting, and a
+//! key the spec removed is refused naming the release that removed it ([`REMOVED`]).
 
 use std::path::PathBuf;
 
@@ -7,6 +8,106 @@ use serde::Deserialize;
 
 use super::units::Dur;
 use super::units::Size;
+
+/// Why a config file's text is not a config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    /// Not TOML, an unknown key, or a value of the wrong shape; toml's message names the key.
+    #[error("{0}")]
+    Syntax(String),
+    /// A key a release of Ursula removed.
+    #[error("{key}: removed in Ursula {release} ({why})")]
+    Removed {
+        key: &'static str,
+        release: &'static str,
+        why: &'static str,
+    },
+}
+
+/// A key (or section) the spec's release notes removed: its dotted name, the release, and
+/// what replaced it.
+pub struct RemovedKey {
+    pub key: &'static str,
+    pub release: &'static str,
+    pub why: &'static str,
+}
+
+/// Every key the spec's release notes say "fails to load": the 0.7.0 upgrade steps and release
+/// notes (the memory WAL's keys and `raft.rejoin_probe`) and the 0.6.0 release notes (keyed
+/// streams and the compatibility-only keys).
+pub const REMOVED: &[RemovedKey] = &[
+    RemovedKey {
+        key: "raft.wal.backend",
+        release: "0.7.0",
+        why: "the memory WAL is gone; the WAL is always the per-core disk journal",
+    },
+    RemovedKey {
+        key: "raft.wal.allow_volatile_multi_peer",
+        release: "0.7.0",
+        why: "the memory WAL is gone; set raft.wal.path on every node of a cluster",
+    },
+    RemovedKey {
+        key: "raft.memory_bootstrap_marker_dir",
+        release: "0.7.0",
+        why: "the memory WAL is gone, and its bootstrap marker with it",
+    },
+    RemovedKey {
+        key: "raft.rejoin_probe",
+        release: "0.7.0",
+        why: "a voter that lost entries is rebuilt by its group leaders",
+    },
+    RemovedKey {
+        key: "raft.snapshot_pressure_unpurged_logs",
+        release: "0.6.0",
+        why: "it had no effect; raft.snapshot_log_budget drives snapshots",
+    },
+    RemovedKey {
+        key: "storage.snapshot.drive_flush_concurrency",
+        release: "0.6.0",
+        why: "it had no effect",
+    },
+    RemovedKey {
+        key: "server.keyed_state_upstream",
+        release: "0.6.0",
+        why: "keyed streams are gone",
+    },
+    RemovedKey {
+        key: "keyed_state",
+        release: "0.6.0",
+        why: "keyed streams are gone",
+    },
+];
+
+/// Parses a config file's text. A removed key is named with its release before anything else
+/// is checked, so an old config is told what changed rather than that a key is unknown.
+pub fn parse_file(text: &str) -> Result<FileConfig, FileError> {
+    // Text that is not TOML has no keys to look at: the typed parse below says where it broke.
+    if let Ok(raw) = toml::from_str::<toml::Table>(text)
+        && let Some(r) = REMOVED.iter().find(|r| holds(&raw, r.key))
+    {
+        return Err(FileError::Removed {
+            key: r.key,
+            release: r.release,
+            why: r.why,
+        });
+    }
+    toml::from_str(text).map_err(|e| FileError::Syntax(e.to_string().trim().replace('\n', " ")))
+}
+
+/// Whether `table` sets the dotted `key`.
+fn holds(table: &toml::Table, key: &str) -> bool {
+    let mut at = table;
+    let mut parts = key.split('.').peekable();
+    while let Some(part) = parts.next() {
+        match at.get(part) {
+            None => return false,
+            Some(_) if parts.peek().is_none() => return true,
+            Some(toml::Value::Table(t)) => at = t,
+            Some(_) => return false,
+        }
+    }
+    false
+}
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,7 +135,6 @@ pub struct ServerSection {
     pub cluster_listen: Option<String>,
     pub admin_listen: Option<String>,
     pub http_inflight_body_size: Option<Size>,
-    pub keyed_state_upstream: Option<String>,
     /// Ours, beyond the spec: how long a graceful shutdown may take from the first signal.
     pub shutdown_deadline: Option<Dur>,
 }
@@ -76,24 +176,19 @@ pub struct RaftSection {
     pub snapshot_log_budget: Option<Size>,
     pub snapshot_build_max_concurrency: Option<u32>,
     pub snapshot_pressure_max_groups_per_tick: Option<u32>,
-    pub snapshot_pressure_unpurged_logs: Option<u64>,
     pub snapshot_backstop_logs: Option<u64>,
     pub max_uncommitted_size_per_group: Option<Size>,
-    pub rejoin_probe: Option<toml::Value>,
-    pub memory_bootstrap_marker_dir: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WalSection {
     pub path: Option<PathBuf>,
-    pub backend: Option<String>,
     pub fsync: Option<String>,
     pub segment_size: Option<Size>,
     pub cache_size: Option<Size>,
     pub min_available_size: Option<Size>,
     pub resume_available_size: Option<Size>,
-    pub allow_volatile_multi_peer: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -146,7 +241,6 @@ pub struct S3Section {
 pub struct SnapshotSection {
     pub backend: Option<String>,
     pub drive_interval: Option<Dur>,
-    pub drive_flush_concurrency: Option<u32>,
 }
 
 /// Test hooks: settings that make the node misbehave on purpose, so process tests can reach

@@ -23,6 +23,8 @@ use std::time::Duration;
 
 pub use cold::ColdSettings;
 pub use file::FileConfig;
+pub use file::FileError;
+pub use file::parse_file;
 pub use raft::SnapshotDriver;
 pub use units::Dur;
 pub use units::Size;
@@ -36,8 +38,8 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    #[error("config file {path}: {source}")]
+    File { path: PathBuf, source: FileError },
     #[error("{key}: {message}")]
     Invalid { key: &'static str, message: String },
     #[error("unknown preset {0:?}; expected default, dev, tiny, small, standard or large")]
@@ -143,14 +145,10 @@ pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
-    parse_file(&text).map_err(|message| ConfigError::Parse {
+    parse_file(&text).map_err(|source| ConfigError::File {
         path: path.to_owned(),
-        message,
+        source,
     })
-}
-
-pub fn parse_file(text: &str) -> Result<FileConfig, String> {
-    toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))
 }
 
 /// The config file to use: the flag, else the first of the standard places that exists.

@@ -4,7 +4,7 @@ use super::*;
 
 /// Resolves `text` as the config file, with no flags.
 fn resolve_text(text: &str) -> Result<Config, String> {
-    let file = parse_file(text)?;
+    let file = parse_file(text).map_err(|e| e.to_string())?;
     resolve_from(Some(&file), &Overrides::default()).map_err(|e| e.to_string())
 }
 
@@ -92,4 +92,64 @@ fn the_shutdown_deadline_is_20_s_unless_set_and_never_zero() {
     assert_eq!(c.shutdown_stall, Some(std::time::Duration::from_secs(60)));
     let err = resolve_text("[server]\nshutdown_deadline = \"0s\"\n").expect_err("zero deadline");
     assert_eq!(err, "server.shutdown_deadline: must be non-zero");
+}
+
+/// A config file that sets the dotted `key` (a section when it has no dot).
+fn setting(key: &str) -> String {
+    match key.rsplit_once('.') {
+        Some((section, last)) => format!("[{section}]\n{last} = 1\n"),
+        None => format!("[{key}]\n"),
+    }
+}
+
+#[test]
+fn a_removed_key_fails_to_load_naming_the_key_and_the_release_that_removed_it() {
+    let err =
+        resolve_text("[raft.wal]\npath = \"/d\"\nbackend = \"memory\"\n").expect_err("removed");
+    assert_eq!(
+        err,
+        "raft.wal.backend: removed in Ursula 0.7.0 (the memory WAL is gone; the WAL is always the \
+         per-core disk journal)"
+    );
+    for r in file::REMOVED {
+        let err = resolve_text(&setting(r.key)).expect_err(r.key);
+        let named = format!("{}: removed in Ursula {} (", r.key, r.release);
+        assert!(err.starts_with(&named), "{}: {err}", r.key);
+    }
+    let releases: Vec<(&str, &str)> = file::REMOVED.iter().map(|r| (r.key, r.release)).collect();
+    for (key, release) in [
+        ("raft.wal.backend", "0.7.0"),
+        ("raft.wal.allow_volatile_multi_peer", "0.7.0"),
+        ("raft.memory_bootstrap_marker_dir", "0.7.0"),
+        ("raft.rejoin_probe", "0.7.0"),
+        ("raft.snapshot_pressure_unpurged_logs", "0.6.0"),
+        ("storage.snapshot.drive_flush_concurrency", "0.6.0"),
+        ("server.keyed_state_upstream", "0.6.0"),
+    ] {
+        assert!(releases.contains(&(key, release)), "{key} in {release}");
+    }
+}
+
+#[test]
+fn a_removed_key_in_a_file_is_reported_with_the_file() {
+    let path = std::env::temp_dir().join(format!("ursula-removed-{}.toml", std::process::id()));
+    std::fs::write(&path, "[raft]\nrejoin_probe = true\n").expect("write");
+    let err = load_file(&path).expect_err("removed").to_string();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        err.starts_with(&format!("config file {}: ", path.display())),
+        "{err}"
+    );
+    assert!(
+        err.contains("raft.rejoin_probe: removed in Ursula 0.7.0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_key_that_only_resembles_a_removed_one_is_an_unknown_key() {
+    // `backend` is removed under `raft.wal`, not under `storage.snapshot`, where it is valid.
+    assert!(resolve_text("[storage.snapshot]\nbackend = \"inline\"\n").is_ok());
+    let err = resolve_text("[raft]\nrejoin = 1\n").expect_err("unknown");
+    assert!(err.contains("unknown field `rejoin`"), "{err}");
 }
