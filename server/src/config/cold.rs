@@ -65,11 +65,18 @@ fn check(c: &ColdSection) -> Result<(), ConfigError> {
                 "is only valid with server_side_encryption = \"aws-kms\"",
             ));
         }
-        for (key, v) in [
-            ("storage.cold.s3.unhealthy_ticks", s3.unhealthy_ticks),
-            ("storage.cold.s3.heal_ticks", s3.heal_ticks),
+        // The spec (0.7.3) refuses zero for the health gate's settings, even where a build
+        // has no health gate, so a config that loads here loads on one that has.
+        let zero_probe = s3.probe_timeout.is_some_and(|d| d.0.is_zero());
+        for (key, zero) in [
+            ("storage.cold.s3.probe_timeout", zero_probe),
+            (
+                "storage.cold.s3.unhealthy_ticks",
+                s3.unhealthy_ticks == Some(0),
+            ),
+            ("storage.cold.s3.heal_ticks", s3.heal_ticks == Some(0)),
         ] {
-            if v == Some(0) {
+            if zero {
                 return Err(invalid(key, "must be non-zero"));
             }
         }

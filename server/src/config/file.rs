@@ -123,7 +123,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub observability: ObservabilitySection,
     #[serde(default)]
-    pub governance: toml::Table,
+    pub governance: GovernanceSection,
     #[serde(default)]
     pub testing: TestingSection,
 }
@@ -252,3 +252,29 @@ pub struct TestingSection {
     /// journals, as a shutdown stuck on a slow disk would: what `server.shutdown_deadline` cuts.
     pub shutdown_stall: Option<Dur>,
 }
+
+/// `[governance]`, as far as the spec names it: the leadership balancer
+/// (`leadership_balance.peer_timeout`, `max_per_tick`), the cold-health gate (`cold_health`) and
+/// the cluster-egress gate (`cluster_probe`). The spec names no keys of the two gates, so their
+/// sections load only empty. This build acts on none of it (`Config::ignored_keys`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GovernanceSection {
+    pub leadership_balance: Option<LeadershipBalanceSection>,
+    pub cold_health: Option<GateSection>,
+    pub cluster_probe: Option<GateSection>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeadershipBalanceSection {
+    /// How long a gate or the balancer waits for a peer's leadership-shed state; non-zero.
+    pub peer_timeout: Option<Dur>,
+    /// Leaderships the balancer moves per tick.
+    pub max_per_tick: Option<u32>,
+}
+
+/// A governance gate's section whose keys the spec does not name.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateSection {}

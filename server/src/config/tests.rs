@@ -153,3 +153,80 @@ fn a_key_that_only_resembles_a_removed_one_is_an_unknown_key() {
     let err = resolve_text("[raft]\nrejoin = 1\n").expect_err("unknown");
     assert!(err.contains("unknown field `rejoin`"), "{err}");
 }
+
+#[test]
+fn zero_values_the_spec_forbids_fail_naming_the_key() {
+    let s3 = "[storage.cold]\nbackend = \"s3\"\n[storage.cold.s3]\nbucket = \"b\"\n";
+    for (text, key) in [
+        (
+            format!("{s3}probe_timeout = \"0s\"\n"),
+            "storage.cold.s3.probe_timeout",
+        ),
+        (
+            format!("{s3}unhealthy_ticks = 0\n"),
+            "storage.cold.s3.unhealthy_ticks",
+        ),
+        (
+            format!("{s3}heal_ticks = 0\n"),
+            "storage.cold.s3.heal_ticks",
+        ),
+        (
+            "[governance.leadership_balance]\npeer_timeout = \"0ms\"\n".to_owned(),
+            "governance.leadership_balance.peer_timeout",
+        ),
+        ("[raft]\nnode_id = 0\n".to_owned(), "raft.node_id"),
+    ] {
+        let err = resolve_text(&text).expect_err(key);
+        assert_eq!(err, format!("{key}: must be non-zero"));
+    }
+    assert!(resolve_text(&format!("{s3}probe_timeout = \"5s\"\n")).is_ok());
+    let err = resolve_text("[raft]\nsnapshot_build_max_concurrency = 17\n").expect_err("17");
+    assert_eq!(
+        err,
+        "raft.snapshot_build_max_concurrency: (17) must be between 1 and 16"
+    );
+}
+
+#[test]
+fn node_id_zero_fails_from_the_command_line_too() {
+    let file = parse_file("").expect("empty");
+    let flags = Overrides {
+        node_id: Some(0),
+        ..Overrides::default()
+    };
+    let err = resolve_from(Some(&file), &flags).expect_err("node 0");
+    assert_eq!(err.to_string(), "raft.node_id: must be non-zero");
+}
+
+#[test]
+fn a_static_cluster_needs_its_node_id_and_peers_with_non_zero_ids() {
+    let peers = "[raft.wal]\npath = \"/d\"\n\
+                 [[raft.peers]]\nnode_id = 1\nurl = \"http://a:1\"\n\
+                 [[raft.peers]]\nnode_id = 2\nurl = \"http://b:1\"\n";
+    let err = resolve_text(peers).expect_err("no node id");
+    assert!(
+        err.starts_with("raft.node_id: is required when raft.peers is set"),
+        "{err}"
+    );
+    let c = resolve_text(&format!("[raft]\nnode_id = 2\n{peers}")).expect("valid");
+    assert_eq!(c.node_id, 2);
+    let zero = "[raft.wal]\npath = \"/d\"\n[[raft.peers]]\nnode_id = 0\nurl = \"http://a:1\"\n";
+    let err = resolve_text(&format!("[raft]\nnode_id = 1\n{zero}")).expect_err("peer 0");
+    assert_eq!(err, "raft.peers: node_id must be non-zero");
+    assert_eq!(resolve_text("").expect("single node").node_id, 1);
+}
+
+#[test]
+fn governance_has_a_schema_and_refuses_keys_the_spec_does_not_name() {
+    let ok = "[governance.leadership_balance]\npeer_timeout = \"500ms\"\nmax_per_tick = 2\n\
+              [governance.cold_health]\n[governance.cluster_probe]\n";
+    assert!(resolve_text(ok).is_ok());
+    let err = resolve_text("[governance]\nanything = 1\n").expect_err("unknown");
+    assert!(err.contains("unknown field `anything`"), "{err}");
+    let err =
+        resolve_text("[governance.leadership_balance]\npeer_timout = \"1s\"\n").expect_err("typo");
+    assert!(err.contains("peer_timout"), "{err}");
+    let err = resolve_text("[governance.leadership_balance]\npeer_timeout = 5\n")
+        .expect_err("not a duration");
+    assert!(err.contains("peer_timeout"), "{err}");
+}
