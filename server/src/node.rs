@@ -164,6 +164,12 @@ pub async fn start_state(config: &Config) -> Result<(AppState, Option<TempWal>),
 
 /// Runs the node until `shutdown` flips to `true`.
 pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+    if !config.ignored_keys.is_empty() {
+        tracing::warn!(
+            "config keys this build does not act on, which change nothing (docs/configuration.md): {}",
+            config.ignored_keys.join(", ")
+        );
+    }
     if let Some(stall) = config.shutdown_stall {
         tracing::warn!(
             ?stall,

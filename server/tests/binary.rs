@@ -71,8 +71,13 @@ fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
 
 impl Node {
     fn start(name: &str) -> Node {
+        Node::start_with(name, "[runtime]\ncore_count = 2\n")
+    }
+
+    /// A node on the config file `toml`.
+    fn start_with(name: &str, toml: &str) -> Node {
         let scratch = Scratch::new(name);
-        let config = scratch.file("ursula.toml", "[runtime]\ncore_count = 2\n");
+        let config = scratch.file("ursula.toml", toml);
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let config = config.to_str().expect("utf-8 path").to_owned();
@@ -435,6 +440,26 @@ fn a_removed_config_key_stops_the_server_naming_the_key_and_its_release() {
     assert!(
         stderr.contains("raft.wal.backend: removed in Ursula 0.7.0"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_config_with_keys_this_build_ignores_starts_and_warns_naming_them() {
+    let node = Node::start_with(
+        "ignoredkeys",
+        "[runtime]\ncore_count = 2\ncpu_affinity = true\n\
+         [raft.wal]\ncache_size = \"256MiB\"\n\
+         [storage.snapshot]\ns3_prefix = \"snapshots\"\n",
+    );
+    let log = node.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("config keys this build does not act on"))
+        .unwrap_or_else(|| panic!("no warning naming the ignored keys: {log}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(
+        warning.ends_with("raft.wal.cache_size, runtime.cpu_affinity, storage.snapshot.s3_prefix"),
+        "{warning}"
     );
 }
 

@@ -173,6 +173,8 @@ pub struct RaftSection {
     #[serde(default)]
     pub peers: Vec<Peer>,
     pub init_membership_per_group: Option<bool>,
+    /// The spec's other spelling of `init_membership_per_group` (Troubleshooting).
+    pub init_membership: Option<bool>,
     pub snapshot_log_budget: Option<Size>,
     pub snapshot_build_max_concurrency: Option<u32>,
     pub snapshot_pressure_max_groups_per_tick: Option<u32>,
@@ -241,6 +243,8 @@ pub struct S3Section {
 pub struct SnapshotSection {
     pub backend: Option<String>,
     pub drive_interval: Option<Dur>,
+    /// The S3 snapshot namespace, for S3 snapshots without an S3 cold tier.
+    pub s3_prefix: Option<String>,
 }
 
 /// Test hooks: settings that make the node misbehave on purpose, so process tests can reach

@@ -7,10 +7,12 @@
 //! - [`file`]: the TOML schema.
 //! - [`units`]: sizes and durations.
 //! - [`cold`]: `[storage.cold]` checked and resolved.
-//! - [`raft`]: the snapshot driver's settings.
+//! - [`raft`]: `[raft]` checked; node id, peers and the snapshot driver's settings.
+//! - [`ignored`]: the keys this build parses but does not act on.
 
 pub mod cold;
 pub mod file;
+pub mod ignored;
 pub mod raft;
 #[cfg(test)]
 mod tests;
@@ -98,6 +100,9 @@ pub struct Config {
     /// `testing.shutdown_stall`, a test hook: a Raft node's shutdown stalls this long before
     /// it syncs its journals.
     pub shutdown_stall: Option<Duration>,
+    /// The dotted names of the keys the file sets that this build does not act on, sorted:
+    /// named in a warning at start and in the metrics, so nobody is misled.
+    pub ignored_keys: Vec<String>,
 }
 
 /// The Operations page's deadline for a graceful shutdown, from the first signal.
@@ -231,6 +236,13 @@ fn resolve_engine(
     raft::check(file)?;
     let node_id = o.node_id.or(file.raft.node_id);
     let (node_id, peers) = raft::node_and_peers(node_id, &file.raft.peers)?;
+    if !raft && !peers.is_empty() {
+        // A node told it is a voter must not serve alone from memory.
+        return Err(invalid(
+            "raft.peers",
+            format!("needs the Raft engine, but --preset {preset_name} runs the in-memory node"),
+        ));
+    }
     check_governance(&file.governance)?;
     let engine = if raft {
         EngineChoice::Raft {
@@ -267,7 +279,9 @@ fn resolve_engine(
         snapshot_driver: raft::snapshot_driver(file),
         cold: cold::resolve(&file.storage.cold)?,
         shutdown_deadline: shutdown_deadline(file)?,
-        shutdown_stall: file.testing.shutdown_stall.map(|d| d.0),
+        // Only the Raft engine's shutdown has journals to stall before.
+        shutdown_stall: file.testing.shutdown_stall.filter(|_| raft).map(|d| d.0),
+        ignored_keys: ignored::ignored_keys(file, raft),
     })
 }
 

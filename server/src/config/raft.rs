@@ -92,6 +92,14 @@ pub(super) fn check(file: &FileConfig) -> Result<(), ConfigError> {
             format!("{b:?} is not auto, inline or s3"),
         ));
     }
+    if let (Some(a), Some(b)) = (r.init_membership_per_group, r.init_membership)
+        && a != b
+    {
+        return Err(invalid(
+            "raft.init_membership",
+            "is another spelling of raft.init_membership_per_group, which is set otherwise",
+        ));
+    }
     if !r.peers.is_empty() && w.path.is_none() {
         return Err(invalid(
             "raft.wal.path",

@@ -52,6 +52,7 @@ fn config_imports_no_subsystem_of_the_server() {
         ("units.rs", include_str!("units.rs")),
         ("cold.rs", include_str!("cold.rs")),
         ("raft.rs", include_str!("raft.rs")),
+        ("ignored.rs", include_str!("ignored.rs")),
     ];
     for (name, text) in sources {
         for (n, line) in text.lines().enumerate() {
@@ -229,4 +230,258 @@ fn governance_has_a_schema_and_refuses_keys_the_spec_does_not_name() {
     let err = resolve_text("[governance.leadership_balance]\npeer_timeout = 5\n")
         .expect_err("not a duration");
     assert!(err.contains("peer_timeout"), "{err}");
+}
+
+#[test]
+fn the_spec_keys_init_membership_and_s3_prefix_load() {
+    for text in [
+        "[raft]\ninit_membership = true\n",
+        "[raft]\ninit_membership = true\ninit_membership_per_group = true\n",
+        "[storage.snapshot]\ns3_prefix = \"snapshots\"\n",
+    ] {
+        assert!(resolve_text(text).is_ok(), "{text}");
+    }
+    let err = resolve_text("[raft]\ninit_membership = true\ninit_membership_per_group = false\n")
+        .expect_err("two spellings, two values");
+    assert!(
+        err.starts_with("raft.init_membership: is another spelling"),
+        "{err}"
+    );
+}
+
+/// Every key of the Configuration page (and the troubleshooting page's other spelling), each set
+/// to a value that asks for something: what a config written for the spec may hold.
+const EVERY_SPEC_KEY: &str = r#"
+[server]
+listen = "127.0.0.1:4437"
+cluster_listen = "127.0.0.1:4439"
+http_inflight_body_size = "256MiB"
+
+[runtime]
+cpu_affinity = true
+core_count = 2
+live_read_max_waiters_per_core = 0
+external_payload_min_size = "2MiB"
+node_memory_abort_cap_size = "8GiB"
+
+[observability]
+tokio_console = true
+
+[raft]
+node_id = 1
+append_transport_budget_bytes = 134217728
+group_count = 4
+init_membership_per_group = false
+init_membership = false
+max_uncommitted_size_per_group = "64MiB"
+snapshot_log_budget = "1GiB"
+snapshot_build_max_concurrency = 2
+snapshot_pressure_max_groups_per_tick = 16
+
+[raft.wal]
+path = "/var/lib/ursula"
+fsync = "always"
+segment_size = "64MiB"
+cache_size = "256MiB"
+min_available_size = "512MiB"
+resume_available_size = "1GiB"
+
+[storage.cold]
+backend = "s3"
+root = "ursula-prod-20260518"
+flush_interval = "1s"
+flush_size = "8MiB"
+flush_max_concurrency = 4
+max_hot_size_per_group = "64MiB"
+flush_max_hot_age = "5m"
+compaction_enabled = true
+
+[storage.cold.s3]
+bucket = "my-ursula-bucket"
+region = "us-east-1"
+server_side_encryption = "aws-kms"
+kms_key_id = "arn:aws:kms:key"
+probe_timeout = "5s"
+unhealthy_ticks = 3
+heal_ticks = 2
+
+[storage.snapshot]
+backend = "s3"
+drive_interval = "5s"
+s3_prefix = "snapshots"
+
+[governance.leadership_balance]
+peer_timeout = "500ms"
+max_per_tick = 4
+
+[governance.cold_health]
+
+[governance.cluster_probe]
+"#;
+
+#[test]
+fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
+    let c = resolve_text(EVERY_SPEC_KEY).expect("a spec config loads");
+    assert_eq!(
+        c.ignored_keys,
+        [
+            "governance.cluster_probe",
+            "governance.cold_health",
+            "governance.leadership_balance.max_per_tick",
+            "governance.leadership_balance.peer_timeout",
+            "observability.tokio_console",
+            "raft.append_transport_budget_bytes",
+            "raft.init_membership",
+            "raft.init_membership_per_group",
+            "raft.wal.cache_size",
+            "runtime.cpu_affinity",
+            "runtime.external_payload_min_size",
+            "runtime.node_memory_abort_cap_size",
+            "storage.cold.compaction_enabled",
+            "storage.cold.s3.heal_ticks",
+            "storage.cold.s3.probe_timeout",
+            "storage.cold.s3.unhealthy_ticks",
+            "storage.snapshot.backend",
+            "storage.snapshot.s3_prefix",
+        ]
+    );
+}
+
+#[test]
+fn a_value_that_asks_for_what_the_build_does_anyway_is_not_listed() {
+    let text = "[runtime]\ncpu_affinity = false\nexternal_payload_min_size = \"1MiB\"\n\
+                [observability]\ntokio_console = false\n\
+                [raft]\ninit_membership_per_group = true\ninit_membership = true\n\
+                [storage.cold]\ncompaction_enabled = false\n\
+                [storage.snapshot]\nbackend = \"inline\"\n";
+    let c = resolve_text(text).expect("valid");
+    assert_eq!(c.ignored_keys, Vec::<String>::new());
+    // `auto` means S3 snapshots with an S3 cold tier, which this build does not write.
+    let auto = "[storage.snapshot]\nbackend = \"auto\"\n";
+    assert!(resolve_text(auto).expect("valid").ignored_keys.is_empty());
+    let s3 = "[storage.cold]\nbackend = \"s3\"\n[storage.cold.s3]\nbucket = \"b\"\n";
+    let c = resolve_text(&format!("{auto}{s3}")).expect("valid");
+    assert_eq!(c.ignored_keys, ["storage.snapshot.backend"]);
+}
+
+#[test]
+fn the_in_memory_node_lists_the_keys_only_raft_reads_and_refuses_peers() {
+    let text = "[raft]\nnode_id = 3\ngroup_count = 8\nsnapshot_log_budget = \"1GiB\"\n\
+                [raft.wal]\npath = \"/d\"\nfsync = \"always\"\n\
+                [storage.snapshot]\ndrive_interval = \"1s\"\n[testing]\nshutdown_stall = \"1s\"\n";
+    let file = parse_file(text).expect("parses");
+    let memory = Overrides {
+        preset: Some("default".into()),
+        ..Overrides::default()
+    };
+    let c = resolve_from(Some(&file), &memory).expect("valid");
+    assert_eq!(c.engine, EngineChoice::Memory);
+    assert_eq!((c.node_id, c.group_count), (3, 8));
+    assert_eq!(
+        c.ignored_keys,
+        [
+            "raft.snapshot_log_budget",
+            "raft.wal.fsync",
+            "raft.wal.path",
+            "storage.snapshot.drive_interval",
+            "testing.shutdown_stall",
+        ]
+    );
+    let c = resolve_from(Some(&file), &Overrides::default()).expect("valid");
+    assert!(matches!(c.engine, EngineChoice::Raft { .. }));
+    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+    let peers = parse_file(&format!(
+        "{text}[[raft.peers]]\nnode_id = 3\nurl = \"http://a:1\"\n"
+    ))
+    .expect("parses");
+    let err = resolve_from(Some(&peers), &memory).expect_err("peers in memory");
+    assert_eq!(
+        err.to_string(),
+        "raft.peers: needs the Raft engine, but --preset default runs the in-memory node"
+    );
+}
+
+#[test]
+fn the_engine_rule_is_the_configuration_pages() {
+    assert!(!runs_raft(false, None), "no file: in memory");
+    assert!(runs_raft(true, None), "a file: Raft");
+    assert!(!runs_raft(true, Some("default")));
+    assert!(!runs_raft(true, Some("dev")));
+    assert!(runs_raft(false, Some("tiny")));
+    assert!(runs_raft(true, Some("large")));
+    let c = resolve_from(None, &Overrides::default()).expect("no file");
+    assert_eq!(c.engine, EngineChoice::Memory);
+    let file = parse_file("").expect("empty");
+    let c = resolve_from(Some(&file), &Overrides::default()).expect("empty file");
+    assert!(matches!(c.engine, EngineChoice::Raft { wal_dir: None, .. }));
+}
+
+#[test]
+fn the_configuration_pages_complete_examples_load() {
+    let single = "[server]\nlisten = \"127.0.0.1:4437\"\n\n[raft]\nnode_id = 1\ngroup_count = 16\n\n\
+                  [raft.wal]\npath = \"./data\"\n";
+    let c = resolve_text(single).expect("the single-node example");
+    assert_eq!(
+        c.engine,
+        EngineChoice::Raft {
+            wal_dir: Some("./data".into()),
+            fsync_always: false,
+            segment_size: 64 << 20,
+            peers: Default::default(),
+        }
+    );
+    let cluster = r#"
+[server]
+listen = "0.0.0.0:4437"
+
+[runtime]
+core_count = 16
+
+[raft]
+node_id = 1
+group_count = 256
+init_membership_per_group = true
+
+[raft.wal]
+path = "/var/lib/ursula"
+
+[storage.cold]
+backend = "s3"
+root = "ursula-prod-20260518"
+
+[storage.cold.s3]
+bucket = "my-ursula-bucket"
+region = "us-east-1"
+
+[[raft.peers]]
+node_id = 1
+url = "http://10.0.0.1:4437"
+
+[[raft.peers]]
+node_id = 2
+url = "http://10.0.0.2:4437"
+
+[[raft.peers]]
+node_id = 3
+url = "http://10.0.0.3:4437"
+"#;
+    let c = resolve_text(cluster).expect("the three-node example");
+    assert_eq!((c.core_count, c.group_count, c.node_id), (16, 256, 1));
+    let EngineChoice::Raft { peers, .. } = &c.engine else {
+        panic!("the example runs Raft");
+    };
+    assert_eq!(peers.len(), 3);
+    assert_eq!(
+        c.cold.expect("cold tier").store.root,
+        "ursula-prod-20260518"
+    );
+    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+}
+
+#[test]
+fn the_external_payload_threshold_the_ignored_list_assumes_is_the_one_writes_use() {
+    assert_eq!(
+        ignored::EXTERNAL_PAYLOAD_MIN,
+        crate::http::write::EXTERNAL_PAYLOAD_MIN
+    );
 }
