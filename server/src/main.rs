@@ -72,6 +72,9 @@ struct ServerArgs {
     /// Overrides server.listen.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
+    /// Overrides server.admin_listen (default 127.0.0.1:4438); `off` turns the admin plane off.
+    #[arg(long, value_name = "ADDR|off")]
+    admin_listen: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
         preset: args.preset,
         node_id: args.node_id,
         listen: args.listen,
+        admin_listen: args.admin_listen,
     };
     let cfg = match config::resolve(&overrides) {
         Ok(c) => c,

@@ -463,6 +463,25 @@ fn a_config_with_keys_this_build_ignores_starts_and_warns_naming_them() {
     );
 }
 
+#[test]
+fn the_admin_listen_flag_is_checked_like_the_key() {
+    let scratch = Scratch::new("adminflag");
+    let config = scratch.file("node.toml", "");
+    let config = config.to_str().expect("utf-8");
+    let out = ursula(
+        &scratch,
+        &["server", "--config", config, "--admin-listen", "loopback"],
+    )
+    .output()
+    .expect("run ursula");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("server.admin_listen: \"loopback\" is not an address"),
+        "{stderr}"
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn the_node_stops_cleanly_on_sigterm() {

@@ -74,6 +74,12 @@ pub enum EngineChoice {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// `server.admin_listen` (`--admin-listen`): the admin plane's listener, loopback
+    /// `127.0.0.1:4438` unless set; `None` when set to `"off"`.
+    pub admin_listen: Option<SocketAddr>,
+    /// `server.cluster_listen`: a separate listener for Raft and cluster routes; without it
+    /// `listen` serves them.
+    pub cluster_listen: Option<SocketAddr>,
     pub node_id: u64,
     pub core_count: usize,
     pub group_count: u32,
@@ -115,7 +121,18 @@ pub struct Overrides {
     pub preset: Option<String>,
     pub node_id: Option<u64>,
     pub listen: Option<String>,
+    /// `--admin-listen ADDR|off`.
+    pub admin_listen: Option<String>,
 }
+
+/// `server.admin_listen`'s default: the admin plane on loopback only.
+pub const ADMIN_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    4438,
+));
+
+/// The value of `server.admin_listen` (and `--admin-listen`) that turns the admin plane off.
+pub const OFF: &str = "off";
 
 struct PresetDefaults {
     groups_per_core: Option<u32>,
@@ -210,17 +227,7 @@ fn resolve_engine(
     raft: bool,
 ) -> Result<Config, ConfigError> {
     let p = preset(preset_name)?;
-    let listen_raw = o
-        .listen
-        .clone()
-        .or_else(|| file.server.listen.clone())
-        .unwrap_or_else(|| "127.0.0.1:4437".into());
-    let listen: SocketAddr = listen_raw.parse().map_err(|_| {
-        invalid(
-            "server.listen",
-            format!("{listen_raw:?} is not an address like 127.0.0.1:4437"),
-        )
-    })?;
+    let (listen, admin_listen, cluster_listen) = listeners(file, o)?;
     let core_count = match file.runtime.core_count {
         Some(0) => return Err(invalid("runtime.core_count", "must be at least 1")),
         Some(n) => n,
@@ -256,6 +263,8 @@ fn resolve_engine(
     };
     Ok(Config {
         listen,
+        admin_listen,
+        cluster_listen,
         node_id,
         core_count,
         group_count,
@@ -283,6 +292,72 @@ fn resolve_engine(
         shutdown_stall: file.testing.shutdown_stall.filter(|_| raft).map(|d| d.0),
         ignored_keys: ignored::ignored_keys(file, raft),
     })
+}
+
+/// Parses a listener address, naming `key` when it is not one.
+fn address(key: &'static str, raw: &str, example: &str) -> Result<SocketAddr, ConfigError> {
+    raw.parse()
+        .map_err(|_| invalid(key, format!("{raw:?} is not an address like {example}")))
+}
+
+type Listeners = (SocketAddr, Option<SocketAddr>, Option<SocketAddr>);
+
+/// `server.listen`, `server.admin_listen` and `server.cluster_listen`, flags first. Two planes
+/// on one fixed address would fail at bind; here the message names the keys.
+fn listeners(file: &FileConfig, o: &Overrides) -> Result<Listeners, ConfigError> {
+    let server = &file.server;
+    let raw = o.listen.as_deref().or(server.listen.as_deref());
+    let listen = address(
+        "server.listen",
+        raw.unwrap_or("127.0.0.1:4437"),
+        "127.0.0.1:4437",
+    )?;
+    let admin = match o.admin_listen.as_deref().or(server.admin_listen.as_deref()) {
+        None => Some(ADMIN_LISTEN),
+        Some(OFF) => None,
+        Some(raw) => Some(address(
+            "server.admin_listen",
+            raw,
+            "127.0.0.1:4438 (or \"off\")",
+        )?),
+    };
+    let cluster = match server.cluster_listen.as_deref() {
+        None => None,
+        Some(raw) => Some(address("server.cluster_listen", raw, "0.0.0.0:4439")?),
+    };
+    for (key, other, a, b) in [
+        ("server.admin_listen", "server.listen", admin, Some(listen)),
+        (
+            "server.cluster_listen",
+            "server.listen",
+            cluster,
+            Some(listen),
+        ),
+        (
+            "server.cluster_listen",
+            "server.admin_listen",
+            cluster,
+            admin,
+        ),
+    ] {
+        if let (Some(a), Some(b)) = (a, b)
+            && overlaps(a, b)
+        {
+            return Err(invalid(
+                key,
+                format!("{a} takes the port of {other} ({b}); each listener needs its own"),
+            ));
+        }
+    }
+    Ok((listen, admin, cluster))
+}
+
+/// Whether two listeners would fight for one port: the same fixed port on the same address, or
+/// on any address when either is a wildcard. Port 0 asks for a free port and never collides.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 fn shutdown_deadline(file: &FileConfig) -> Result<Duration, ConfigError> {

@@ -485,3 +485,73 @@ fn the_external_payload_threshold_the_ignored_list_assumes_is_the_one_writes_use
         crate::http::write::EXTERNAL_PAYLOAD_MIN
     );
 }
+
+#[test]
+fn the_admin_plane_listens_on_loopback_4438_unless_moved_or_off() {
+    let c = resolve_text("").expect("valid");
+    assert_eq!(
+        c.admin_listen,
+        Some("127.0.0.1:4438".parse().expect("addr"))
+    );
+    assert_eq!(c.cluster_listen, None);
+    let c = resolve_text("[server]\nadmin_listen = \"127.0.0.1:9438\"\n").expect("valid");
+    assert_eq!(
+        c.admin_listen,
+        Some("127.0.0.1:9438".parse().expect("addr"))
+    );
+    let c = resolve_text("[server]\nadmin_listen = \"off\"\n").expect("valid");
+    assert_eq!(c.admin_listen, None);
+    let err = resolve_text("[server]\nadmin_listen = \"\"\n").expect_err("empty");
+    assert!(
+        err.starts_with("server.admin_listen: \"\" is not an address"),
+        "{err}"
+    );
+    let err = resolve_text("[server]\nadmin_listen = \"loopback\"\n").expect_err("bad");
+    assert!(
+        err.starts_with("server.admin_listen: \"loopback\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn admin_listen_on_the_command_line_overrides_the_file_and_can_turn_it_off() {
+    let file = parse_file("[server]\nadmin_listen = \"127.0.0.1:9438\"\n").expect("parses");
+    let flag = |v: &str| Overrides {
+        admin_listen: Some(v.to_owned()),
+        ..Overrides::default()
+    };
+    let c = resolve_from(Some(&file), &flag("off")).expect("valid");
+    assert_eq!(c.admin_listen, None);
+    let c = resolve_from(Some(&file), &flag("127.0.0.1:0")).expect("valid");
+    assert_eq!(c.admin_listen, Some("127.0.0.1:0".parse().expect("addr")));
+    let err = resolve_from(Some(&file), &flag("4438")).expect_err("not an address");
+    assert!(err.to_string().starts_with("server.admin_listen:"), "{err}");
+}
+
+#[test]
+fn cluster_listen_is_an_address_and_no_two_listeners_share_a_port() {
+    let c = resolve_text("[server]\ncluster_listen = \"0.0.0.0:4439\"\n").expect("valid");
+    assert_eq!(
+        c.cluster_listen,
+        Some("0.0.0.0:4439".parse().expect("addr"))
+    );
+    let err = resolve_text("[server]\ncluster_listen = \"here\"\n").expect_err("bad");
+    assert!(err.starts_with("server.cluster_listen: \"here\""), "{err}");
+    for (text, key) in [
+        ("admin_listen = \"127.0.0.1:4437\"", "server.admin_listen"),
+        ("cluster_listen = \"0.0.0.0:4437\"", "server.cluster_listen"),
+        (
+            "cluster_listen = \"127.0.0.1:4438\"",
+            "server.cluster_listen",
+        ),
+    ] {
+        let err = resolve_text(&format!("[server]\n{text}\n")).expect_err(text);
+        assert!(err.starts_with(&format!("{key}: ")), "{err}");
+        assert!(err.ends_with("each listener needs its own"), "{err}");
+    }
+    // Port 0 asks the kernel for a free port: two of them never collide.
+    let zeros = "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n";
+    assert!(resolve_text(zeros).is_ok());
+    let c = resolve_text(EVERY_SPEC_KEY).expect("valid");
+    assert!(!c.ignored_keys.iter().any(|k| k.contains("listen")));
+}
