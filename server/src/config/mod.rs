@@ -1,5 +1,7 @@
-//! Configuration: built-in defaults < preset < TOML file < CLI flags. Unknown keys and bad
-//! values stop the server at start with a message naming the key.
+//! Configuration: built-in defaults < preset < TOML file < CLI flags. Unknown keys, keys the
+//! spec removed and bad values stop the server at start with a message naming the key; keys
+//! this build does not act on load and are listed in [`Config::ignored_keys`]. Every key and
+//! rule is in `docs/configuration.md`.
 //!
 //! A leaf: it imports no subsystem of the server. What a subsystem runs with, resolved from the
 //! file, is a plain type here ([`ColdSettings`], [`SnapshotDriver`]), which the subsystem uses.
