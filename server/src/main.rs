@@ -72,7 +72,7 @@ struct ServerArgs {
     /// Overrides server.listen.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
-    /// Overrides server.admin_listen; `off` serves no admin plane.
+    /// Overrides server.admin_listen (default 127.0.0.1:4438); `off` turns the admin plane off.
     #[arg(long, value_name = "ADDR|off")]
     admin_listen: Option<String>,
 }
@@ -124,16 +124,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let deadline = cfg.shutdown_deadline;
     let result = rt.block_on(async move {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
             wait_for_signal().await;
             let _ = tx.send(true);
             // On its own thread: a shutdown stuck on the runtime must not hold the deadline up.
-            std::thread::spawn(|| {
-                std::thread::sleep(SHUTDOWN_DEADLINE);
+            std::thread::spawn(move || {
+                std::thread::sleep(deadline);
                 tracing::error!(
-                    "shutdown did not finish within 20 s of the signal: exiting without recording a clean shutdown; the next start treats the run as a crash"
+                    "shutdown did not finish within {deadline:?} of the signal (server.shutdown_deadline): exiting without recording a clean shutdown; the next start treats the run as a crash"
                 );
                 std::process::exit(1);
             });
@@ -148,9 +149,6 @@ fn main() -> ExitCode {
         }
     }
 }
-
-/// The Operations page's deadline for a graceful shutdown, from the first signal.
-const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
 
 async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

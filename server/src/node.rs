@@ -165,10 +165,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         segment_size: *segment_size,
         peers: peers.clone(),
         snapshot: config.snapshot_driver,
-        shutdown_stall: std::env::var("URSULA_TEST_SHUTDOWN_STALL_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(Duration::from_millis),
+        shutdown_stall: config.shutdown_stall,
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
     let admission = Admission::new(limits(config, Some(opts.dir.clone())));
@@ -189,6 +186,18 @@ fn bind(key: &'static str, addr: std::net::SocketAddr) -> Result<std::net::TcpLi
 
 /// Runs the node until `shutdown` flips to `true`.
 pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+    if !config.ignored_keys.is_empty() {
+        tracing::warn!(
+            "config keys this build does not act on, which change nothing (docs/configuration.md): {}",
+            config.ignored_keys.join(", ")
+        );
+    }
+    if let Some(stall) = config.shutdown_stall {
+        tracing::warn!(
+            ?stall,
+            "testing.shutdown_stall is set: a test hook; this node's shutdown stalls on purpose"
+        );
+    }
     let NodeState {
         mut state,
         peer_routes,

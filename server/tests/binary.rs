@@ -75,8 +75,13 @@ fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
 
 impl Node {
     fn start(name: &str) -> Node {
+        Node::start_with(name, "[runtime]\ncore_count = 2\n")
+    }
+
+    /// A node on the config file `toml`.
+    fn start_with(name: &str, toml: &str) -> Node {
         let scratch = Scratch::new(name);
-        let config = scratch.file("ursula.toml", "[runtime]\ncore_count = 2\n");
+        let config = scratch.file("ursula.toml", toml);
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let config = config.to_str().expect("utf-8 path").to_owned();
@@ -416,6 +421,69 @@ fn unknown_config_keys_and_presets_stop_the_server_at_start_naming_the_problem()
     .expect("run ursula");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("huge"));
+}
+
+#[test]
+fn a_removed_config_key_stops_the_server_naming_the_key_and_its_release() {
+    let scratch = Scratch::new("removedkey");
+    let config = scratch.file("old.toml", "[raft.wal]\nbackend = \"memory\"\n");
+    let out = ursula(
+        &scratch,
+        &[
+            "server",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .output()
+    .expect("run ursula");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("raft.wal.backend: removed in Ursula 0.7.0"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_config_with_keys_this_build_ignores_starts_and_warns_naming_them() {
+    let node = Node::start_with(
+        "ignoredkeys",
+        "[runtime]\ncore_count = 2\ncpu_affinity = true\n\
+         [raft.wal]\ncache_size = \"256MiB\"\n\
+         [storage.snapshot]\ns3_prefix = \"snapshots\"\n",
+    );
+    let log = node.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("config keys this build does not act on"))
+        .unwrap_or_else(|| panic!("no warning naming the ignored keys: {log}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(
+        warning.ends_with("raft.wal.cache_size, runtime.cpu_affinity, storage.snapshot.s3_prefix"),
+        "{warning}"
+    );
+}
+
+#[test]
+fn the_admin_listen_flag_is_checked_like_the_key() {
+    let scratch = Scratch::new("adminflag");
+    let config = scratch.file("node.toml", "");
+    let config = config.to_str().expect("utf-8");
+    let out = ursula(
+        &scratch,
+        &["server", "--config", config, "--admin-listen", "loopback"],
+    )
+    .output()
+    .expect("run ursula");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("server.admin_listen: \"loopback\" is not an address"),
+        "{stderr}"
+    );
 }
 
 #[cfg(unix)]

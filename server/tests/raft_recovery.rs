@@ -200,15 +200,15 @@ fn sigterm_records_a_clean_run_state_and_neither_it_nor_a_process_crash_gates_th
 }
 
 #[test]
-fn a_shutdown_past_its_20_s_deadline_exits_without_recording_a_clean_run() {
+fn a_shutdown_past_its_deadline_exits_without_recording_a_clean_run() {
     let dir = tempfile_dir("deadline");
     let port = free_port();
-    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 2", "fsync = \"never\"");
-    let stall = vec![(
-        "URSULA_TEST_SHUTDOWN_STALL_MS".to_owned(),
-        "60000".to_owned(),
-    )];
-    let mut node = Proc::start_with_env(port, args, stall, dir.join("node.log"));
+    // The test hook stalls the shutdown for a minute, far past the 3 s deadline: the deadline,
+    // not the machine's speed, decides how the process ends.
+    let toml = "[raft]\ngroup_count = 2\n[server]\nshutdown_deadline = \"3s\"\n\
+                [testing]\nshutdown_stall = \"60s\"";
+    let args = single_node_args(&dir, port, toml, "fsync = \"never\"");
+    let mut node = Proc::start(port, args, dir.join("node.log"));
     let wal = dir.join("wal");
     let bases = vec![node.url("")];
     create_when_led(&bases, "/demo/deadline");
@@ -218,13 +218,13 @@ fn a_shutdown_past_its_20_s_deadline_exits_without_recording_a_clean_run() {
     let took = started.elapsed();
     assert!(!status.success(), "a shutdown cut by its deadline fails");
     assert!(
-        took >= Duration::from_secs(19) && took < Duration::from_secs(29),
-        "the process exited at the deadline, 20 s after the signal: {took:?}"
+        took >= Duration::from_secs(3) && took < Duration::from_secs(13),
+        "the process exited at the deadline, 3 s after the signal: {took:?}"
     );
     assert_eq!(run_state(&wal), 1, "no clean shutdown recorded");
     assert!(
         node.log_text()
-            .contains("shutdown did not finish within 20 s"),
+            .contains("shutdown did not finish within 3s of the signal"),
         "{}",
         node.log_text()
     );

@@ -1,13 +1,12 @@
-//! The cold tier as the server uses it: settings from `[storage.cold]`, the store, fetching
-//! the cold pieces a read plan names, and the background workers.
+//! The cold tier as the server uses it: settings from `[storage.cold]` (resolved in
+//! [`crate::config::cold`]), the store, fetching the cold pieces a read plan names, and the
+//! background workers.
 //!
-//! - [`settings`]: `[storage.cold]` resolved.
 //! - [`flush`]: the flush worker that moves hot bytes to objects and commits their references.
 //! - [`gc`]: deletion of objects no stream references any more, after the grace.
 
 pub mod flush;
 pub mod gc;
-pub mod settings;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -18,7 +17,7 @@ use bytes::BytesMut;
 use ursula_cold::ColdError;
 use ursula_cold::ColdStore;
 
-pub use settings::ColdSettings;
+pub use crate::config::ColdSettings;
 
 use crate::engine::EngineError;
 use crate::engine::GroupEngine;

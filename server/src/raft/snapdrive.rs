@@ -26,36 +26,9 @@ const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 const HOLD_OUT_FIRST: Duration = Duration::from_millis(500);
 const HOLD_OUT_MAX: Duration = Duration::from_secs(16);
 
-/// The driver's settings, from `[raft]` and `[storage.snapshot]`.
-#[derive(Debug, Clone, Copy)]
-pub struct Settings {
-    /// `raft.snapshot_log_budget`.
-    pub budget: u64,
-    /// `raft.snapshot_build_max_concurrency`.
-    pub max_concurrency: u32,
-    /// `raft.snapshot_pressure_max_groups_per_tick`.
-    pub max_groups_per_tick: u32,
-    /// `storage.snapshot.drive_interval`; zero turns the driver off.
-    pub interval: Duration,
-    /// `raft.snapshot_backstop_logs`: openraft's own entry-count policy.
-    pub backstop_logs: u64,
-}
-
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
-            budget: 1 << 30,
-            max_concurrency: 2,
-            max_groups_per_tick: 16,
-            interval: Duration::from_secs(5),
-            backstop_logs: DEFAULT_BACKSTOP_LOGS,
-        }
-    }
-}
-
-/// The spec leaves the backstop's default open: high enough that the byte budget decides for
-/// ordinary entries, low enough that a flood of tiny entries still gets snapshotted.
-pub const DEFAULT_BACKSTOP_LOGS: u64 = 500_000;
+/// The driver's settings, from `[raft]` and `[storage.snapshot]`: plain values, so they live in
+/// `config`, which depends on no subsystem.
+pub use crate::config::SnapshotDriver as Settings;
 
 /// 0 below three quarters of the budget, 1 up to it, 2 past it.
 pub fn pressure_level(node_log: u64, budget: u64) -> u64 {

@@ -24,18 +24,17 @@ use http_body_util::BodyExt;
 use tower::ServiceExt;
 use ursula::config::Config;
 use ursula::config::EngineChoice;
-use ursula::config::FileConfig;
 use ursula::config::Overrides;
-use ursula::config::resolve_with;
+use ursula::config::resolve_from;
 use ursula::http::AppState;
 
 /// How long any single non-live request may take before the test fails.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A small config: two cores, eight groups, the default live-reader cap.
+/// A small in-memory config (no config file): two cores, eight groups, the default live-reader
+/// cap.
 pub fn config() -> Config {
-    let mut c = resolve_with(&FileConfig::default(), "default", &Overrides::default())
-        .expect("the default config resolves");
+    let mut c = resolve_from(None, &Overrides::default()).expect("the default config resolves");
     c.core_count = 2;
     c.group_count = 8;
     c

@@ -1,4 +1,5 @@
-//! `[storage.cold]` and `[storage.cold.s3]` resolved into what the cold tier runs with.
+//! `[storage.cold]` and `[storage.cold.s3]`: checked, then resolved into what the cold tier
+//! (`coldtier`) runs with.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,7 +8,9 @@ use ursula_cold::BackendConfig;
 use ursula_cold::ColdConfig;
 use ursula_cold::Sse;
 
-use crate::config::ColdSection;
+use super::ConfigError;
+use super::file::ColdSection;
+use super::invalid;
 
 #[derive(Debug, Clone)]
 pub struct ColdSettings {
@@ -23,19 +26,74 @@ pub struct ColdSettings {
     pub max_hot_per_group: u64,
     /// `flush_max_hot_age`; zero turns age flushes off.
     pub flush_max_hot_age: Duration,
-    /// How long a released object stays before deletion (5 minutes, the spec's grace).
+    /// `gc_grace` (ours): how long a released object stays before deletion; 5 minutes, the
+    /// spec's grace, unless set.
     pub gc_grace: Duration,
 }
 
 /// The spec's grace before a released cold object is deleted.
 const GC_GRACE: Duration = Duration::from_secs(300);
 
-/// `None` when `storage.cold.backend` is `none` or absent. The keys were validated when the
-/// config was read.
-pub fn resolve(c: &ColdSection) -> Option<ColdSettings> {
+/// Refuses a `[storage.cold]` the cold tier could not run with, naming the key.
+fn check(c: &ColdSection) -> Result<(), ConfigError> {
+    if let Some(b) = &c.backend {
+        if !["none", "memory", "s3", "fs"].contains(&b.as_str()) {
+            return Err(invalid(
+                "storage.cold.backend",
+                format!("{b:?} is not none, memory, fs or s3"),
+            ));
+        }
+        if b == "s3" && c.s3.as_ref().and_then(|s| s.bucket.as_ref()).is_none() {
+            return Err(invalid(
+                "storage.cold.s3.bucket",
+                "is required when storage.cold.backend = \"s3\"",
+            ));
+        }
+    }
+    if let Some(s3) = &c.s3 {
+        if let Some(sse) = &s3.server_side_encryption
+            && !["aes256", "aws-kms", "none"].contains(&sse.as_str())
+        {
+            return Err(invalid(
+                "storage.cold.s3.server_side_encryption",
+                format!("{sse:?} is not aes256, aws-kms or none"),
+            ));
+        }
+        if s3.kms_key_id.is_some() && s3.server_side_encryption.as_deref() != Some("aws-kms") {
+            return Err(invalid(
+                "storage.cold.s3.kms_key_id",
+                "is only valid with server_side_encryption = \"aws-kms\"",
+            ));
+        }
+        // The spec (0.7.3) refuses zero for the health gate's settings, even where a build
+        // has no health gate, so a config that loads here loads on one that has.
+        let zero_probe = s3.probe_timeout.is_some_and(|d| d.0.is_zero());
+        for (key, zero) in [
+            ("storage.cold.s3.probe_timeout", zero_probe),
+            (
+                "storage.cold.s3.unhealthy_ticks",
+                s3.unhealthy_ticks == Some(0),
+            ),
+            ("storage.cold.s3.heal_ticks", s3.heal_ticks == Some(0)),
+        ] {
+            if zero {
+                return Err(invalid(key, "must be non-zero"));
+            }
+        }
+    }
+    if c.gc_grace.is_some_and(|d| d.0.is_zero()) {
+        // A read that resolved the object just before its release still fetches it.
+        return Err(invalid("storage.cold.gc_grace", "must be non-zero"));
+    }
+    Ok(())
+}
+
+/// `None` when `storage.cold.backend` is `none` or absent.
+pub fn resolve(c: &ColdSection) -> Result<Option<ColdSettings>, ConfigError> {
+    check(c)?;
     let root = c.root.clone().unwrap_or_default();
     let (backend, root) = match c.backend.as_deref() {
-        None | Some("none") => return None,
+        None | Some("none") => return Ok(None),
         Some("memory") => (BackendConfig::Memory, root),
         // The development backend keeps objects in the directory `root` names.
         Some("fs") => (
@@ -74,12 +132,7 @@ pub fn resolve(c: &ColdSection) -> Option<ColdSettings> {
         }
     };
     let flush_size = c.flush_size.map_or(8 << 20, |s| s.0);
-    // A test knob, not a setting: tests cannot wait out five minutes.
-    let gc_grace = std::env::var("URSULA_TEST_COLD_GC_GRACE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(GC_GRACE, Duration::from_millis);
-    Some(ColdSettings {
+    Ok(Some(ColdSettings {
         store: ColdConfig {
             backend,
             root: root.trim_matches('/').to_owned(),
@@ -95,6 +148,6 @@ pub fn resolve(c: &ColdSection) -> Option<ColdSettings> {
         flush_max_hot_age: c
             .flush_max_hot_age
             .map_or(Duration::from_secs(300), |d| d.0),
-        gc_grace,
-    })
+        gc_grace: c.gc_grace.map_or(GC_GRACE, |d| d.0),
+    }))
 }

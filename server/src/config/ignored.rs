@@ -1,0 +1,148 @@
+//! The keys this build parses but does not act on. A config written for the spec still loads,
+//! and the node names these keys in a warning at start (and `Config::ignored_keys` in the
+//! metrics), so nobody takes such a setting for one that works.
+//!
+//! A key is listed when its value asks for something this build does not do. A value that
+//! asks for what the build does anyway is not: `storage.cold.compaction_enabled = false` (there
+//! is no compaction), `raft.init_membership_per_group = true` (groups always bootstrap per
+//! group), `runtime.cpu_affinity = false` (cores are never pinned).
+
+use super::file::FileConfig;
+
+/// `runtime.external_payload_min_size`'s only value this build knows: snapshot bodies of at
+/// least 1 MiB go to the cold tier (`http::write::EXTERNAL_PAYLOAD_MIN`, which a test compares).
+pub(crate) const EXTERNAL_PAYLOAD_MIN: u64 = 1 << 20;
+
+/// The dotted names of the keys in `file` that change nothing here, sorted. `raft` says whether
+/// the Raft engine runs: the in-memory node reads none of the Raft keys.
+pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
+    let (rt, r, cold, snap) = (
+        &file.runtime,
+        &file.raft,
+        &file.storage.cold,
+        &file.storage.snapshot,
+    );
+    let s3 = cold.s3.clone().unwrap_or_default();
+    let cold_on_s3 = cold.backend.as_deref() == Some("s3");
+    let gov = &file.governance;
+    let mut keys: Vec<&str> = [
+        ("runtime.cpu_affinity", rt.cpu_affinity == Some(true)),
+        (
+            "runtime.external_payload_min_size",
+            rt.external_payload_min_size
+                .is_some_and(|s| s.0 != EXTERNAL_PAYLOAD_MIN),
+        ),
+        (
+            "runtime.node_memory_abort_cap_size",
+            rt.node_memory_abort_cap_size.is_some(),
+        ),
+        (
+            "observability.tokio_console",
+            file.observability.tokio_console == Some(true),
+        ),
+        (
+            "raft.append_transport_budget_bytes",
+            r.append_transport_budget_bytes.is_some(),
+        ),
+        ("raft.wal.cache_size", r.wal.cache_size.is_some()),
+        (
+            "raft.init_membership_per_group",
+            r.init_membership_per_group == Some(false)
+                || (!raft && r.init_membership_per_group.is_some()),
+        ),
+        (
+            "raft.init_membership",
+            r.init_membership == Some(false) || (!raft && r.init_membership.is_some()),
+        ),
+        (
+            "storage.cold.compaction_enabled",
+            cold.compaction_enabled == Some(true),
+        ),
+        ("storage.cold.s3.probe_timeout", s3.probe_timeout.is_some()),
+        (
+            "storage.cold.s3.unhealthy_ticks",
+            s3.unhealthy_ticks.is_some(),
+        ),
+        ("storage.cold.s3.heal_ticks", s3.heal_ticks.is_some()),
+        (
+            "storage.snapshot.backend",
+            match snap.backend.as_deref() {
+                // Snapshots are written inline, in the WAL directory, whatever the backend.
+                Some("s3") => true,
+                Some("auto") => cold_on_s3 || !raft,
+                Some(_) => !raft,
+                None => false,
+            },
+        ),
+        ("storage.snapshot.s3_prefix", snap.s3_prefix.is_some()),
+        (
+            "governance.leadership_balance.peer_timeout",
+            gov.leadership_balance
+                .as_ref()
+                .is_some_and(|l| l.peer_timeout.is_some()),
+        ),
+        (
+            "governance.leadership_balance.max_per_tick",
+            gov.leadership_balance
+                .as_ref()
+                .is_some_and(|l| l.max_per_tick.is_some()),
+        ),
+        ("governance.cold_health", gov.cold_health.is_some()),
+        ("governance.cluster_probe", gov.cluster_probe.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, on)| on.then_some(k))
+    .collect();
+    if !raft {
+        keys.extend(raft_only(file));
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    keys.into_iter().map(str::to_owned).collect()
+}
+
+/// The keys only the Raft engine reads, present in `file`.
+fn raft_only(file: &FileConfig) -> Vec<&'static str> {
+    let (r, w) = (&file.raft, &file.raft.wal);
+    [
+        ("raft.wal.path", w.path.is_some()),
+        ("raft.wal.fsync", w.fsync.is_some()),
+        ("raft.wal.segment_size", w.segment_size.is_some()),
+        (
+            "raft.wal.min_available_size",
+            w.min_available_size.is_some(),
+        ),
+        (
+            "raft.wal.resume_available_size",
+            w.resume_available_size.is_some(),
+        ),
+        (
+            "raft.max_uncommitted_size_per_group",
+            r.max_uncommitted_size_per_group.is_some(),
+        ),
+        ("raft.snapshot_log_budget", r.snapshot_log_budget.is_some()),
+        (
+            "raft.snapshot_build_max_concurrency",
+            r.snapshot_build_max_concurrency.is_some(),
+        ),
+        (
+            "raft.snapshot_pressure_max_groups_per_tick",
+            r.snapshot_pressure_max_groups_per_tick.is_some(),
+        ),
+        (
+            "raft.snapshot_backstop_logs",
+            r.snapshot_backstop_logs.is_some(),
+        ),
+        (
+            "storage.snapshot.drive_interval",
+            file.storage.snapshot.drive_interval.is_some(),
+        ),
+        (
+            "testing.shutdown_stall",
+            file.testing.shutdown_stall.is_some(),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(k, on)| on.then_some(k))
+    .collect()
+}

@@ -1,0 +1,386 @@
+//! Configuration: built-in defaults < preset < TOML file < CLI flags. Unknown keys, keys the
+//! spec removed and bad values stop the server at start with a message naming the key; keys
+//! this build does not act on load and are listed in [`Config::ignored_keys`]. Every key and
+//! rule is in `docs/configuration.md`.
+//!
+//! A leaf: it imports no subsystem of the server. What a subsystem runs with, resolved from the
+//! file, is a plain type here ([`ColdSettings`], [`SnapshotDriver`]), which the subsystem uses.
+//!
+//! - [`file`]: the TOML schema.
+//! - [`units`]: sizes and durations.
+//! - [`cold`]: `[storage.cold]` checked and resolved.
+//! - [`raft`]: `[raft]` checked; node id, peers and the snapshot driver's settings.
+//! - [`ignored`]: the keys this build parses but does not act on.
+
+pub mod cold;
+pub mod file;
+pub mod ignored;
+pub mod raft;
+#[cfg(test)]
+mod tests;
+pub mod units;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use cold::ColdSettings;
+pub use file::FileConfig;
+pub use file::FileError;
+pub use file::parse_file;
+pub use raft::SnapshotDriver;
+pub use units::Dur;
+pub use units::Size;
+pub use units::parse_duration;
+pub use units::parse_size;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    File { path: PathBuf, source: FileError },
+    #[error("{key}: {message}")]
+    Invalid { key: &'static str, message: String },
+    #[error("unknown preset {0:?}; expected default, dev, tiny, small, standard or large")]
+    Preset(String),
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+/// Which engine runs the groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineChoice {
+    /// The `default`/`dev` preset: single node, in memory, no Raft.
+    Memory,
+    /// Raft over the disk WAL. `wal_dir: None` runs it in a temporary directory.
+    Raft {
+        wal_dir: Option<PathBuf>,
+        fsync_always: bool,
+        segment_size: u64,
+        /// node id -> URL, this node included; empty for a single node.
+        peers: std::collections::BTreeMap<u64, String>,
+    },
+}
+
+/// The resolved configuration the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// `server.admin_listen` (`--admin-listen`): the admin plane's listener, loopback
+    /// `127.0.0.1:4438` unless set; `None` when set to `"off"`.
+    pub admin_listen: Option<SocketAddr>,
+    /// `server.cluster_listen`: a separate listener for Raft and cluster routes; without it
+    /// `listen` serves them.
+    pub cluster_listen: Option<SocketAddr>,
+    pub node_id: u64,
+    pub core_count: usize,
+    pub group_count: u32,
+    pub live_read_max_waiters_per_core: usize,
+    pub engine: EngineChoice,
+    pub preset: String,
+    /// `server.http_inflight_body_size`.
+    pub http_inflight_body_size: u64,
+    /// `raft.wal.min_available_size` / `resume_available_size`.
+    pub wal_min_available: u64,
+    pub wal_resume_available: u64,
+    /// `raft.max_uncommitted_size_per_group`.
+    pub max_uncommitted_per_group: u64,
+    /// `raft.snapshot_log_budget`.
+    pub snapshot_log_budget: u64,
+    /// The snapshot driver: the budget above, `raft.snapshot_*` and
+    /// `storage.snapshot.drive_interval`.
+    pub snapshot_driver: SnapshotDriver,
+    /// `[storage.cold]`; `None` without a cold backend.
+    pub cold: Option<ColdSettings>,
+    /// `server.shutdown_deadline` (ours): a shutdown not done this long after the first signal
+    /// exits without recording a clean run. 20 s, the Operations page's deadline, unless set.
+    pub shutdown_deadline: Duration,
+    /// `testing.shutdown_stall`, a test hook: a Raft node's shutdown stalls this long before
+    /// it syncs its journals.
+    pub shutdown_stall: Option<Duration>,
+    /// The dotted names of the keys the file sets that this build does not act on, sorted:
+    /// named in a warning at start and in the metrics, so nobody is misled.
+    pub ignored_keys: Vec<String>,
+}
+
+/// The Operations page's deadline for a graceful shutdown, from the first signal.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
+
+/// What the command line supplies.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config: Option<PathBuf>,
+    pub preset: Option<String>,
+    pub node_id: Option<u64>,
+    pub listen: Option<String>,
+    /// `--admin-listen ADDR|off`.
+    pub admin_listen: Option<String>,
+}
+
+/// `server.admin_listen`'s default: the admin plane on loopback only.
+pub const ADMIN_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    4438,
+));
+
+/// The value of `server.admin_listen` (and `--admin-listen`) that turns the admin plane off.
+pub const OFF: &str = "off";
+
+struct PresetDefaults {
+    groups_per_core: Option<u32>,
+    group_count: Option<u32>,
+    /// `server.http_inflight_body_size`.
+    inflight_body: u64,
+}
+
+fn preset(name: &str) -> Result<PresetDefaults, ConfigError> {
+    // Groups and the HTTP in-flight body budget of the Configuration page's preset table.
+    let fixed = |groups, inflight_mib: u64| PresetDefaults {
+        groups_per_core: None,
+        group_count: Some(groups),
+        inflight_body: inflight_mib << 20,
+    };
+    Ok(match name {
+        "default" | "dev" => PresetDefaults {
+            groups_per_core: Some(16),
+            group_count: None,
+            inflight_body: 256 << 20,
+        },
+        "tiny" => fixed(64, 64),
+        "small" => fixed(128, 64),
+        "standard" => fixed(256, 256),
+        "large" => fixed(512, 512),
+        other => return Err(ConfigError::Preset(other.to_owned())),
+    })
+}
+
+pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_file(&text).map_err(|source| ConfigError::File {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The config file to use: the flag, else the first of the standard places that exists.
+fn find_config(flag: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = flag {
+        return Some(p.to_owned());
+    }
+    let mut candidates = vec![
+        PathBuf::from("ursula.toml"),
+        PathBuf::from("/etc/ursula/ursula.toml"),
+    ];
+    if let Some(home) = std::env::var_os("XDG_CONFIG_HOME").or_else(|| {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config").into_os_string())
+    }) {
+        candidates.push(PathBuf::from(home).join("ursula").join("ursula.toml"));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// Whether the Raft engine runs: the Configuration page's rule, decided here only. Without a
+/// `--preset`, a config file means Raft (over a temporary WAL when `raft.wal.path` is unset) and
+/// no file means the in-memory node; `--preset default` or `dev` always means the in-memory node,
+/// and any other preset Raft.
+pub fn runs_raft(file_found: bool, preset: Option<&str>) -> bool {
+    match preset {
+        None => file_found,
+        Some(p) => !matches!(p, "default" | "dev"),
+    }
+}
+
+/// The configuration of `ursula server`: the config file the flags or the standard places name,
+/// resolved with the flags.
+pub fn resolve(o: &Overrides) -> Result<Config, ConfigError> {
+    let file = match find_config(o.config.as_deref()) {
+        Some(p) => Some(load_file(&p)?),
+        None => None,
+    };
+    resolve_from(file.as_ref(), o)
+}
+
+/// Resolves a parsed config file (`None`: no file was found) with the flags, without looking
+/// for files. The engine follows [`runs_raft`].
+pub fn resolve_from(file: Option<&FileConfig>, o: &Overrides) -> Result<Config, ConfigError> {
+    let preset_name = o.preset.as_deref().unwrap_or("default");
+    let raft = runs_raft(file.is_some(), o.preset.as_deref());
+    let empty = FileConfig::default();
+    resolve_engine(file.unwrap_or(&empty), preset_name, o, raft)
+}
+
+fn resolve_engine(
+    file: &FileConfig,
+    preset_name: &str,
+    o: &Overrides,
+    raft: bool,
+) -> Result<Config, ConfigError> {
+    let p = preset(preset_name)?;
+    let (listen, admin_listen, cluster_listen) = listeners(file, o)?;
+    let core_count = match file.runtime.core_count {
+        Some(0) => return Err(invalid("runtime.core_count", "must be at least 1")),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let group_count = match file.raft.group_count {
+        Some(0) => return Err(invalid("raft.group_count", "must be at least 1")),
+        Some(n) => n,
+        None => p
+            .group_count
+            .unwrap_or_else(|| p.groups_per_core.unwrap_or(16) * core_count as u32),
+    };
+    raft::check(file)?;
+    let node_id = o.node_id.or(file.raft.node_id);
+    let (node_id, peers) = raft::node_and_peers(node_id, &file.raft.peers)?;
+    if !raft && !peers.is_empty() {
+        // A node told it is a voter must not serve alone from memory.
+        return Err(invalid(
+            "raft.peers",
+            format!("needs the Raft engine, but --preset {preset_name} runs the in-memory node"),
+        ));
+    }
+    check_governance(&file.governance)?;
+    let engine = if raft {
+        EngineChoice::Raft {
+            wal_dir: file.raft.wal.path.clone(),
+            fsync_always: file.raft.wal.fsync.as_deref() == Some("always"),
+            segment_size: file.raft.wal.segment_size.map_or(64 << 20, |s| s.0),
+            peers,
+        }
+    } else {
+        EngineChoice::Memory
+    };
+    Ok(Config {
+        listen,
+        admin_listen,
+        cluster_listen,
+        node_id,
+        core_count,
+        group_count,
+        live_read_max_waiters_per_core: file
+            .runtime
+            .live_read_max_waiters_per_core
+            .unwrap_or(65_536),
+        engine,
+        preset: preset_name.to_owned(),
+        http_inflight_body_size: file
+            .server
+            .http_inflight_body_size
+            .map_or(p.inflight_body, |s| s.0),
+        wal_min_available: file.raft.wal.min_available_size.map_or(512 << 20, |s| s.0),
+        wal_resume_available: file.raft.wal.resume_available_size.map_or(1 << 30, |s| s.0),
+        max_uncommitted_per_group: file
+            .raft
+            .max_uncommitted_size_per_group
+            .map_or(64 << 20, |s| s.0),
+        snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
+        snapshot_driver: raft::snapshot_driver(file),
+        cold: cold::resolve(&file.storage.cold)?,
+        shutdown_deadline: shutdown_deadline(file)?,
+        // Only the Raft engine's shutdown has journals to stall before.
+        shutdown_stall: file.testing.shutdown_stall.filter(|_| raft).map(|d| d.0),
+        ignored_keys: ignored::ignored_keys(file, raft),
+    })
+}
+
+/// Parses a listener address, naming `key` when it is not one.
+fn address(key: &'static str, raw: &str, example: &str) -> Result<SocketAddr, ConfigError> {
+    raw.parse()
+        .map_err(|_| invalid(key, format!("{raw:?} is not an address like {example}")))
+}
+
+type Listeners = (SocketAddr, Option<SocketAddr>, Option<SocketAddr>);
+
+/// `server.listen`, `server.admin_listen` and `server.cluster_listen`, flags first. Two planes
+/// on one fixed address would fail at bind; here the message names the keys.
+fn listeners(file: &FileConfig, o: &Overrides) -> Result<Listeners, ConfigError> {
+    let server = &file.server;
+    let raw = o.listen.as_deref().or(server.listen.as_deref());
+    let listen = address(
+        "server.listen",
+        raw.unwrap_or("127.0.0.1:4437"),
+        "127.0.0.1:4437",
+    )?;
+    let admin = match o.admin_listen.as_deref().or(server.admin_listen.as_deref()) {
+        None => Some(ADMIN_LISTEN),
+        Some(OFF) => None,
+        Some(raw) => Some(address(
+            "server.admin_listen",
+            raw,
+            "127.0.0.1:4438 (or \"off\")",
+        )?),
+    };
+    let cluster = match server.cluster_listen.as_deref() {
+        None => None,
+        Some(raw) => Some(address("server.cluster_listen", raw, "0.0.0.0:4439")?),
+    };
+    for (key, other, a, b) in [
+        ("server.admin_listen", "server.listen", admin, Some(listen)),
+        (
+            "server.cluster_listen",
+            "server.listen",
+            cluster,
+            Some(listen),
+        ),
+        (
+            "server.cluster_listen",
+            "server.admin_listen",
+            cluster,
+            admin,
+        ),
+    ] {
+        if let (Some(a), Some(b)) = (a, b)
+            && overlaps(a, b)
+        {
+            return Err(invalid(
+                key,
+                format!("{a} takes the port of {other} ({b}); each listener needs its own"),
+            ));
+        }
+    }
+    Ok((listen, admin, cluster))
+}
+
+/// Whether two listeners would fight for one port: the same fixed port on the same address, or
+/// on any address when either is a wildcard. Port 0 asks for a free port and never collides.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+fn shutdown_deadline(file: &FileConfig) -> Result<Duration, ConfigError> {
+    match file.server.shutdown_deadline {
+        // A zero deadline would exit on the signal itself, never recording a clean run.
+        Some(d) if d.0.is_zero() => Err(invalid("server.shutdown_deadline", "must be non-zero")),
+        Some(d) => Ok(d.0),
+        None => Ok(SHUTDOWN_DEADLINE),
+    }
+}
+
+/// `[governance]`: nothing in it is acted on yet, but a value the spec forbids still fails, so
+/// a config that loads here loads on a build that acts on it.
+fn check_governance(g: &file::GovernanceSection) -> Result<(), ConfigError> {
+    if let Some(l) = &g.leadership_balance
+        && l.peer_timeout.is_some_and(|d| d.0.is_zero())
+    {
+        return Err(invalid(
+            "governance.leadership_balance.peer_timeout",
+            "must be non-zero",
+        ));
+    }
+    Ok(())
+}

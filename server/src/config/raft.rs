@@ -1,0 +1,173 @@
+//! `[raft]` and `[storage.snapshot]` checked, and the Raft engine's settings that are plain
+//! values: the node id and peers, and the snapshot driver's (the driver itself is
+//! `raft::snapdrive`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::ConfigError;
+use super::file::FileConfig;
+use super::file::Peer;
+use super::invalid;
+
+/// The snapshot driver's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotDriver {
+    /// `raft.snapshot_log_budget`.
+    pub budget: u64,
+    /// `raft.snapshot_build_max_concurrency`.
+    pub max_concurrency: u32,
+    /// `raft.snapshot_pressure_max_groups_per_tick`.
+    pub max_groups_per_tick: u32,
+    /// `storage.snapshot.drive_interval`; zero turns the driver off.
+    pub interval: Duration,
+    /// `raft.snapshot_backstop_logs`: openraft's own entry-count policy.
+    pub backstop_logs: u64,
+}
+
+impl Default for SnapshotDriver {
+    fn default() -> SnapshotDriver {
+        SnapshotDriver {
+            budget: 1 << 30,
+            max_concurrency: 2,
+            max_groups_per_tick: 16,
+            interval: Duration::from_secs(5),
+            backstop_logs: DEFAULT_BACKSTOP_LOGS,
+        }
+    }
+}
+
+/// The spec leaves the backstop's default open: high enough that the byte budget decides for
+/// ordinary entries, low enough that a flood of tiny entries still gets snapshotted.
+pub const DEFAULT_BACKSTOP_LOGS: u64 = 500_000;
+
+/// Refuses `[raft]` and `[storage.snapshot]` values the engine could not run with.
+pub(super) fn check(file: &FileConfig) -> Result<(), ConfigError> {
+    let (r, w) = (&file.raft, &file.raft.wal);
+    if let Some(c) = r.snapshot_build_max_concurrency
+        && !(1..=16).contains(&c)
+    {
+        return Err(invalid(
+            "raft.snapshot_build_max_concurrency",
+            format!("({c}) must be between 1 and 16"),
+        ));
+    }
+    if r.snapshot_pressure_max_groups_per_tick == Some(0) {
+        return Err(invalid(
+            "raft.snapshot_pressure_max_groups_per_tick",
+            "must be at least 1",
+        ));
+    }
+    if r.snapshot_backstop_logs == Some(0) {
+        return Err(invalid("raft.snapshot_backstop_logs", "must be at least 1"));
+    }
+    if let Some(f) = &w.fsync
+        && f != "never"
+        && f != "always"
+    {
+        return Err(invalid(
+            "raft.wal.fsync",
+            format!("{f:?} is not never or always"),
+        ));
+    }
+    if let Some(s) = w.segment_size
+        && s.0 < 4096
+    {
+        return Err(invalid("raft.wal.segment_size", "must be at least 4KiB"));
+    }
+    if let (Some(min), Some(resume)) = (w.min_available_size, w.resume_available_size)
+        && resume.0 <= min.0
+        && min.0 != 0
+    {
+        return Err(invalid(
+            "raft.wal.resume_available_size",
+            "must exceed raft.wal.min_available_size",
+        ));
+    }
+    if let Some(b) = &file.storage.snapshot.backend
+        && !["auto", "inline", "s3"].contains(&b.as_str())
+    {
+        return Err(invalid(
+            "storage.snapshot.backend",
+            format!("{b:?} is not auto, inline or s3"),
+        ));
+    }
+    if let (Some(a), Some(b)) = (r.init_membership_per_group, r.init_membership)
+        && a != b
+    {
+        return Err(invalid(
+            "raft.init_membership",
+            "is another spelling of raft.init_membership_per_group, which is set otherwise",
+        ));
+    }
+    if !r.peers.is_empty() && w.path.is_none() {
+        return Err(invalid(
+            "raft.wal.path",
+            "is required when raft.peers is set",
+        ));
+    }
+    Ok(())
+}
+
+/// This node's id (`--node-id`, else `raft.node_id`) and the peer list, node id -> URL. A single
+/// node without an id is node 1; a node of a static cluster must be told which one it is.
+pub(super) fn node_and_peers(
+    node_id: Option<u64>,
+    list: &[Peer],
+) -> Result<(u64, BTreeMap<u64, String>), ConfigError> {
+    if node_id == Some(0) {
+        return Err(invalid("raft.node_id", "must be non-zero"));
+    }
+    let mut peers = BTreeMap::new();
+    for p in list {
+        if p.node_id == 0 {
+            return Err(invalid("raft.peers", "node_id must be non-zero"));
+        }
+        if peers
+            .insert(p.node_id, p.url.trim_end_matches('/').to_owned())
+            .is_some()
+        {
+            return Err(invalid(
+                "raft.peers",
+                format!("node_id {} appears twice", p.node_id),
+            ));
+        }
+    }
+    let node_id = match node_id {
+        Some(id) => id,
+        None if peers.is_empty() => 1,
+        None => {
+            return Err(invalid(
+                "raft.node_id",
+                "is required when raft.peers is set (set it, or pass --node-id)",
+            ));
+        }
+    };
+    if !peers.is_empty() && !peers.contains_key(&node_id) {
+        return Err(invalid(
+            "raft.node_id",
+            format!("node {node_id} is not one of raft.peers"),
+        ));
+    }
+    Ok((node_id, peers))
+}
+
+/// The snapshot driver's settings; [`check`] refused the values it could not run with.
+pub(super) fn snapshot_driver(file: &FileConfig) -> SnapshotDriver {
+    let (d, r) = (SnapshotDriver::default(), &file.raft);
+    SnapshotDriver {
+        budget: r.snapshot_log_budget.map_or(d.budget, |s| s.0),
+        max_concurrency: r
+            .snapshot_build_max_concurrency
+            .unwrap_or(d.max_concurrency),
+        max_groups_per_tick: r
+            .snapshot_pressure_max_groups_per_tick
+            .unwrap_or(d.max_groups_per_tick),
+        interval: file
+            .storage
+            .snapshot
+            .drive_interval
+            .map_or(d.interval, |i| i.0),
+        backstop_logs: r.snapshot_backstop_logs.unwrap_or(d.backstop_logs),
+    }
+}
