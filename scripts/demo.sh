@@ -2,7 +2,7 @@
 # The main job: builds `ursula` and the npm package's addon, starts a single in-memory node on
 # 127.0.0.1:4437, runs the HTTP quick start against it (create, append, read, SSE), then the
 # SQLite example (examples/notes: open() a replicated node:sqlite database, insert, select),
-# installed from the packed npm package on Node 22, and stops the node.
+# installed from the packed npm packages on Node 22, and stops the node.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 root=$PWD
@@ -24,9 +24,10 @@ curl -i 'http://127.0.0.1:4437/demo/hello?offset=-1'
 timeout 2 curl -sN 'http://127.0.0.1:4437/demo/hello?offset=-1&live=sse' || true
 set +x
 # The SQLite example, from the packed package, with its cache in a scratch directory.
-(cd js && npm pack --silent --pack-destination "$work" >/dev/null)
+# The main package and the platform package that holds the addon, both from this build.
+mapfile -t tarballs < <(scripts/pack-npm.sh --addon js/sqlite-ursula.linux-x64-gnu.node --out "$work")
 cp examples/notes/index.mjs examples/notes/package.json "$work/"
-(cd "$work" && npm install --silent --no-audit --no-fund ./tonbo-sqlite-ursula-*.tgz >/dev/null)
+(cd "$work" && npm install --offline --silent --no-audit --no-fund "${tarballs[@]}" >/dev/null)
 (cd "$work" && XDG_CACHE_HOME="$work/cache" node index.mjs)
 (cd "$work" && XDG_CACHE_HOME="$work/cache" node index.mjs)
 echo "demo: the notes database replicates to http://127.0.0.1:4437/demo/notes"

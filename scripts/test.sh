@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: formatting and lints, the Rust tests (unit, in-process HTTP, real binary,
-# Raft clusters, the SQLite extension), the npm package's node:test suite, then the Durable
-# Streams conformance suite against a single node and against a 3-voter Raft cluster.
-# Everything builds once, with the `ci` profile (optimized, debug assertions on).
+# Raft clusters, the SQLite extension), the npm package's node:test suite, the Durable
+# Streams conformance suite against a single node and against a 3-voter Raft cluster, then
+# the release: scripts/release.sh's artifacts and the Docker image, run for real.
+# Everything but the release builds once, with the `ci` profile (optimized, debug assertions
+# on); the release is its own build (release profile, glibc 2.28 target).
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 
@@ -40,3 +42,7 @@ scripts/conformance.sh target/ci/ursula
 
 step "conformance suite against a 3-voter Raft cluster"
 scripts/conformance-cluster.sh target/ci/ursula
+
+# Last, on its own: the image's node takes 127.0.0.1:4437, which no other step may hold.
+step "release artifacts and the Docker image"
+scripts/test-release.sh

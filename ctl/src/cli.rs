@@ -1,4 +1,6 @@
-//! The command line: every verb of the spec's ursulactl page, with its flags. This build runs
+//! The command line: every verb of the spec's ursulactl page, with its flags, and `ready`, a
+//! one-node readiness probe the spec does not list (the container image's health check, where
+//! there is no manifest to give `wait-ready` and no curl). This build runs
 //! [`SUPPORTED`]; the verbs in [`NOT_YET`] parse and then answer that they are not supported
 //! by this build yet (exit 2), rather than pretend.
 
@@ -9,7 +11,7 @@ use clap::Parser;
 use clap::Subcommand;
 
 /// Verbs this build runs.
-pub const SUPPORTED: &[&str] = &["status"];
+pub const SUPPORTED: &[&str] = &["status", "ready"];
 
 /// Verbs of the spec this build parses but does not run yet.
 pub const NOT_YET: &[&str] = &[
@@ -35,7 +37,7 @@ pub const NOT_YET: &[&str] = &[
     name = "ursulactl",
     version,
     about = "Operator CLI of an Ursula cluster, over its metrics and admin HTTP endpoints",
-    after_help = "This build runs: status. The other verbs parse but are not supported by this build yet (exit 2)."
+    after_help = "This build runs: status, ready. The other verbs parse but are not supported by this build yet (exit 2)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -66,6 +68,16 @@ pub enum Verb {
         #[command(flatten)]
         config: ConfigArg,
         /// Per-request HTTP timeout.
+        #[arg(long, value_name = "SECS", default_value_t = 5)]
+        http_timeout_secs: u64,
+    },
+    /// Exit 0 when one node's /__ursula/ready answers 200, 1 with its reasons otherwise: the
+    /// container image's health check, which has neither a manifest nor curl.
+    Ready {
+        /// The node's base URL (client or admin plane).
+        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:4437")]
+        url: String,
+        /// HTTP timeout.
         #[arg(long, value_name = "SECS", default_value_t = 5)]
         http_timeout_secs: u64,
     },
@@ -194,6 +206,7 @@ impl Verb {
     pub fn name(&self) -> &'static str {
         match self {
             Verb::Status { .. } => "status",
+            Verb::Ready { .. } => "ready",
             Verb::Drain { .. } => "drain",
             Verb::Undrain { .. } => "undrain",
             Verb::Wait { .. } => "wait",
@@ -245,6 +258,7 @@ mod tests {
     fn spec_invocations_parse() {
         for argv in [
             "ursulactl status --config m.json",
+            "ursulactl ready --url http://127.0.0.1:4437",
             "ursulactl drain --config m.json --node 3 --dry-run",
             "ursulactl wait --config m.json --node 3",
             "ursulactl verify-quorum --config c.json --expected-groups 256 --timeout-secs 120",

@@ -10,8 +10,8 @@
 //! - [`status`]: the `status` verb: per-node summary, per-group leadership, the verdict.
 //!
 //! Exit codes: `0` success; `1` a finding (`status`: a node unreachable or a group without a
-//! leader) or a configuration error, with a one-line message; `2` a verb this build does not
-//! run yet.
+//! leader; `ready`: the node not ready or unreachable) or a configuration error, with a
+//! one-line message; `2` a verb this build does not run yet.
 
 pub mod cli;
 pub mod manifest;

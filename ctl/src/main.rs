@@ -34,6 +34,30 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Verb::Ready {
+            url,
+            http_timeout_secs,
+        } => {
+            let agent = observe::agent(Duration::from_secs(http_timeout_secs.max(1)));
+            match observe::readiness(&agent, &url) {
+                Ok(observe::Readiness::Ready) => {
+                    println!("ready");
+                    ExitCode::SUCCESS
+                }
+                Ok(observe::Readiness::NotReady(reasons)) if reasons.is_empty() => {
+                    println!("not ready (503 without a reason)");
+                    ExitCode::from(1)
+                }
+                Ok(observe::Readiness::NotReady(reasons)) => {
+                    println!("not ready: {}", reasons.join(", "));
+                    ExitCode::from(1)
+                }
+                Err(e) => {
+                    eprintln!("ursulactl: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         other => {
             eprintln!("{}", ursula_ctl::cli::not_yet_message(other.name()));
             ExitCode::from(2)

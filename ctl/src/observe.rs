@@ -85,24 +85,27 @@ pub fn observe(agent: &ureq::Agent, node: &NodeEntry) -> Observation {
             serde_json::from_str::<Metrics>(&body)
                 .map_err(|source| CtlError::BadJson { url, source })
         });
-    let ready =
-        get(agent, &format!("{base}/__ursula/ready")).and_then(
-            |(url, status, body)| match status {
-                200 => Ok(Readiness::Ready),
-                503 => Ok(Readiness::NotReady(reasons(&body))),
-                _ => Err(CtlError::Status {
-                    url,
-                    status,
-                    body: snippet(&body),
-                }),
-            },
-        );
+    let ready = readiness(agent, &base);
     Observation {
         node: node.clone(),
         base,
         metrics,
         ready,
     }
+}
+
+/// One node's `/__ursula/ready` at `base` (its client, admin or metrics URL).
+pub fn readiness(agent: &ureq::Agent, base: &str) -> Result<Readiness, CtlError> {
+    let base = base.trim().trim_end_matches('/');
+    get(agent, &format!("{base}/__ursula/ready")).and_then(|(url, status, body)| match status {
+        200 => Ok(Readiness::Ready),
+        503 => Ok(Readiness::NotReady(reasons(&body))),
+        _ => Err(CtlError::Status {
+            url,
+            status,
+            body: snippet(&body),
+        }),
+    })
 }
 
 fn get(agent: &ureq::Agent, url: &str) -> Result<(String, u16, String), CtlError> {

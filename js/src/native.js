@@ -1,6 +1,7 @@
 // Loading the extension, and the backend that talks to it.
 //
-// The prebuilt library is the napi addon (`sqlite-ursula.<platform>.node`): one shared object
+// The prebuilt library is the napi addon (`sqlite-ursula.<platform>.node`, shipped in the
+// platform package `@tonbo/sqlite-ursula-<platform>`, see prebuiltPath()): one shared object
 // that is both a Node.js module and the SQLite extension. It is required first, then loaded
 // into an in-memory node:sqlite connection (the control connection), which registers the
 // `ursula` VFS as SQLite's default for the process. The addon's functions then read the same
@@ -30,11 +31,29 @@ function platformTriple() {
   return `${platform}-${arch}`;
 }
 
-/** The prebuilt addon for this platform, or `null`. */
+/** The package napi-rs's per-platform layout puts the prebuilt addon in. */
+function platformPackage() {
+  return `@tonbo/sqlite-ursula-${platformTriple()}`;
+}
+
+/**
+ * The prebuilt addon for this platform, or `null`. A development build lies beside the package
+ * (scripts/test-js.sh copies it there) and wins; an installed release ships it in the platform
+ * package, the optional dependency npm installs only on a matching os/cpu/libc.
+ */
 export function prebuiltPath() {
   const name = `sqlite-ursula.${platformTriple()}.node`;
-  const candidates = [join(packageDir, name), join(packageDir, "prebuilt", name)];
-  return candidates.find((p) => existsSync(p)) ?? null;
+  const beside = [join(packageDir, name), join(packageDir, "prebuilt", name)].find((p) => existsSync(p));
+  if (beside !== undefined) return beside;
+  let manifest;
+  try {
+    // Resolved from this file, so the platform package is found wherever npm hoisted it.
+    manifest = createRequire(import.meta.url).resolve(`${platformPackage()}/package.json`);
+  } catch {
+    return null;
+  }
+  const inPackage = join(dirname(manifest), name);
+  return existsSync(inPackage) ? inPackage : null;
 }
 
 function addonBackend(addon) {
@@ -94,7 +113,7 @@ export function loadUrsulaVfs(path = process.env.SQLITE_URSULA_VFS) {
       throw setupError(
         "loadUrsulaVfs",
         "unsupported",
-        `no prebuilt sqlite-ursula-vfs for ${platformTriple()}: build the extension (cargo build --release -p sqlite-ursula-vfs) and point SQLITE_URSULA_VFS at it`,
+        `no prebuilt sqlite-ursula-vfs for ${platformTriple()} (neither beside the package nor in ${platformPackage()}): build the extension (cargo build --release -p sqlite-ursula-vfs) and point SQLITE_URSULA_VFS at it`,
       );
     }
   }

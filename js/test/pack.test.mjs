@@ -1,8 +1,11 @@
-// npm pack produces a tarball that installs into an empty directory (no registry needed: the
-// package has no dependencies) and runs the notes example against a real server.
+// scripts/pack-npm.sh packs the package in napi-rs's per-platform layout (the main package,
+// and the platform package that holds the addon); the two tarballs install into an empty
+// directory with no registry (the platform tarball satisfies the optional dependency) and run
+// the notes example against a real server. scripts/test-release.sh does the same with the
+// release build.
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { copyFileSync, cpSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
 import { startProxy, streamUrl, tempDir } from "./helpers/kit.mjs";
@@ -19,22 +22,37 @@ const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.
 const npm = (args, cwd) => execFileSync("npm", args, { cwd, env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
 
 let app;
-let tarball;
 
-test("the packed package installs offline and runs the notes example", () => {
+const tarFiles = (tgz) =>
+  execFileSync("tar", ["-tzf", tgz], { encoding: "utf8" })
+    .split("\n")
+    .filter(Boolean)
+    .map((f) => f.replace(/^package\//, ""));
+
+test("the packed packages install offline and run the notes example", () => {
   const dest = tempDir();
-  const [packed] = JSON.parse(npm(["pack", "--json", "--pack-destination", dest], join(repoRoot, "js")));
-  const files = packed.files.map((f) => f.path);
+  const addon = join(repoRoot, "js", "sqlite-ursula.linux-x64-gnu.node");
+  const [main, platform] = execFileSync(
+    "bash",
+    [join(repoRoot, "scripts", "pack-npm.sh"), "--addon", addon, "--out", dest],
+    { env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] },
+  )
+    .trim()
+    .split("\n");
+  const files = tarFiles(main);
   for (const f of ["package.json", "index.js", "index.d.ts", "pi.js", "pi.d.ts", "src/open.js"]) {
     assert.ok(files.includes(f), `${f} in ${files.join(", ")}`);
   }
-  assert.ok(files.some((f) => /^sqlite-ursula\.linux-x64-gnu\.node$/.test(f)), "the prebuilt addon is packed");
-  assert.ok(!files.some((f) => f.startsWith("test/")), "tests are not packed");
+  assert.ok(!files.some((f) => f.endsWith(".node")), "the main package holds no addon");
+  assert.ok(!files.some((f) => f.startsWith("test/") || f.startsWith("npm/")), "tests and platform dirs are not packed");
+  assert.deepEqual(tarFiles(platform).sort(), ["README.md", "package.json", "sqlite-ursula.linux-x64-gnu.node"]);
 
   app = tempDir();
-  tarball = join(dest, packed.filename);
   writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
-  npm(["install", "--offline", "--no-audit", "--no-fund", join(dest, packed.filename)], app);
+  npm(["install", "--offline", "--no-audit", "--no-fund", main, platform], app);
+  const installed = join(app, "node_modules", "@tonbo");
+  assert.ok(existsSync(join(installed, "sqlite-ursula-linux-x64-gnu", "sqlite-ursula.linux-x64-gnu.node")));
+  assert.ok(!existsSync(join(installed, "sqlite-ursula", "sqlite-ursula.linux-x64-gnu.node")));
   copyFileSync(join(repoRoot, "examples", "notes", "index.mjs"), join(app, "index.mjs"));
   const run = () =>
     spawnSync(process.execPath, ["index.mjs"], {
@@ -98,7 +116,7 @@ test("the installed /pi entry with a Pi Durable stand-in: refused and fenced com
   }
 });
 
-test("the manifest: ESM, Node >= 22.19, two entries with types, no dependencies, Pi as optional peer", () => {
+test("the manifests: ESM, Node >= 22.19, two entries with types, the platform package as the only (optional) dependency, Pi as optional peer", () => {
   const m = JSON.parse(readFileSync(join(repoRoot, "js", "package.json"), "utf8"));
   assert.equal(m.name, "@tonbo/sqlite-ursula");
   assert.equal(m.type, "module");
@@ -107,7 +125,14 @@ test("the manifest: ESM, Node >= 22.19, two entries with types, no dependencies,
   assert.equal(m.exports["."].types, "./index.d.ts");
   assert.equal(m.exports["./pi"].types, "./pi.d.ts");
   assert.equal(m.dependencies, undefined);
-  assert.equal(m.optionalDependencies, undefined);
+  assert.deepEqual(m.optionalDependencies, { "@tonbo/sqlite-ursula-linux-x64-gnu": m.version });
+  assert.ok(!m.files.some((f) => f.includes(".node")), "the main package ships no addon");
+  const p = JSON.parse(readFileSync(join(repoRoot, "js", "npm", "linux-x64-gnu", "package.json"), "utf8"));
+  assert.equal(p.name, "@tonbo/sqlite-ursula-linux-x64-gnu");
+  assert.equal(p.version, m.version);
+  assert.deepEqual([p.os, p.cpu, p.libc], [["linux"], ["x64"], ["glibc"]]);
+  assert.equal(p.main, "sqlite-ursula.linux-x64-gnu.node");
+  assert.deepEqual(p.files, ["sqlite-ursula.linux-x64-gnu.node", "README.md"]);
   assert.deepEqual(m.peerDependencies, { "@earendil-works/pi-durable": ">=1.0.0 <1.2.0" });
   assert.deepEqual(m.peerDependenciesMeta, { "@earendil-works/pi-durable": { optional: true } });
 });

@@ -1,6 +1,8 @@
 //! `ursulactl status` against real `ursula server` processes: a single node from the quick
-//! start's manifest, a manifest naming a port nobody listens on, a 3-voter cluster; and the
-//! verbs this build does not run answering so with exit code 2.
+//! start's manifest, a manifest naming a port nobody listens on, a 3-voter cluster, a node
+//! read through its admin plane; `ursulactl ready` (the image's health check) against a ready
+//! node, a dead port and a node under WAL disk pressure; and the verbs this build does not run
+//! answering so with exit code 2.
 //!
 //! `ursulactl` belongs to another package, so cargo does not build it for these tests: it is
 //! looked up beside the test binary (`target/<profile>/ursulactl`), which `cargo build
@@ -351,4 +353,68 @@ fn status_reads_a_node_through_its_admin_plane_when_the_manifest_names_only_that
     let (code, out, _) = run(&["status", "--config", &manifest.display().to_string()]);
     assert_ne!(code, Some(0), "{out}");
     assert!(out.contains("node 1"), "{out}");
+}
+
+#[test]
+fn ready_exits_0_for_a_ready_node_and_1_with_the_reason_otherwise() {
+    let scratch = Scratch::new("ready");
+    let node = memory_node(&scratch);
+    let (code, out, err) = run(&[
+        "ready",
+        "--url",
+        &format!("http://127.0.0.1:{}/", node.port),
+    ]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert_eq!(out, "ready\n");
+
+    let dead = free_port();
+    let (code, out, err) = run(&["ready", "--url", &format!("http://127.0.0.1:{dead}")]);
+    assert_eq!(code, Some(1), "stdout: {out}\nstderr: {err}");
+    assert!(
+        err.starts_with(&format!(
+            "ursulactl: GET http://127.0.0.1:{dead}/__ursula/ready: "
+        )),
+        "{err}"
+    );
+    let (code, _, err) = run(&["ready", "--url", "not a url"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with("ursulactl: GET not a url/__ursula/ready: "),
+        "{err}"
+    );
+
+    // A Raft node whose WAL file system has less free space than it requires answers 503
+    // (wal_disk_pressure) once its disk sampler has looked.
+    let wal = scratch.0.join("pressured-wal");
+    let config = scratch.file(
+        "pressured.toml",
+        &format!(
+            "[runtime]\ncore_count = 1\n[raft.wal]\npath = \"{}\"\nmin_available_size = \"1000TiB\"\nresume_available_size = \"2000TiB\"\n",
+            wal.display()
+        ),
+    );
+    let port = free_port();
+    let args = [
+        "server".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let pressured = Node::spawn(&scratch, "pressured", &args, port);
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, out, err) = run(&["ready", "--url", &url]);
+        if out == "not ready: wal_disk_pressure\n" {
+            assert_eq!(code, Some(1), "{out}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "exit {code:?}\nstdout: {out}\nstderr: {err}\nlog: {}",
+            pressured.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
