@@ -8,7 +8,30 @@
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step's wall time, printed as a table at the end (and on failure): CI has 60 minutes on
+# two cores, and this is where to look when a change makes the run longer.
+timings=()
+current=""
+phase_start=$SECONDS
+finish_step() {
+  if [[ -n "$current" ]]; then
+    timings+=("$(printf '%-56s %5d s' "$current" $((SECONDS - phase_start)))")
+  fi
+}
+step() {
+  finish_step
+  current=$*
+  phase_start=$SECONDS
+  printf '\n== %s  (%d s into the run)\n' "$*" "$SECONDS"
+}
+report() {
+  local rc=$?
+  finish_step
+  printf '\n== test.sh step timings (rc=%d, %d s in all)\n' "$rc" "$SECONDS"
+  printf '  %s\n' "${timings[@]}"
+  exit "$rc"
+}
+trap report EXIT
 
 step "cargo fmt --check"
 cargo fmt --all --check
