@@ -36,8 +36,6 @@ done
 glibc_floor=2.28
 rust_target=x86_64-unknown-linux-gnu
 npm_triple=linux-x64-gnu
-zig_version=0.17.1
-zigbuild_version=0.24.1
 
 step() { printf '\n== release: %s\n' "$*" >&2; }
 
@@ -52,31 +50,19 @@ if ! command -v objdump >/dev/null; then
   (apt-get install -y binutils || (apt-get update && apt-get install -y binutils)) >&2
 fi
 
-# cargo-zigbuild and zig in a venv: both are on PyPI, the only way to them from here.
-venv="$root/.tools/zigvenv"
-if ! { [[ -x "$venv/bin/cargo-zigbuild" ]] \
-  && [[ "$("$venv/bin/cargo-zigbuild" --version 2>/dev/null)" == *" $zigbuild_version"* ]] \
-  && [[ "$("$venv/bin/python-zig" version 2>/dev/null)" == "$zig_version" ]]; }; then
-  step "installing ziglang==$zig_version cargo-zigbuild==$zigbuild_version into $venv"
-  if [[ ! -x "$venv/bin/pip" ]]; then
-    rm -rf "$venv"
-    mkdir -p "$root/.tools"
-    if ! python3 -m venv "$venv" >&2; then
-      rm -rf "$venv"
-      (apt-get install -y python3-venv || (apt-get update && apt-get install -y python3-venv)) >&2
-      python3 -m venv "$venv" >&2
-    fi
-  fi
-  "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    "ziglang==$zig_version" "cargo-zigbuild==$zigbuild_version" >&2
-fi
-# cargo-zigbuild finds zig through the ziglang module (python-zig) on PATH.
-export PATH="$venv/bin:$PATH"
+# cargo-zigbuild and zig in a venv (scripts/zig-env.sh): both are on PyPI, the only way to
+# them from here. cargo-zigbuild finds zig through the ziglang module (python-zig) on PATH.
+PATH="$(scripts/zig-env.sh --install):$PATH"
+export PATH
 
 step "cargo zigbuild --profile $profile --target $rust_target.$glibc_floor"
 start=$SECONDS
+# The whole workspace (but the bundled-SQLite test host), not only the four packages shipped:
+# dependencies' features are unified over the packages one build selects, so this is the
+# build scripts/test.sh's tests reuse as is (same features, same zig environment) instead of
+# compiling every dependency a second time.
 cargo zigbuild --profile "$profile" --target "$rust_target.$glibc_floor" \
-  -p ursula -p ursula-ctl -p sqlite-ursula-vfs -p sqlite-ursula-node
+  --workspace --exclude ursula-vfs-tests
 echo "release.sh: build took $((SECONDS - start)) s" >&2
 case "$profile" in
   dev) built="target/$rust_target/debug" ;;

