@@ -10,8 +10,8 @@
 use super::file::FileConfig;
 
 /// `runtime.external_payload_min_size`'s only value this build knows: snapshot bodies of at
-/// least 1 MiB go to the cold tier (`http::write::EXTERNAL_PAYLOAD_MIN`, which a test compares).
-pub(crate) const EXTERNAL_PAYLOAD_MIN: u64 = 1 << 20;
+/// least 1 MiB go to the cold tier. The one definition: the write path reads it from here.
+pub const EXTERNAL_PAYLOAD_MIN: u64 = 1 << 20;
 
 /// The dotted names of the keys in `file` that change nothing here, sorted. `raft` says whether
 /// the Raft engine runs: the in-memory node reads none of the Raft keys.

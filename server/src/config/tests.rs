@@ -479,14 +479,6 @@ url = "http://10.0.0.3:4437"
 }
 
 #[test]
-fn the_external_payload_threshold_the_ignored_list_assumes_is_the_one_writes_use() {
-    assert_eq!(
-        ignored::EXTERNAL_PAYLOAD_MIN,
-        crate::http::write::EXTERNAL_PAYLOAD_MIN
-    );
-}
-
-#[test]
 fn the_admin_plane_listens_on_loopback_4438_unless_moved_or_off() {
     let c = resolve_text("").expect("valid");
     assert_eq!(

@@ -14,8 +14,6 @@ use super::reply::parse_incarnation;
 use crate::stream::Lifetime;
 use crate::stream::ProducerTuple;
 
-pub use ursula_protocol::path::COMPAT_BUCKET;
-
 /// A route of the client plane. The admin plane's and the cluster plane's routes are routers
 /// of their own ([`super::admin`], `raft::routes`): here they are `NotFound`.
 #[derive(Debug, Clone, PartialEq, Eq)]

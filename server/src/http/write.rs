@@ -15,6 +15,7 @@ use super::reply::Reply;
 use super::request;
 use super::request::StreamPath;
 use crate::admission::GroupCharge;
+use crate::config;
 use crate::engine::EngineError;
 use crate::stream::Append;
 use crate::stream::Applied;
@@ -230,7 +231,7 @@ pub async fn publish_snapshot(
     // With a cold tier, a large body is staged as an object first and only its reference is
     // replicated (the spec: bodies of at least runtime.external_payload_min_size).
     let result = match &st.cold {
-        Some(tier) if body.len() as u64 >= EXTERNAL_PAYLOAD_MIN => {
+        Some(tier) if body.len() as u64 >= config::ignored::EXTERNAL_PAYLOAD_MIN => {
             let bucket = sp.key.split('/').next().unwrap_or_default();
             let publish = move |cold| {
                 Command::PublishSnapshot(PublishSnapshot {
@@ -268,9 +269,6 @@ pub async fn publish_snapshot(
     }
 }
 
-/// `runtime.external_payload_min_size`'s default: snapshot bodies this large go to the cold
-/// tier when there is one.
-pub const EXTERNAL_PAYLOAD_MIN: u64 = 1 << 20;
 /// The largest snapshot body a node with a cold tier takes (the spec: up to 1 GiB).
 pub const COLD_SNAPSHOT_MAX: u64 = 1 << 30;
 
