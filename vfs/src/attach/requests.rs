@@ -29,7 +29,10 @@ pub(super) struct Head {
     pub(super) snapshot: Option<Offset>,
 }
 
-/// The stream's state (`None`: no such stream), read with HEAD.
+/// The stream's state (`None`: no such stream), read with HEAD. Answers that may clear (no
+/// answer, 401, 429, 307, 5xx) and connections never made for a reason other than a refusal
+/// (resolving, a connect timeout, TLS) are retried within URSULA_VFS_RETRY_MS; a refused
+/// connection fails at once.
 pub(super) fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
     let budget = Duration::from_millis(settings::get().retry_ms);
     let start = Instant::now();
@@ -96,6 +99,12 @@ pub(super) fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
                     ));
                 }
             },
+            // Nothing listens at the address: a wrong port or a stopped server, which waiting
+            // out the budget would not fix, so the open fails at once (003 L76).
+            Attempt::Refused(r) => (
+                false,
+                VfsError::new(Kind::Unreachable, format!("cannot reach the stream: {r}")),
+            ),
             Attempt::NeverSent(r) => (
                 true,
                 VfsError::new(Kind::Unreachable, format!("cannot reach the stream: {r}")),
@@ -134,7 +143,7 @@ pub(super) fn create_stream(url: &str) -> Result<(), VfsError> {
             Kind::StreamState,
             format!("creating the stream answered {}", a.status),
         )),
-        Attempt::NeverSent(r) => Err(VfsError::new(
+        Attempt::NeverSent(r) | Attempt::Refused(r) => Err(VfsError::new(
             Kind::Unreachable,
             format!("cannot reach the stream: {r}"),
         )),
@@ -227,7 +236,8 @@ pub(super) fn send_claim(
                     ));
                 }
             },
-            Attempt::NeverSent(r) if !unknown => {
+            // The claim is a write: a refused connection is retried like the commits' own.
+            Attempt::NeverSent(r) | Attempt::Refused(r) if !unknown => {
                 if start.elapsed() + backoff > budget {
                     return Err(VfsError::new(
                         Kind::Unreachable,
@@ -237,7 +247,7 @@ pub(super) fn send_claim(
                 }
                 r
             }
-            Attempt::NeverSent(r) | Attempt::NoAnswer(r) => {
+            Attempt::NeverSent(r) | Attempt::Refused(r) | Attempt::NoAnswer(r) => {
                 unknown = true;
                 r
             }

@@ -196,7 +196,7 @@ fn status_503_is_answered_with_headers_and_body() {
 }
 
 #[test]
-fn refused_connection_is_never_sent() {
+fn refused_connection_is_refused_not_just_never_sent() {
     let port = TcpListener::bind("127.0.0.1:0")
         .expect("bind loopback")
         .local_addr()
@@ -204,7 +204,7 @@ fn refused_connection_is_never_sent() {
         .port();
     let url = format!("http://127.0.0.1:{port}/s");
     match client().send(&get(&url)) {
-        Attempt::NeverSent(why) => assert!(why.contains("refused"), "{why}"),
+        Attempt::Refused(why) => assert!(why.contains("refused"), "{why}"),
         other => panic!("{other:?}"),
     }
 }
