@@ -134,6 +134,16 @@ pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError
     let url = check_url(url)?;
     let path = check_path(path)?;
     let reg = registry::global();
+    // Held until the attach has bound the file or failed.
+    let Some(_attaching) = reg.begin_attach(&path) else {
+        return Err(VfsError::new(
+            Kind::InUse,
+            format!(
+                "{} is being attached in this process already: wait for that attach, and share its database",
+                path.display()
+            ),
+        ));
+    };
     if let Some(existing) = reg.attached(&path)
         && existing
             .open_files
