@@ -33,7 +33,8 @@ export function open(streamUrl, options = {}) {
 
 /**
  * `open` with the attach, and so the catch-up from the stream, off the event loop (on libuv's
- * thread pool); only `new DatabaseSync(file)` runs on it. The same options, database and errors.
+ * thread pool): the event loop runs only the checks and `new DatabaseSync(file)`. The same
+ * options, database and errors (as rejections).
  */
 export async function openAsync(streamUrl, options = {}) {
   const plan = prepare("openAsync", streamUrl, options);
