@@ -445,7 +445,7 @@ fn streaming_body_is_read_by_the_caller() {
 }
 
 #[test]
-fn streaming_refused_is_never_sent() {
+fn streaming_refused_is_refused() {
     let port = TcpListener::bind("127.0.0.1:0")
         .expect("bind loopback")
         .local_addr()
@@ -454,7 +454,7 @@ fn streaming_refused_is_never_sent() {
     let url = format!("http://127.0.0.1:{port}/");
     assert!(matches!(
         client().send_streaming(&get(&url)),
-        Err(Attempt::NeverSent(_))
+        Err(Attempt::Refused(_))
     ));
 }
 
