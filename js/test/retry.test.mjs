@@ -1,5 +1,5 @@
 // Which failures the attach retries within URSULA_VFS_RETRY_MS: a refused connection fails at
-// once (spec 003 L76), a 503 is retried until the stream answers.
+// once (spec 003 L76); a 503, or a connection reset without an answer, is retried.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { open, openAsync, UrsulaWriteRefusedError } from "../index.js";
@@ -69,4 +69,21 @@ test("a stream answering 503 to the attach's HEAD is retried within the budget a
   // Three 503s, then the HEAD that found no stream, and the one after creating it.
   const heads = (await proxy.seen()).filter(([m, p]) => m === "HEAD" && p.startsWith(path));
   assert.equal(heads.length, 5);
+});
+
+test("a HEAD whose connection is reset without an answer is retried within the budget and open succeeds", async () => {
+  const url = streamUrl(proxy.base, "reset");
+  const path = new URL(url).pathname;
+  await proxy.rules([{ method: "HEAD", path, action: "reset", times: 2 }]);
+  try {
+    const db = await openAsync(url, { dir: tempDir() });
+    db.exec("CREATE TABLE t(x); INSERT INTO t VALUES (2)");
+    assert.deepEqual(rows(db, "SELECT x FROM t"), [{ x: 2 }]);
+    db.close();
+  } finally {
+    await proxy.clear();
+  }
+  // Two resets, then the HEAD that found no stream, and the one after creating it.
+  const heads = (await proxy.seen()).filter(([m, p]) => m === "HEAD" && p.startsWith(path));
+  assert.equal(heads.length, 4);
 });
