@@ -91,6 +91,13 @@ export interface OpenOptions extends DatabaseSyncOptions {
 /** Opens the database `streamUrl` replicates: attach, then `new DatabaseSync(file)`. */
 export function open(streamUrl: string, options?: OpenOptions): DatabaseSync;
 
+/**
+ * `open` with the attach and its catch-up from the stream off the event loop (on libuv's thread
+ * pool): the same options, database and errors (as rejections). An open of a file whose
+ * openAsync has not settled fails with in_use.
+ */
+export function openAsync(streamUrl: string, options?: OpenOptions): Promise<DatabaseSync>;
+
 export interface AttachOptions {
   /** Catch up without claiming the stream; every write fails with SQLITE_READONLY. */
   readOnly?: boolean;
@@ -98,6 +105,9 @@ export interface AttachOptions {
 
 /** Catches `file` up, claims the stream (unless read-only) and attaches it. */
 export function attach(file: string, streamUrl: string, options?: AttachOptions): StreamOffset;
+
+/** `attach` off the event loop; a second attach of `file` while one runs fails with in_use. */
+export function attachAsync(file: string, streamUrl: string, options?: AttachOptions): Promise<StreamOffset>;
 
 /** Loads the extension once per process; returns the control connection. */
 export function loadUrsulaVfs(path?: string): DatabaseSync;

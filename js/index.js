@@ -1,5 +1,5 @@
 // @tonbo/sqlite-ursula: a node:sqlite database that an Ursula stream replicates.
-export { attach, drainStats, setToken, status } from "./src/api.js";
+export { attach, attachAsync, drainStats, setToken, status } from "./src/api.js";
 export {
   UrsulaError,
   UrsulaFencedError,
@@ -11,4 +11,4 @@ export {
 } from "./src/errors.js";
 export { instrument } from "./src/instrument.js";
 export { loadUrsulaVfs } from "./src/native.js";
-export { open } from "./src/open.js";
+export { open, openAsync } from "./src/open.js";

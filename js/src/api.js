@@ -1,4 +1,4 @@
-// attach, status, drainStats, setToken: the extension's functions, with Ursula errors.
+// attach, attachAsync, status, drainStats, setToken: the extension's functions, with Ursula errors.
 import { setupError } from "./errors.js";
 import { native } from "./native.js";
 
@@ -11,14 +11,26 @@ function checkFile(fn, file) {
  * file. No connection to it may be open yet. Returns the stream offset the file reflects.
  */
 export function attach(file, streamUrl, options = {}) {
-  checkFile("attach", file);
-  if (typeof streamUrl !== "string") throw setupError("attach", "invalid_url", "the stream URL must be a string");
+  return native().attach(...attachArgs("attach", file, streamUrl, options));
+}
+
+/**
+ * `attach` off the event loop (on libuv's thread pool): resolves with the same offset, or
+ * rejects with the same errors. Two attaches of one file at once: the second gets in_use.
+ */
+export async function attachAsync(file, streamUrl, options = {}) {
+  return native().attachAsync(...attachArgs("attachAsync", file, streamUrl, options));
+}
+
+function attachArgs(fn, file, streamUrl, options) {
+  checkFile(fn, file);
+  if (typeof streamUrl !== "string") throw setupError(fn, "invalid_url", "the stream URL must be a string");
   if (options === null || typeof options !== "object") {
-    throw setupError("attach", "invalid_argument", "options must be an object");
+    throw setupError(fn, "invalid_argument", "options must be an object");
   }
   const { readOnly = false } = options;
-  if (typeof readOnly !== "boolean") throw setupError("attach", "invalid_argument", "readOnly must be a boolean");
-  return native().attach(file, streamUrl, readOnly);
+  if (typeof readOnly !== "boolean") throw setupError(fn, "invalid_argument", "readOnly must be a boolean");
+  return [file, streamUrl, readOnly];
 }
 
 /** The health and offsets of an attached file (`ursula_status`). */

@@ -68,6 +68,8 @@ function addonBackend(addon) {
   return {
     kind: "addon",
     attach: (file, url, readOnly) => call(addon.attach(file, url, readOnly)),
+    // napi async work: the attach runs on libuv's thread pool, the event loop keeps running.
+    attachAsync: async (file, url, readOnly) => call(await addon.attachAsync(file, url, readOnly)),
     status: (file) => call(addon.status(file)),
     drainStats: (file) => call(addon.drainStats(file)),
     setToken: (token) => {
@@ -85,12 +87,16 @@ function sqlBackend(db) {
       throw error;
     }
   };
+  const attach = (file, url, readOnly) =>
+    readOnly
+      ? one("SELECT ursula_attach(?, ?, 'read_only') AS r", file, url)
+      : one("SELECT ursula_attach(?, ?) AS r", file, url);
   return {
     kind: "sql",
-    attach: (file, url, readOnly) =>
-      readOnly
-        ? one("SELECT ursula_attach(?, ?, 'read_only') AS r", file, url)
-        : one("SELECT ursula_attach(?, ?) AS r", file, url),
+    attach,
+    // A SQL function runs on the thread that steps it: a plain extension has no thread to hand
+    // the attach to, so the promise settles only after the attach ran on the event loop.
+    attachAsync: async (file, url, readOnly) => attach(file, url, readOnly),
     status: (file) => JSON.parse(one("SELECT ursula_status(?) AS r", file)),
     drainStats: (file) => JSON.parse(one("SELECT ursula_stats(?) AS r", file)),
     setToken: (token) => {

@@ -1,9 +1,9 @@
-// open(): attach a file named after the stream URL (or at `path`) and return a node:sqlite
-// DatabaseSync whose statements throw Ursula errors.
+// open() and openAsync(): attach a file named after the stream URL (or at `path`) and return a
+// node:sqlite DatabaseSync whose statements throw Ursula errors.
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { DatabaseSync } from "node:sqlite";
-import { attach } from "./api.js";
+import { attach, attachAsync } from "./api.js";
 import { classifyStatementError, isSqliteError, setupError, UrsulaError } from "./errors.js";
 import { defaultDir, fileNameFor, normalizeStreamUrl } from "./naming.js";
 import { native } from "./native.js";
@@ -16,73 +16,148 @@ const READERS = 8;
  * is attached), plus `path`, `dir` and `readOnly`.
  */
 export function open(streamUrl, options = {}) {
+  const plan = prepare("open", streamUrl, options);
+  let file;
+  if (plan.file !== null) {
+    file = plan.file;
+    unlessOpening(file);
+    attach(file, plan.url, { readOnly: plan.readOnly });
+  } else {
+    file = attachReader(plan.where, streamUrl, plan.url, (f) => {
+      unlessOpening(f);
+      attach(f, plan.url, { readOnly: true });
+    });
+  }
+  return finish(plan, file);
+}
+
+/**
+ * `open` with the attach, and so the catch-up from the stream, off the event loop (on libuv's
+ * thread pool): the event loop runs only the checks and `new DatabaseSync(file)`. The same
+ * options, database and errors (as rejections).
+ */
+export async function openAsync(streamUrl, options = {}) {
+  const plan = prepare("openAsync", streamUrl, options);
+  if (plan.file !== null) {
+    const file = plan.file;
+    return opening(file, async () => {
+      await attachAsync(file, plan.url, { readOnly: plan.readOnly });
+      return finish(plan, file);
+    });
+  }
+  for (let n = 1; n <= READERS; n++) {
+    const file = join(plan.where, fileNameFor(streamUrl, n));
+    if (pending.has(file)) continue;
+    try {
+      return await opening(file, async () => {
+        await attachAsync(file, plan.url, { readOnly: true });
+        return finish(plan, file);
+      });
+    } catch (e) {
+      if (!(e instanceof UrsulaError) || e.kind !== "in_use") throw e;
+    }
+  }
+  throw readersInUse(plan.where, plan.url);
+}
+
+/**
+ * Files an openAsync is attaching, until its database is open. The extension refuses a second
+ * attach while one runs, but between the attach's end and `new DatabaseSync(file)` the file
+ * is attached with no connection open, which an attach would take as a closed database to
+ * attach again: so the package refuses (in_use) an open of such a file itself.
+ */
+const pending = new Set();
+
+async function opening(file, run) {
+  unlessOpening(file);
+  pending.add(file);
+  try {
+    return await run();
+  } finally {
+    pending.delete(file);
+  }
+}
+
+function unlessOpening(file) {
+  if (pending.has(file)) {
+    throw setupError(
+      "open",
+      "in_use",
+      `${file} is being opened in this process already (an openAsync of it has not finished): wait for it, and share its database`,
+    );
+  }
+}
+
+/** Checks the arguments, and names the file to attach (or the directory of a reader's). */
+function prepare(fn, streamUrl, options) {
   if (options === null || typeof options !== "object") {
-    throw setupError("open", "invalid_argument", "options must be an object");
+    throw setupError(fn, "invalid_argument", "options must be an object");
   }
   const { path, dir, readOnly = false, ...sqliteOptions } = options;
-  if (typeof readOnly !== "boolean") throw setupError("open", "invalid_argument", "readOnly must be a boolean");
+  if (typeof readOnly !== "boolean") throw setupError(fn, "invalid_argument", "readOnly must be a boolean");
   if (path !== undefined && typeof path !== "string") {
-    throw setupError("open", "invalid_argument", "path must be a string");
+    throw setupError(fn, "invalid_argument", "path must be a string");
   }
-  if (dir !== undefined && typeof dir !== "string") throw setupError("open", "invalid_argument", "dir must be a string");
+  if (dir !== undefined && typeof dir !== "string") throw setupError(fn, "invalid_argument", "dir must be a string");
   let normal;
   try {
     normal = normalizeStreamUrl(streamUrl);
   } catch (e) {
-    throw setupError("open", "invalid_url", e.message);
+    throw setupError(fn, "invalid_url", e.message);
   }
   if (path !== undefined && (path === "" || path === ":memory:" || path.startsWith("file:"))) {
     throw setupError(
-      "open",
+      fn,
       "invalid_argument",
       `${JSON.stringify(path)} is not a plain file path: SQLite would not open the attached file (give a file path)`,
     );
   }
   // node:sqlite checks its options when it constructs: do that before anything is attached.
   new DatabaseSync(":memory:", { ...sqliteOptions, readOnly, open: false });
-  const openNow = sqliteOptions.open !== false;
-
-  let file;
+  const plan = { sqliteOptions, readOnly, openNow: sqliteOptions.open !== false, file: null, where: null, url: null };
   if (path !== undefined) {
-    file = resolve(path);
-    attach(file, streamUrl, { readOnly });
-  } else {
-    const where = dir !== undefined ? resolve(dir) : defaultDir();
-    if (where === null) {
-      throw setupError(
-        "open",
-        "invalid_argument",
-        "no cache directory: neither XDG_CACHE_HOME nor HOME is an absolute path and the user database names no home; give dir or path",
-      );
-    }
-    try {
-      mkdirSync(where, { recursive: true, mode: 0o700 });
-    } catch (cause) {
-      throw setupError("open", "local_setup", `cannot create the directory ${where}: ${cause.message}`, cause);
-    }
-    if (!readOnly) {
-      file = join(where, fileNameFor(streamUrl));
-      attach(file, normal.url);
-    } else {
-      file = attachReader(where, streamUrl, normal.url);
-    }
+    // With path, the URL goes to the extension as given.
+    return { ...plan, file: resolve(path), url: streamUrl };
   }
-  const db = new DatabaseSync(file, { ...sqliteOptions, readOnly, open: openNow });
+  const where = dir !== undefined ? resolve(dir) : defaultDir();
+  if (where === null) {
+    throw setupError(
+      fn,
+      "invalid_argument",
+      "no cache directory: neither XDG_CACHE_HOME nor HOME is an absolute path and the user database names no home; give dir or path",
+    );
+  }
+  try {
+    mkdirSync(where, { recursive: true, mode: 0o700 });
+  } catch (cause) {
+    throw setupError(fn, "local_setup", `cannot create the directory ${where}: ${cause.message}`, cause);
+  }
+  if (!readOnly) return { ...plan, file: join(where, fileNameFor(streamUrl)), url: normal.url };
+  return { ...plan, where, url: normal.url };
+}
+
+/** The database on the attached `file`, its errors classified. */
+function finish(plan, file) {
+  const db = new DatabaseSync(file, { ...plan.sqliteOptions, readOnly: plan.readOnly, open: plan.openNow });
   classify(db, file);
   return db;
 }
 
-function attachReader(where, streamUrl, url) {
+function attachReader(where, streamUrl, url, attachOne) {
   for (let n = 1; n <= READERS; n++) {
     const file = join(where, fileNameFor(streamUrl, n));
     try {
-      attach(file, url, { readOnly: true });
+      attachOne(file);
       return file;
     } catch (e) {
       if (!(e instanceof UrsulaError) || e.kind !== "in_use") throw e;
     }
   }
-  throw setupError(
+  throw readersInUse(where, url);
+}
+
+function readersInUse(where, url) {
+  return setupError(
     "open",
     "in_use",
     `every read-only file of ${url} in ${where} (-ro1 to -ro${READERS}) is held by another connection or process; a process holds every file it attached until it exits: give this reader its own dir or path`,

@@ -29,13 +29,24 @@ const probe = (url) => `
   let inUse;
   try { U.open(${JSON.stringify(url)}, { path: db.location() }); } catch (e) { inUse = [e.name, e.kind, e.message.split(":")[0]]; }
   U.setToken("t"); U.setToken(null);
-  console.log(JSON.stringify({ commits: s.commits, notAttached, inUse, same: U.loadUrsulaVfs() === U.loadUrsulaVfs() }));
+  // openAsync through either backend: the SQL one has no thread to attach on, and attaches on
+  // the event loop, with the same result.
+  const a = await U.openAsync(${JSON.stringify(url)} + "a", { dir: ${JSON.stringify(tempDir())} });
+  a.exec("CREATE TABLE t(x); INSERT INTO t VALUES (1)");
+  let asyncInUse;
+  try { await U.openAsync(${JSON.stringify(url)} + "a", { path: a.location() }); } catch (e) { asyncInUse = [e.name, e.kind]; }
+  console.log(JSON.stringify({
+    commits: s.commits, notAttached, inUse, same: U.loadUrsulaVfs() === U.loadUrsulaVfs(),
+    asyncCommits: U.status(a.location()).commits, asyncInUse,
+  }));
 `;
 const expected = {
   commits: 2,
   notAttached: ["UrsulaSetupError", "not_attached"],
   inUse: ["UrsulaSetupError", "in_use", "ursula_attach"],
   same: true,
+  asyncCommits: 2,
+  asyncInUse: ["UrsulaSetupError", "in_use"],
 };
 
 test("SQLITE_URSULA_VFS naming a copy of the addon", async () => {

@@ -11,12 +11,23 @@
 //! must run after the extension was loaded into node:sqlite: the extension calls SQLite only
 //! through the API table the host hands to its entry point. Before that they fail with kind
 //! `not_loaded`.
+//!
+//! `attachAsync` runs the same attach as napi async work on libuv's thread pool, so the event
+//! loop keeps running while a large database is rebuilt. The attach is safe off the main
+//! thread: it touches SQLite only through connections of its own, opened and closed on the
+//! worker (to fold a trusted WAL, to set WAL mode on a new file), and node:sqlite's SQLite is
+//! built with THREADSAFE=1; the process state it changes (the registry, the host locks, the
+//! HTTP client) is behind locks, because the snapshot threads already share it. Two attaches
+//! of one file at once are refused (`in_use`) by the registry.
 
 use std::ffi::CStr;
 use std::panic::AssertUnwindSafe;
 use std::panic::catch_unwind;
 use std::sync::Arc;
 
+use napi::Env;
+use napi::Task;
+use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
 use rusqlite::ffi;
 use serde_json::Value;
@@ -142,10 +153,46 @@ fn attached(function: &str, path: &str) -> Result<Arc<Db>, Failure> {
 /// `ursula_attach(path, url[, 'read_only'])`: `{"ok": "<offset>"}`.
 #[napi]
 pub fn attach(path: String, url: String, read_only: bool) -> String {
+    attach_json(&path, &url, read_only)
+}
+
+fn attach_json(path: &str, url: &str, read_only: bool) -> String {
     call("ursula_attach", || {
-        attach::attach(&path, &url, read_only)
+        attach::attach(path, url, read_only)
             .map(Value::String)
             .map_err(|e| Failure::of("ursula_attach", &e))
+    })
+}
+
+/// One attach on libuv's thread pool.
+pub struct AttachTask {
+    path: String,
+    url: String,
+    read_only: bool,
+}
+
+impl Task for AttachTask {
+    type Output = String;
+    type JsValue = String;
+
+    /// On a pool thread. Every failure, a panic included, is in the JSON, as for `attach`, so
+    /// the promise always resolves and JavaScript builds the one kind of error either way.
+    fn compute(&mut self) -> napi::Result<String> {
+        Ok(attach_json(&self.path, &self.url, self.read_only))
+    }
+
+    fn resolve(&mut self, _env: Env, output: String) -> napi::Result<String> {
+        Ok(output)
+    }
+}
+
+/// `attach` off the event loop: a promise of the same JSON.
+#[napi(js_name = "attachAsync")]
+pub fn attach_async(path: String, url: String, read_only: bool) -> AsyncTask<AttachTask> {
+    AsyncTask::new(AttachTask {
+        path,
+        url,
+        read_only,
     })
 }
 

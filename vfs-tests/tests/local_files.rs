@@ -1,7 +1,10 @@
 //! Local-file rules: read-only attach, the frame limit, missing streams, refusals decided from
-//! the file alone, and the lock-out after a failed attach.
+//! the file alone, the lock-out after a failed attach, and which failures the attach retries.
 
 use rusqlite::Connection;
+use ursula_vfs_tests::proxy::Action;
+use ursula_vfs_tests::proxy::Canned;
+use ursula_vfs_tests::proxy::Proxy;
 use ursula_vfs_tests::server::Server;
 use ursula_vfs_tests::server::http;
 use ursula_vfs_tests::sqlite::attach;
@@ -226,4 +229,42 @@ fn urls_with_a_query_or_fragment_are_refused_before_any_request() {
             .expect_err("bad path");
         assert!(message(&err).contains("invalid_argument"), "{path}: {err}");
     }
+}
+
+#[test]
+fn a_refused_connection_fails_the_attach_at_once_not_after_the_retry_budget() {
+    // SAFETY of set_var: each nextest test is its own process, set before any thread reads it.
+    unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "20000") };
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dead = format!("http://127.0.0.1:{}/demo/x", ursula_vfs_tests::free_port());
+    let started = std::time::Instant::now();
+    let err = attach(&ctl, &dir.path().join("a.db"), &dead).expect_err("nothing listens");
+    let took = started.elapsed();
+    assert!(
+        message(&err).contains("unreachable: cannot reach the stream"),
+        "{err}"
+    );
+    // Generous: the old rule spent the whole 20 s budget; the new one returns in milliseconds.
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+}
+
+#[test]
+fn a_stream_answering_503_is_retried_within_the_budget_and_the_attach_succeeds() {
+    // SAFETY of set_var: each nextest test is its own process, set before any thread reads it.
+    unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "20000") };
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    proxy.add(
+        "HEAD",
+        "/demo/busy",
+        Action::Respond(Canned::new(503, &[], "busy")),
+        Some(3),
+    );
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &format!("{}/demo/busy", proxy.base())).expect("attach after the 503s");
+    // Three 503s, the HEAD that found no stream, and the one after creating it.
+    assert_eq!(proxy.count("HEAD"), 5);
 }

@@ -256,7 +256,8 @@ pub fn commit(
         };
         let (step, last_never_sent) = match Client::global().send(&req) {
             Attempt::Answered(a) => (classify_commit(&a, had_unknown, seq, refused_seq), false),
-            Attempt::NeverSent(r) => (
+            // A refused connection is retried like any attempt that never went out (003 L226).
+            Attempt::NeverSent(r) | Attempt::Refused(r) => (
                 Step::Again {
                     unknown: false,
                     wait: Duration::ZERO,

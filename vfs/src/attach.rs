@@ -4,27 +4,15 @@
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use std::time::Instant;
 
-use ursula_protocol::content_type::OCTET_STREAM;
-use ursula_protocol::headers as h;
 use ursula_protocol::ids::IdError;
-use ursula_protocol::incarnation::Incarnation;
 use ursula_protocol::offset::Offset;
 use ursula_protocol::path;
 
-use crate::append;
-use crate::client::Answer;
-use crate::client::Attempt;
-use crate::client::Client;
-use crate::client::Method;
-use crate::client::Request;
 use crate::db::Db;
 use crate::db::WalClaim;
 use crate::error::Kind;
-use crate::error::SQLITE_AUTH;
-use crate::error::SQLITE_IOERR_AUTH;
 use crate::error::VfsError;
 use crate::format::Record;
 use crate::format::SIDECAR_VERSION;
@@ -35,7 +23,14 @@ use crate::log;
 use crate::registry;
 use crate::registry::sibling;
 use crate::replay;
-use crate::settings;
+
+mod requests;
+
+use requests::Claimed;
+use requests::Head;
+use requests::create_stream;
+use requests::head_answer;
+use requests::send_claim;
 
 /// Rounds of catch-up before giving up when retention or a snapshot keeps moving.
 const MAX_ROUNDS: usize = 10;
@@ -102,128 +97,6 @@ fn open_elsewhere(db: &Path) -> bool {
         .any(|e| std::fs::read_link(e.path()).is_ok_and(|target| names.contains(&target)))
 }
 
-struct Head {
-    incarnation: Incarnation,
-    /// `None` when the server did not say.
-    tail: Option<Offset>,
-    snapshot: Option<Offset>,
-}
-
-fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
-    let budget = Duration::from_millis(settings::get().retry_ms);
-    let start = Instant::now();
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let req = Request {
-            method: Method::Head,
-            url,
-            headers: Vec::new(),
-            body: &[],
-            long: false,
-        };
-        let (retry, err) = match Client::global().send(&req) {
-            Attempt::Answered(a) => match a.status {
-                200 => {
-                    let inc = a.incarnation()?.ok_or_else(|| {
-                        VfsError::new(
-                            Kind::StreamState,
-                            "HEAD answered without Stream-Incarnation",
-                        )
-                    })?;
-                    return Ok(Some(Head {
-                        incarnation: inc,
-                        tail: a.offset(h::STREAM_NEXT_OFFSET)?,
-                        snapshot: a.offset(h::STREAM_SNAPSHOT_OFFSET)?,
-                    }));
-                }
-                404 => return Ok(None),
-                401 => (
-                    true,
-                    VfsError::new(
-                        Kind::Unauthorized,
-                        format!("the stream refused the token: {}", append::reason_of(&a)),
-                    ),
-                ),
-                402 => {
-                    return Err(VfsError::new(Kind::PaymentRequired, append::reason_of(&a))
-                        .with_code(SQLITE_AUTH));
-                }
-                429 | 503 | 307 => (
-                    true,
-                    VfsError::new(
-                        Kind::Unavailable,
-                        format!("the stream answered {}", a.status),
-                    ),
-                ),
-                400 => {
-                    return Err(VfsError::new(
-                        Kind::InvalidName,
-                        format!(
-                            "the server refused the stream's name: {}",
-                            append::reason_of(&a)
-                        ),
-                    ));
-                }
-                s if s >= 500 => (
-                    true,
-                    VfsError::new(Kind::Unavailable, format!("the stream answered {s}")),
-                ),
-                s => {
-                    return Err(VfsError::new(
-                        Kind::StreamState,
-                        format!("HEAD answered {s}: {}", append::reason_of(&a)),
-                    ));
-                }
-            },
-            Attempt::NeverSent(r) => (
-                true,
-                VfsError::new(Kind::Unreachable, format!("cannot reach the stream: {r}")),
-            ),
-            Attempt::NoAnswer(r) => (
-                true,
-                VfsError::new(Kind::Unreachable, format!("the stream did not answer: {r}")),
-            ),
-        };
-        if !retry || start.elapsed() + backoff > budget {
-            return Err(err);
-        }
-        std::thread::sleep(backoff);
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
-fn create_stream(url: &str) -> Result<(), VfsError> {
-    let req = Request {
-        method: Method::Put,
-        url,
-        headers: vec![(h::CONTENT_TYPE, OCTET_STREAM.to_owned())],
-        body: &[],
-        long: false,
-    };
-    match Client::global().send(&req) {
-        Attempt::Answered(a) if a.status == 201 || a.status == 200 => Ok(()),
-        Attempt::Answered(a) if a.status == 400 => Err(VfsError::new(
-            Kind::InvalidName,
-            format!(
-                "the server refused the stream's name: {}",
-                append::reason_of(&a)
-            ),
-        )),
-        Attempt::Answered(a) => Err(VfsError::new(
-            Kind::StreamState,
-            format!("creating the stream answered {}", a.status),
-        )),
-        Attempt::NeverSent(r) => Err(VfsError::new(
-            Kind::Unreachable,
-            format!("cannot reach the stream: {r}"),
-        )),
-        Attempt::NoAnswer(r) => Err(VfsError::new(
-            Kind::Unreachable,
-            format!("the stream did not answer: {r}"),
-        )),
-    }
-}
-
 /// Folds a trusted local WAL into the database file through SQLite's own `unix` VFS.
 fn fold_wal(db: &Path) -> Result<(), VfsError> {
     use rusqlite::OpenFlags;
@@ -254,109 +127,6 @@ fn init_wal_mode(db: &Path) -> Result<(), VfsError> {
     Ok(())
 }
 
-/// The answer of a claim attempt.
-enum Claimed {
-    /// The claim is in the stream, which ends at this offset after it.
-    Ours(Offset),
-    Lost,
-    NewerEpoch(u64),
-}
-
-fn send_claim(url: &str, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result<Claimed, VfsError> {
-    let budget = Duration::from_millis(settings::get().retry_ms);
-    let start = Instant::now();
-    let mut backoff = Duration::from_millis(50);
-    let mut unknown = false;
-    let headers = append::frame_headers(sidecar, epoch, 0);
-    loop {
-        let req = Request {
-            method: Method::Post,
-            url,
-            headers: headers.clone(),
-            body: frame,
-            long: false,
-        };
-        let refusal = |a: &Answer, kind: Kind| {
-            let code = if a.status == 402 {
-                SQLITE_AUTH
-            } else {
-                SQLITE_IOERR_AUTH
-            };
-            VfsError::new(
-                kind,
-                format!("the claim was refused: {}", append::reason_of(a)),
-            )
-            .with_code(code)
-        };
-        let why = match Client::global().send(&req) {
-            Attempt::Answered(a) => match a.status {
-                200 => {
-                    return Ok(a
-                        .offset(h::STREAM_NEXT_OFFSET)?
-                        .map_or(Claimed::Lost, Claimed::Ours));
-                }
-                // Same epoch, same seq: ours from an earlier attempt, or another attacher's.
-                204 => return Ok(Claimed::Lost),
-                403 if a.header(h::PRODUCER_EPOCH).is_some() => {
-                    let e = a
-                        .header(h::PRODUCER_EPOCH)
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(epoch);
-                    return Ok(Claimed::NewerEpoch(e));
-                }
-                409 => return Ok(Claimed::Lost),
-                402 if !unknown => return Err(refusal(&a, Kind::PaymentRequired)),
-                401 | 429 if !unknown => return Err(refusal(&a, Kind::Refused)),
-                s if (400..600).contains(&s)
-                    && a.header(h::NOT_APPLIED_CHECKED).is_some()
-                    && a.header(h::NOT_APPLIED).is_some()
-                    && !unknown =>
-                {
-                    return Err(refusal(&a, Kind::Refused));
-                }
-                412 => {
-                    return Err(VfsError::new(
-                        Kind::StreamState,
-                        "the stream was recreated during attach",
-                    ));
-                }
-                s if s >= 500 || s == 307 => {
-                    unknown = true;
-                    format!("HTTP {s}")
-                }
-                s => {
-                    return Err(VfsError::new(
-                        Kind::StreamState,
-                        format!("the claim answered {s}: {}", append::reason_of(&a)),
-                    ));
-                }
-            },
-            Attempt::NeverSent(r) if !unknown => {
-                if start.elapsed() + backoff > budget {
-                    return Err(VfsError::new(
-                        Kind::Unreachable,
-                        format!("cannot reach the stream: {r}"),
-                    )
-                    .with_code(SQLITE_IOERR_AUTH));
-                }
-                r
-            }
-            Attempt::NeverSent(r) | Attempt::NoAnswer(r) => {
-                unknown = true;
-                r
-            }
-        };
-        if start.elapsed() + backoff > budget {
-            return Err(VfsError::new(
-                Kind::OutcomeUnknown,
-                format!("the claim's outcome is unknown: {why}"),
-            ));
-        }
-        std::thread::sleep(backoff);
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
 /// `ursula_attach(path, url[, 'read_only'])`: the offset the file reflects, as the server wrote
 /// it (`"-1"` for an empty stream).
 pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError> {
@@ -364,6 +134,16 @@ pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError
     let url = check_url(url)?;
     let path = check_path(path)?;
     let reg = registry::global();
+    // Held until the attach has bound the file or failed.
+    let Some(_attaching) = reg.begin_attach(&path) else {
+        return Err(VfsError::new(
+            Kind::InUse,
+            format!(
+                "{} is being attached in this process already: wait for that attach, and share its database",
+                path.display()
+            ),
+        ));
+    };
     if let Some(existing) = reg.attached(&path)
         && existing
             .open_files

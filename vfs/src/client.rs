@@ -134,9 +134,14 @@ pub fn header_in<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
     Answered(Answer),
-    /// Failed before any byte of the request went out: host did not resolve, connection refused
-    /// or timed out, TLS handshake failed, CA file unusable. Proof that nothing was applied.
+    /// Failed before any byte of the request went out: host did not resolve, connection timed
+    /// out, TLS handshake failed, CA file unusable. Proof that nothing was applied.
     NeverSent(String),
+    /// Never sent either, because every address of the host refused the connection: nothing
+    /// listens there. Apart from `NeverSent` because a read fails at once on it (docs/sqlite-vfs.md,
+    /// "Reads and the retry budget"): a refusal answers in microseconds and rarely clears within
+    /// a retry budget, while a commit still retries it like any attempt that never went out.
+    Refused(String),
     /// Bytes went out but no complete answer came back (reset, closed, timed out; on a pooled
     /// connection too): the request may have been applied.
     NoAnswer(String),
@@ -476,6 +481,11 @@ impl CallState {
     fn failed(&self, e: &ureq::Error) -> Attempt {
         if self.lock().sent {
             Attempt::NoAnswer(reason(e))
+        } else if matches!(e, ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            // ureq reports the last address's failure when every address failed, so a host
+            // with one refusing and one timing out address is a timeout, retried as before.
+            Attempt::Refused(reason(e))
         } else {
             Attempt::NeverSent(reason(e))
         }

@@ -2,6 +2,7 @@
 //! process holds until it exits.
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::Path;
 use std::path::PathBuf;
@@ -20,6 +21,23 @@ pub struct Registry {
     failed: Mutex<HashMap<PathBuf, (Kind, String)>>,
     /// `-ursula.lock` files, flock'd and never closed: a process holds every file it attached.
     locks: Mutex<HashMap<PathBuf, File>>,
+    /// Files an attach is running on. The host lock keeps other processes out, but not a
+    /// second attach in this one: attaches run on any thread (the Node addon's `attachAsync` on
+    /// libuv's pool), and two of one file would catch it up and claim the stream at once.
+    attaching: Mutex<HashSet<PathBuf>>,
+}
+
+/// A running attach's hold on its file, released when dropped.
+#[derive(Debug)]
+pub struct Attaching<'r> {
+    registry: &'r Registry,
+    path: PathBuf,
+}
+
+impl Drop for Attaching<'_> {
+    fn drop(&mut self) {
+        lock(&self.registry.attaching).remove(&self.path);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -99,6 +117,16 @@ impl Registry {
         }
         locks.insert(db.to_path_buf(), f);
         Ok(true)
+    }
+
+    /// Marks an attach of `path` as running; `None` while another one is.
+    pub fn begin_attach(&self, path: &Path) -> Option<Attaching<'_>> {
+        lock(&self.attaching)
+            .insert(path.to_path_buf())
+            .then(|| Attaching {
+                registry: self,
+                path: path.to_path_buf(),
+            })
     }
 
     pub fn holds_host_lock(&self, db: &Path) -> bool {

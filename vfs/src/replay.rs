@@ -102,7 +102,7 @@ pub fn get(
                 return Ok(a);
             }
             Attempt::Answered(a) => format!("HTTP {}", a.status),
-            Attempt::NeverSent(r) => {
+            Attempt::NeverSent(r) | Attempt::Refused(r) => {
                 return Err(VfsError::new(
                     Kind::Unreachable,
                     format!("cannot reach the stream: {r}"),

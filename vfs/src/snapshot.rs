@@ -242,7 +242,9 @@ fn publish(db: &Db) -> Result<Offset, Failure> {
                 too_large,
             ));
         }
-        Attempt::NeverSent(r) | Attempt::NoAnswer(r) => return Err(("outage", r, false)),
+        Attempt::NeverSent(r) | Attempt::Refused(r) | Attempt::NoAnswer(r) => {
+            return Err(("outage", r, false));
+        }
     }
     let get = Request {
         method: Method::Get,
@@ -263,7 +265,9 @@ fn publish(db: &Db) -> Result<Offset, Failure> {
                 false,
             ));
         }
-        Attempt::NeverSent(r) | Attempt::NoAnswer(r) => return Err(("outage", r, false)),
+        Attempt::NeverSent(r) | Attempt::Refused(r) | Attempt::NoAnswer(r) => {
+            return Err(("outage", r, false));
+        }
     }
     let mut h = db.health();
     h.snapshot = Some(offset);
@@ -305,7 +309,7 @@ fn retain(db: &Db, offset: Offset) {
         other => {
             let reason = match other {
                 Attempt::Answered(a) => format!("HTTP {}", a.status),
-                Attempt::NeverSent(r) | Attempt::NoAnswer(r) => r,
+                Attempt::NeverSent(r) | Attempt::Refused(r) | Attempt::NoAnswer(r) => r,
             };
             log::event(
                 log::Level::Warn,

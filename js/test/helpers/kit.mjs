@@ -10,10 +10,16 @@ import { detach } from "./server.mjs";
 const here = dirname(fileURLToPath(import.meta.url));
 export const packageUrl = pathToFileURL(join(here, "..", "..", "index.js")).href;
 
+/** Temp dirs to remove when the test process exits: one exit listener for all of them. */
+const tempDirs = [];
+process.once("exit", () => {
+  for (const d of tempDirs) rmSync(d, { recursive: true, force: true });
+});
+
 /** A temp dir removed when the test process exits. */
 export function tempDir(prefix = "ursula-js-") {
   const d = mkdtempSync(join(tmpdir(), prefix));
-  process.once("exit", () => rmSync(d, { recursive: true, force: true }));
+  tempDirs.push(d);
   return d;
 }
 

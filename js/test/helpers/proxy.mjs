@@ -3,7 +3,8 @@
 //   POST /__proxy/rules   [{method, path, status, headers, body, times, action}]  (replaces)
 //   POST /__proxy/bearer  {token}  requests without `Authorization: Bearer <token>` get a 401
 //   GET  /__proxy/seen    [[method, path], ...]
-// action: "respond" (default: answer status/headers/body without forwarding), "reset".
+// action: "respond" (default: answer status/headers/body without forwarding), "reset",
+// "delay" (forward after delayMs, to hold a request in flight while the test acts).
 import http from "node:http";
 
 const upstream = Number(process.argv[2]);
@@ -51,8 +52,12 @@ const server = http.createServer(async (req, res) => {
   if (rule) {
     if (rule.times != null) rule.times -= 1;
     if (rule.action === "reset") return req.socket.destroy();
-    res.writeHead(rule.status, rule.headers ?? {});
-    return res.end(rule.body ?? "");
+    if (rule.action === "delay") {
+      await new Promise((r) => setTimeout(r, rule.delayMs ?? 0));
+    } else {
+      res.writeHead(rule.status, rule.headers ?? {});
+      return res.end(rule.body ?? "");
+    }
   }
   const headers = { ...req.headers };
   delete headers.connection;

@@ -196,7 +196,7 @@ fn status_503_is_answered_with_headers_and_body() {
 }
 
 #[test]
-fn refused_connection_is_never_sent() {
+fn refused_connection_is_refused_not_just_never_sent() {
     let port = TcpListener::bind("127.0.0.1:0")
         .expect("bind loopback")
         .local_addr()
@@ -204,7 +204,7 @@ fn refused_connection_is_never_sent() {
         .port();
     let url = format!("http://127.0.0.1:{port}/s");
     match client().send(&get(&url)) {
-        Attempt::NeverSent(why) => assert!(why.contains("refused"), "{why}"),
+        Attempt::Refused(why) => assert!(why.contains("refused"), "{why}"),
         other => panic!("{other:?}"),
     }
 }
@@ -445,7 +445,7 @@ fn streaming_body_is_read_by_the_caller() {
 }
 
 #[test]
-fn streaming_refused_is_never_sent() {
+fn streaming_refused_is_refused() {
     let port = TcpListener::bind("127.0.0.1:0")
         .expect("bind loopback")
         .local_addr()
@@ -454,7 +454,7 @@ fn streaming_refused_is_never_sent() {
     let url = format!("http://127.0.0.1:{port}/");
     assert!(matches!(
         client().send_streaming(&get(&url)),
-        Err(Attempt::NeverSent(_))
+        Err(Attempt::Refused(_))
     ));
 }
 
