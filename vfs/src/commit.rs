@@ -257,8 +257,10 @@ fn commit(
     let hdr_off = sqlite_wal::frame_offset(wal_frame);
     let db_pages = hdr.commit_size;
     if let Some(p) = db.health().poison.clone() {
+        // Not one of the spec's events: the poison was logged once as `poisoned`, and each
+        // later commit fails the same way.
         log::event(
-            log::Level::Warn,
+            log::Level::Debug,
             "commit_refused",
             &[("file", &db.file()), ("reason", &p.reason)],
         );

@@ -123,16 +123,7 @@ fn guarded<F: FnOnce() -> c_int>(entry: &str, on_panic: c_int, f: F) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(rc) => rc,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            log::event(
-                log::Level::Error,
-                "panic",
-                &[("entry", entry), ("message", &msg)],
-            );
+            log::panic(entry, p.as_ref());
             on_panic
         }
     }

@@ -39,11 +39,15 @@ pub fn start(db: Arc<Db>) {
         .name("ursula-snapshot".into())
         .spawn(move || {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&db)));
-            if result.is_err() {
+            if let Err(p) = result {
                 log::event(
                     log::Level::Error,
                     "snapshot_thread_panicked",
-                    &[("file", &db.file()), ("stream", &db.url)],
+                    &[
+                        ("file", &db.file()),
+                        ("stream", &db.url),
+                        ("message", &log::panic_message(p.as_ref())),
+                    ],
                 );
             }
         });
