@@ -7,7 +7,7 @@
 //! - [`shim`]: the `ursula` VFS, a shim over `unix`: the FFI with SQLite, and the only place
 //!   besides [`entry`] with `unsafe`. It hands attached files' writes to [`commit`] through
 //!   the [`commit::RealFile`] trait.
-//! - [`attach`]: local-file checks, catch-up, claim.
+//! - [`attach`]: local-file checks, catch-up, claim; [`url`]: its checks of the URL and path.
 //! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
 //! - [`snapshot`]: the per-database snapshot thread.
 //! - [`append`]: appending frames and the refusal table.
@@ -40,6 +40,7 @@ pub mod snapshot;
 pub mod sql;
 pub mod sqlite_wal;
 pub mod token;
+pub mod url;
 
 use std::os::raw::c_char;
 use std::os::raw::c_int;
