@@ -17,6 +17,7 @@
 //! - [`client`], [`token`], [`dns`]: the HTTP client, bearer tokens, name resolution.
 //! - [`sqlite_wal`]: SQLite's `-wal` layout (header, frame headers) and WAL mode on page 1.
 //! - [`format`]: frame, snapshot and sidecar layouts (see `docs/sqlite-vfs.md`).
+//! - [`pragma`]: PRAGMAs refused before they run (`journal_mode` away from WAL).
 //! - [`settings`], [`log`], [`error`]: env vars, logfmt events, failure kinds.
 
 pub mod append;
@@ -31,6 +32,7 @@ pub mod error;
 pub mod format;
 pub mod local;
 pub mod log;
+pub mod pragma;
 pub mod registry;
 pub mod replay;
 pub mod settings;
