@@ -18,12 +18,12 @@ export type WriteRefusedKind =
   | "rate_limited"
   | "too_large"
   | "not_applied"
-  | "unreachable"
-  | "unsupported";
+  | "unreachable";
 
 /** The extension's failure kinds. */
 export type UrsulaErrorKind =
   | WriteRefusedKind
+  | "unsupported"
   | "refused"
   | "unavailable"
   | "outcome_unknown"
@@ -79,6 +79,7 @@ export class UrsulaFencedError extends UrsulaReplicationError {}
 /** The request cannot succeed as made (action fix). */
 export class UrsulaSetupError extends UrsulaError {}
 
+/** node:sqlite's options and these three; `open` refuses any other key (`invalid_argument`). */
 export interface OpenOptions extends DatabaseSyncOptions {
   /** The local file, a plain path (made absolute now). Default: a file named after the URL in `dir`. */
   path?: string;
@@ -116,6 +117,11 @@ export function loadUrsulaVfs(path?: string): DatabaseSync;
 export function setToken(token: string | null): void;
 
 export interface AttachError {
+  /**
+   * `refused` for a write refused before it reached the stream (see `refused_kind`),
+   * `unsupported` for a setup the extension refuses (EXCLUSIVE locking, page size; action fix),
+   * or the poison's kind.
+   */
   readonly kind: string;
   readonly action: UrsulaAction;
   readonly message: string;

@@ -1,6 +1,8 @@
 // @tonbo/sqlite-ursula/pi: Pi Durable's own node SqliteStorage on a replicated file.
 // Pi Durable (@earendil-works/pi-durable >=1.0.0 <1.2.0) is an optional peer dependency: it is
 // imported only when openUrsulaPiStorage runs.
+// First: it checks the Node.js version before anything needs node:sqlite.
+import "./src/sqlite.js";
 import { resolve } from "node:path";
 import { attach, status } from "./src/api.js";
 import { classifyStatementError, findInChain, isSqliteError, setupError, UrsulaError } from "./src/errors.js";

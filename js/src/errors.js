@@ -4,7 +4,10 @@
 // - a failed attach: the extension's kind and SQLite result code (`ursula_attach: <kind>: ...`);
 // - a failed status or drainStats (`ursula_status: <kind>: ...`, or `attach_failed: <kind>`);
 // - a failed statement: node:sqlite's error (errcode 7178, 778 or 266) read together with
-//   `status(file).error` of the file the database attached.
+//   `status(file).error` of the file the database attached;
+// - a statement the extension refused while it was prepared, such as `PRAGMA journal_mode=DELETE`
+//   (errcode 1, message `sqlite-ursula-vfs: <kind>: ...`): it changed nothing, so no status
+//   records it.
 
 /** Kinds whose failure left nothing on the stream and the file usable (action retry). */
 const RETRY_KINDS = new Set([
@@ -25,6 +28,7 @@ export const SQLITE_IOERR_AUTH = 7178;
 export const SQLITE_IOERR_WRITE = 778;
 export const SQLITE_IOERR_READ = 266;
 export const SQLITE_AUTH = 23;
+export const SQLITE_ERROR = 1;
 
 export class UrsulaError extends Error {
   /**
@@ -116,6 +120,9 @@ export function setupError(fn, kind, message, cause) {
 
 const KIND_IN_MESSAGE = /^ursula_\w+: (\w+): (?:(\w+): )?/;
 
+/** The message of a statement the extension refused while SQLite prepared it. */
+const REFUSED_STATEMENT = /^sqlite-ursula-vfs: (\w+): /;
+
 /**
  * The error of a failed `ursula_status` / `ursula_stats` (or `ursula_attach` through SQL):
  * the kind is in the message. `status` of a path whose attach failed names that attach's kind,
@@ -159,6 +166,11 @@ const REFUSED_BY = {
 export function classifyStatementError(error, readStatus, file) {
   if (!isSqliteError(error)) return error;
   const code = error.errcode;
+  const refused = code === SQLITE_ERROR ? REFUSED_STATEMENT.exec(error.message) : null;
+  if (refused) {
+    const [head, kind] = refused;
+    return new UrsulaSetupError(error.message, { action: "fix", kind, reason: error.message.slice(head.length), cause: error });
+  }
   if (code !== SQLITE_IOERR_AUTH && code !== SQLITE_IOERR_WRITE && code !== SQLITE_IOERR_READ) return error;
   let s;
   try {
@@ -168,6 +180,15 @@ export function classifyStatementError(error, readStatus, file) {
   }
   const failure = s?.error;
   if (failure == null) return error;
+  if (!s.poisoned && failure.kind === "unsupported") {
+    // A setup the extension does not support (locking_mode=EXCLUSIVE, a journal mode or page
+    // size change): nothing reached the stream and the file is not poisoned, but running it
+    // again fails the same way until the setup changes.
+    if (code === SQLITE_IOERR_READ) return error;
+    const reason = failure.message ?? null;
+    const m = `commit refused: ${reason}. Nothing of it reached the stream, and the database stays usable: change the setup (see Rules), then run it again.`;
+    return new UrsulaReplicationError(m, { kind: "unsupported", reason, cause: error, action: "fix" });
+  }
   if (failure.kind === "refused") {
     if (code === SQLITE_IOERR_READ) return error;
     const kind = failure.refused_kind ?? s.refused_kind ?? "refused";

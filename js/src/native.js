@@ -11,9 +11,9 @@
 import { existsSync, realpathSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
-import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
 import { functionError, isSqliteError, setupError, sqliteCause } from "./errors.js";
+import { DatabaseSync } from "./sqlite.js";
 
 const ENTRY_POINT = "sqlite3_sqliteursulavfs_init";
 const packageDir = dirname(dirname(fileURLToPath(import.meta.url)));

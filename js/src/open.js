@@ -2,14 +2,52 @@
 // node:sqlite DatabaseSync whose statements throw Ursula errors.
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { DatabaseSync } from "node:sqlite";
 import { attach, attachAsync } from "./api.js";
 import { classifyStatementError, isSqliteError, setupError, UrsulaError } from "./errors.js";
 import { defaultDir, fileNameFor, normalizeStreamUrl } from "./naming.js";
 import { native } from "./native.js";
+import { DatabaseSync } from "./sqlite.js";
 
 /** Read-only opens without `path` use the first free of `-ro1` to `-ro8`. */
 const READERS = 8;
+
+/** open's own options. */
+const OWN_OPTIONS = ["path", "dir", "readOnly"];
+
+/**
+ * node:sqlite's DatabaseSync options, as documented from Node.js 22.19 to 26. node:sqlite
+ * ignores a key it does not know, so a misspelt one (`readonly`) would open the file writable
+ * and claim the stream, fencing its owner: open refuses every key outside these lists.
+ */
+const SQLITE_OPTIONS = [
+  "open",
+  "readOnly",
+  "enableForeignKeyConstraints",
+  "enableDoubleQuotedStringLiterals",
+  "allowExtension",
+  "timeout",
+  "readBigInts",
+  "returnArrays",
+  "allowBareNamedParameters",
+  "allowUnknownNamedParameters",
+  "defensive",
+  "limits",
+];
+
+/** Throws `invalid_argument` naming the first key open does not know, before anything else. */
+function checkOptionNames(options) {
+  const known = new Set([...OWN_OPTIONS, ...SQLITE_OPTIONS]);
+  for (const key of Object.keys(options)) {
+    if (known.has(key)) continue;
+    const near = [...known].find((k) => k.toLowerCase() === key.toLowerCase());
+    const hint = near === undefined ? "" : ` (did you mean ${near}?)`;
+    throw setupError(
+      "open",
+      "invalid_argument",
+      `unknown option ${JSON.stringify(key)}${hint}: open takes ${OWN_OPTIONS.join(", ")} and node:sqlite's DatabaseSync options (${SQLITE_OPTIONS.join(", ")})`,
+    );
+  }
+}
 
 /**
  * Opens the database a stream replicates. Options: node:sqlite's own (checked before anything
@@ -93,6 +131,7 @@ function prepare(fn, streamUrl, options) {
   if (options === null || typeof options !== "object") {
     throw setupError(fn, "invalid_argument", "options must be an object");
   }
+  checkOptionNames(options);
   const { path, dir, readOnly = false, ...sqliteOptions } = options;
   if (typeof readOnly !== "boolean") throw setupError(fn, "invalid_argument", "readOnly must be a boolean");
   if (path !== undefined && typeof path !== "string") {

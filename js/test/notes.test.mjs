@@ -1,7 +1,7 @@
 // The spec's first code block, verbatim, against a real server: only the address differs.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { tempDir } from "./helpers/kit.mjs";
@@ -80,4 +80,18 @@ test("the errors example: SQLite's own errors pass through, a commit goes throug
   assert.match(r.stderr, /errcode: 2067/);
   assert.doesNotMatch(r.stderr, /Ursula/);
   assert.ok(existsSync(join(app, "cache", "sqlite-ursula")));
+});
+
+test("every js example of js/README.md runs verbatim (only the address differs), against paths that exist", () => {
+  const readme = readFileSync(join(repoRoot, "js", "README.md"), "utf8");
+  const blocks = [...readme.matchAll(/^```js\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
+  assert.ok(blocks.length >= 2, "the quick start and the attach example");
+  const out = blocks.map((block, i) => {
+    const r = run(`readme-${i}.mjs`, block);
+    assert.equal(r.status, 0, `block ${i}:\n${block}\n${r.stderr}`);
+    assert.notEqual(r.stdout, "", `block ${i} prints what it says`);
+    return r.stdout;
+  });
+  const attachExample = blocks.findIndex((b) => b.includes("attach(file,"));
+  assert.equal(out[attachExample], "2\n", "its comment's output: the CREATE and the INSERT");
 });

@@ -101,12 +101,8 @@ fn call(function: &str, f: impl FnOnce() -> Result<Value, Failure>) -> String {
         .to_json()
         .to_string();
     }
-    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        sqlite_ursula_vfs::log::event(
-            sqlite_ursula_vfs::log::Level::Error,
-            "panic",
-            &[("entry", function)],
-        );
+    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        sqlite_ursula_vfs::log::panic(function, p.as_ref());
         Err(Failure::of(
             function,
             &VfsError::new(

@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ursula_protocol::ids::IdError;
 use ursula_protocol::offset::Offset;
-use ursula_protocol::path;
 
 use crate::db::Db;
 use crate::db::WalClaim;
@@ -23,6 +21,7 @@ use crate::log;
 use crate::registry;
 use crate::registry::sibling;
 use crate::replay;
+use crate::url;
 
 mod requests;
 
@@ -34,54 +33,6 @@ use requests::send_claim;
 
 /// Rounds of catch-up before giving up when retention or a snapshot keeps moving.
 const MAX_ROUNDS: usize = 10;
-
-/// Checks a stream URL before any request: http(s), a path, no query or fragment, and where
-/// the path is one the protocol names a stream by, IDs by the protocol's rules.
-pub fn check_url(url: &str) -> Result<String, VfsError> {
-    let bad = |m: &str| VfsError::new(Kind::InvalidUrl, format!("{url:?}: {m}"));
-    if url.contains('?') || url.contains('#') {
-        return Err(bad("a stream URL must not have a query or a fragment"));
-    }
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| bad("a stream URL must start with http:// or https://"))?;
-    let (host, path) = rest
-        .split_once('/')
-        .ok_or_else(|| bad("a stream URL needs a /bucket/stream path"))?;
-    if host.is_empty() || path.trim_matches('/').is_empty() {
-        return Err(bad("a stream URL needs a host and a /bucket/stream path"));
-    }
-    check_stream_ids(path.trim_end_matches('/')).map_err(|e| {
-        VfsError::new(
-            Kind::InvalidName,
-            format!("{url:?}: the stream's name breaks the protocol's rules: {e}"),
-        )
-    })?;
-    Ok(url.trim_end_matches('/').to_owned())
-}
-
-/// The bucket and stream IDs of `/{bucket}/{stream}` or `/v1/stream/{name}` (`path` without
-/// its leading `/`), checked as the server checks them, so a bad name fails before any
-/// request. A longer path is left to the server: it may be a proxy's prefix, whose first
-/// segments are no IDs.
-fn check_stream_ids(path: &str) -> Result<(), IdError> {
-    let segments: Vec<&str> = path.split('/').collect();
-    if !matches!(segments.as_slice(), [_, _] | ["v1", "stream", _]) {
-        return Ok(());
-    }
-    path::parse(&format!("/{path}")).map(|_| ())
-}
-
-pub fn check_path(path: &str) -> Result<PathBuf, VfsError> {
-    if path.is_empty() || path == ":memory:" || path.starts_with("file:") {
-        return Err(VfsError::new(
-            Kind::InvalidArgument,
-            format!("{path:?} is not a plain file path: SQLite would not open the attached file"),
-        ));
-    }
-    Ok(registry::canonical(path))
-}
 
 /// Whether this process has any of the file's names open outside the extension.
 fn open_elsewhere(db: &Path) -> bool {
@@ -131,8 +82,8 @@ fn init_wal_mode(db: &Path) -> Result<(), VfsError> {
 /// it (`"-1"` for an empty stream).
 pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError> {
     let started = Instant::now();
-    let url = check_url(url)?;
-    let path = check_path(path)?;
+    let url = url::check_url(url)?;
+    let path = url::check_path(path)?;
     let reg = registry::global();
     // Held until the attach has bound the file or failed.
     let Some(_attaching) = reg.begin_attach(&path) else {
@@ -474,8 +425,10 @@ fn run(
             }
         }
         seq = 0;
+        // Not one of the spec's events: every writable attach claims, so at info every open
+        // would print a line.
         log::event(
-            log::Level::Info,
+            log::Level::Debug,
             "attach_claimed",
             &[
                 ("file", &path.display().to_string()),
@@ -521,40 +474,4 @@ fn run(
         h.db_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     }
     Ok((db, offset))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stream_urls_are_checked_before_any_request() {
-        assert_eq!(
-            check_url("http://h:1/demo/x/").map_err(|e| e.kind),
-            Ok("http://h:1/demo/x".to_owned())
-        );
-        for ok in [
-            "https://h/v1/stream/x",
-            "http://h/prefix/demo/x",
-            "http://h/demo/h%C3%A9llo",
-        ] {
-            assert!(check_url(ok).is_ok(), "{ok}");
-        }
-        for (bad, kind) in [
-            ("http://h/demo/x?a=1", Kind::InvalidUrl),
-            ("ftp://h/demo/x", Kind::InvalidUrl),
-            ("http://h/", Kind::InvalidUrl),
-            ("http://h/ab/x", Kind::InvalidName),
-            ("http://h/demo/a..b", Kind::InvalidName),
-            ("http://h/demo/a%2Fb", Kind::InvalidName),
-            ("http://h/v1/stream/$x", Kind::InvalidName),
-        ] {
-            assert_eq!(check_url(bad).map_err(|e| e.kind), Err(kind), "{bad}");
-        }
-        let e = check_url("http://h/demo/streams").expect_err("reserved");
-        assert!(
-            e.message.contains("stream ID \"streams\" is reserved"),
-            "{e}"
-        );
-    }
 }

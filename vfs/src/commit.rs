@@ -94,23 +94,26 @@ pub fn write_lock_changed(db: &Db, locked: bool) {
     cs.writer_active = locked;
 }
 
+/// The reason status gives (kind `unsupported`, action fix) for a write to the database file
+/// that is no checkpoint, which only a journal mode other than WAL makes.
+pub const JOURNAL_MODE_RULE: &str = "journal_mode must stay WAL: a write to the database file outside a checkpoint would bypass the stream";
+
+/// The code of every commit refused before it reached the stream, the setup refusals
+/// (`unsupported`) included: SQLITE_IOERR_AUTH, as the spec gives for writes refused before
+/// they reach the stream. The file is not poisoned; `status(file).error.action` says whether
+/// to retry (the layers in front of the stream) or to fix the setup or the transaction.
+pub const REFUSED: c_int = ffi::SQLITE_IOERR_AUTH;
+
+/// The backstop for a write to the database file that is no checkpoint: `PRAGMA
+/// journal_mode` is refused up front (see the shim's `SQLITE_FCNTL_PRAGMA`), but a spelling
+/// that never reaches this file's pragma hook, such as an unqualified one on a connection where
+/// the file is an ATTACHed schema, ends here.
 pub fn refuse_db_write(db: &Db) -> c_int {
     if db.read_only {
         return ffi::SQLITE_READONLY;
     }
-    log::event(
-        log::Level::Warn,
-        "journal_refused",
-        &[
-            ("file", &db.file()),
-            ("stream", &db.url),
-            (
-                "reason",
-                "a write to the database file outside a checkpoint",
-            ),
-        ],
-    );
-    ffi::SQLITE_IOERR_WRITE
+    db.refuse(Kind::Unsupported, JOURNAL_MODE_RULE);
+    REFUSED
 }
 
 /// Whether `data` is the image of page `pgno` in a committed frame of the current WAL.
@@ -205,12 +208,15 @@ pub fn wal_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_i
     if !cs.writer_active {
         // locking_mode=EXCLUSIVE keeps the WAL lock out of shared memory, where the
         // interception sees transactions begin and end.
-        db.refuse(Kind::Unsupported, "locking_mode=EXCLUSIVE is not supported");
-        return ffi::SQLITE_IOERR_WRITE;
+        db.refuse(
+            Kind::Unsupported,
+            "locking_mode=EXCLUSIVE is not supported: set PRAGMA locking_mode=NORMAL",
+        );
+        return REFUSED;
     }
     if off == 0 && WalHeader::parse(data).is_some_and(|h| h.page_size != PAGE_SIZE as u32) {
         db.refuse(Kind::Unsupported, "the page size must be 4096 bytes");
-        return ffi::SQLITE_IOERR_WRITE;
+        return REFUSED;
     }
     cs.overlay.insert(off, data.to_vec());
     let Some(frame) = sqlite_wal::frame_of_page(off, data.len()) else {
@@ -257,8 +263,10 @@ fn commit(
     let hdr_off = sqlite_wal::frame_offset(wal_frame);
     let db_pages = hdr.commit_size;
     if let Some(p) = db.health().poison.clone() {
+        // Not one of the spec's events: the poison was logged once as `poisoned`, and each
+        // later commit fails the same way.
         log::event(
-            log::Level::Warn,
+            log::Level::Debug,
             "commit_refused",
             &[("file", &db.file()), ("reason", &p.reason)],
         );
@@ -268,20 +276,11 @@ fn commit(
     if let Some(p1) = pages.get(&1)
         && !sqlite_wal::keeps_wal_and_4k(p1)
     {
-        log::event(
-            log::Level::Warn,
-            "journal_refused",
-            &[
-                ("file", &db.file()),
-                ("stream", &db.url),
-                ("reason", "a commit that leaves WAL mode or 4 KiB pages"),
-            ],
-        );
         db.refuse(
             Kind::Unsupported,
-            "journal_mode must stay WAL and the page size 4096",
+            "journal_mode must stay WAL and the page size 4096: the commit would leave them",
         );
-        return ffi::SQLITE_IOERR_AUTH;
+        return REFUSED;
     }
     let record = Record::Commit {
         db_pages,

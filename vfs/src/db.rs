@@ -35,6 +35,23 @@ pub struct Refused {
     pub reason: String,
 }
 
+impl Refused {
+    /// Whether the stream (or a layer in front of it) refuses writes: the spec's
+    /// `writes_refused`, which holds snapshots back and logs `writes_resumed` when it ends. A
+    /// transaction too large for one append, or a setup the extension does not support
+    /// (journal mode, page size, `locking_mode=EXCLUSIVE`), says nothing about the stream.
+    pub fn stream_refuses(&self) -> bool {
+        !matches!(self.kind, Kind::TooLarge | Kind::Unsupported)
+    }
+
+    /// A refusal of the setup, not of a write: the spec's `refused_kind` list (payment_required,
+    /// unauthorized, forbidden, rate_limited, too_large, not_applied, unreachable) has no
+    /// `unsupported`, so status reports it as an error of its own kind with action fix.
+    pub fn is_setup(&self) -> bool {
+        self.kind == Kind::Unsupported
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct CommitStat {
     pub bytes: u64,
@@ -256,11 +273,25 @@ impl Db {
         );
     }
 
-    /// Records a commit refused before it reached the stream.
+    /// Records a commit refused before it reached the stream. `Kind::Unsupported` is a setup
+    /// the extension refuses (see [`Refused::is_setup`]): logged as `journal_refused`, the
+    /// spec's event for a write that would bypass the WAL the stream replicates.
     pub fn refuse(&self, kind: Kind, reason: &str) {
         let mut h = self.health();
         let starting = h.refused.as_ref().is_none_or(|r| r.kind != kind);
-        if kind == Kind::PaymentRequired {
+        if kind == Kind::Unsupported {
+            if starting {
+                log::event(
+                    log::Level::Warn,
+                    "journal_refused",
+                    &[
+                        ("file", &self.file()),
+                        ("stream", &self.url),
+                        ("reason", reason),
+                    ],
+                );
+            }
+        } else if kind == Kind::PaymentRequired {
             let first = h.payment.is_none();
             h.payment = Some(reason.to_owned());
             if first {
@@ -300,7 +331,7 @@ impl Db {
     pub fn record_commit(&self, offset: Offset, frame_bytes: u64, stat: CommitStat, retries: u64) {
         let mut h = self.health();
         let resumed =
-            h.refused.as_ref().is_some_and(|r| r.kind != Kind::TooLarge) || h.payment.is_some();
+            h.refused.as_ref().is_some_and(Refused::stream_refuses) || h.payment.is_some();
         h.offset = Some(offset);
         h.refused = None;
         h.payment = None;
@@ -339,9 +370,13 @@ impl Db {
     pub fn status_json(&self, snapshot_min_bytes: u64) -> serde_json::Value {
         let h = self.health();
         let poisoned = h.poison.is_some();
+        // writes_refused and refused_kind report only the spec's kinds of refused writes.
+        let write_refusal = h.refused.as_ref().filter(|r| !poisoned && !r.is_setup());
         let error = if let Some(p) = &h.poison {
             json!({ "kind": p.kind.as_str(), "action": p.kind.poison_action(), "message": p.reason })
-        } else if let Some(r) = &h.refused {
+        } else if let Some(r) = h.refused.as_ref().filter(|r| r.is_setup()) {
+            json!({ "kind": r.kind.as_str(), "action": Action::Fix, "message": r.reason })
+        } else if let Some(r) = write_refusal {
             let action = if r.kind == Kind::TooLarge {
                 Action::Fix
             } else {
@@ -358,9 +393,9 @@ impl Db {
             "fenced": h.poison.as_ref().is_some_and(|p| p.fenced),
             "reason": h.poison.as_ref().map(|p| p.reason.clone()),
             "read_only": self.read_only,
-            "writes_refused": !poisoned && h.refused.is_some(),
-            "refused_kind": if poisoned { None } else { h.refused.as_ref().map(|r| r.kind.as_str()) },
-            "refused_reason": if poisoned { None } else { h.refused.as_ref().map(|r| r.reason.clone()) },
+            "writes_refused": write_refusal.is_some(),
+            "refused_kind": write_refusal.map(|r| r.kind.as_str()),
+            "refused_reason": write_refusal.map(|r| r.reason.clone()),
             "payment_required": !poisoned && h.payment.is_some(),
             "payment_reason": if poisoned { None } else { h.payment.clone() },
             "snapshot": offset_text::to_text(h.snapshot),

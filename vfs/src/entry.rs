@@ -74,12 +74,8 @@ pub unsafe fn init(
     });
     match result {
         Ok(rc) => rc,
-        Err(_) => {
-            log::event(
-                log::Level::Error,
-                "panic",
-                &[("entry", "sqlite3_extension_init")],
-            );
+        Err(p) => {
+            log::panic("sqlite3_extension_init", p.as_ref());
             ffi::SQLITE_ERROR
         }
     }

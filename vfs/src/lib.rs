@@ -7,7 +7,7 @@
 //! - [`shim`]: the `ursula` VFS, a shim over `unix`: the FFI with SQLite, and the only place
 //!   besides [`entry`] with `unsafe`. It hands attached files' writes to [`commit`] through
 //!   the [`commit::RealFile`] trait.
-//! - [`attach`]: local-file checks, catch-up, claim.
+//! - [`attach`]: local-file checks, catch-up, claim; [`url`]: its checks of the URL and path.
 //! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
 //! - [`snapshot`]: the per-database snapshot thread.
 //! - [`append`]: appending frames and the refusal table.
@@ -17,6 +17,7 @@
 //! - [`client`], [`token`], [`dns`]: the HTTP client, bearer tokens, name resolution.
 //! - [`sqlite_wal`]: SQLite's `-wal` layout (header, frame headers) and WAL mode on page 1.
 //! - [`format`]: frame, snapshot and sidecar layouts (see `docs/sqlite-vfs.md`).
+//! - [`pragma`]: PRAGMAs refused before they run (`journal_mode` away from WAL).
 //! - [`settings`], [`log`], [`error`]: env vars, logfmt events, failure kinds.
 
 pub mod append;
@@ -31,6 +32,7 @@ pub mod error;
 pub mod format;
 pub mod local;
 pub mod log;
+pub mod pragma;
 pub mod registry;
 pub mod replay;
 pub mod settings;
@@ -40,6 +42,7 @@ pub mod snapshot;
 pub mod sql;
 pub mod sqlite_wal;
 pub mod token;
+pub mod url;
 
 use std::os::raw::c_char;
 use std::os::raw::c_int;

@@ -123,16 +123,7 @@ fn guarded<F: FnOnce() -> c_int>(entry: &str, on_panic: c_int, f: F) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(rc) => rc,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            log::event(
-                log::Level::Error,
-                "panic",
-                &[("entry", entry), ("message", &msg)],
-            );
+            log::panic(entry, p.as_ref());
             on_panic
         }
     }
@@ -443,10 +434,70 @@ unsafe extern "C" fn x_file_control(
 ) -> c_int {
     guarded("xFileControl", ffi::SQLITE_ERROR, || unsafe {
         let s = shim(f);
+        if op == ffi::SQLITE_FCNTL_PRAGMA
+            && let (ROLE_MAIN, Some(db)) = (s.role, db_of(s))
+            && let Some(rc) = refuse_pragma(db, arg as *mut *mut c_char)
+        {
+            return rc;
+        }
         real_methods(s)
             .xFileControl
             .map_or(ffi::SQLITE_NOTFOUND, |x| x(s.real, op, arg))
     })
+}
+
+/// `SQLITE_FCNTL_PRAGMA` on an attached file: `argv` is SQLite's `[out, name, value]`. A
+/// refused PRAGMA gets its message in `argv[0]` (SQLite frees it) and fails the statement
+/// with SQLITE_ERROR while it is prepared, before it changed anything: the same code SQLite
+/// gives its own refusal of a journal mode change inside a transaction. `None` passes the
+/// PRAGMA on.
+///
+/// # Safety
+/// `argv` must be the array SQLite passes with `SQLITE_FCNTL_PRAGMA`.
+unsafe fn refuse_pragma(db: &Db, argv: *mut *mut c_char) -> Option<c_int> {
+    if argv.is_null() {
+        return None;
+    }
+    // SAFETY: SQLite's array has three entries; the name is set, the value may be null.
+    let (name, value) = unsafe { (*argv.add(1), *argv.add(2)) };
+    let text = |p: *mut c_char| {
+        // SAFETY: non-null entries are NUL-terminated strings SQLite owns for the call.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    let name = text(name)?;
+    let message = crate::pragma::refusal(&name, text(value).as_deref())?;
+    log::event(
+        log::Level::Warn,
+        "journal_refused",
+        &[
+            ("file", &db.file()),
+            ("stream", &db.url),
+            // The message without its `sqlite-ursula-vfs: <kind>: `, which the line says already.
+            ("reason", message.splitn(3, ": ").nth(2).unwrap_or(&message)),
+        ],
+    );
+    // SAFETY: argv[0] is SQLite's out slot; the copy comes from SQLite's allocator, which
+    // frees it.
+    unsafe { *argv = sqlite_string(&message) };
+    Some(ffi::SQLITE_ERROR)
+}
+
+/// `text` copied into memory from SQLite's allocator, NUL-terminated; null when out of memory.
+fn sqlite_string(text: &str) -> *mut c_char {
+    let bytes = text.replace('\0', " ");
+    let len = bytes.len() + 1;
+    let Ok(n) = c_int::try_from(len) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: a fresh allocation of `len` bytes, filled with the text and a NUL.
+    unsafe {
+        let p = ffi::sqlite3_malloc(n) as *mut u8;
+        if !p.is_null() {
+            ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+            *p.add(bytes.len()) = 0;
+        }
+        p as *mut c_char
+    }
 }
 
 unsafe extern "C" fn x_sector_size(f: *mut ffi::sqlite3_file) -> c_int {

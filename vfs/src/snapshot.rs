@@ -20,7 +20,6 @@ use crate::client::Method;
 use crate::client::Request;
 use crate::db::Db;
 use crate::db::SnapshotStat;
-use crate::error::Kind;
 use crate::format;
 use crate::format::PAGE_SIZE;
 use crate::log;
@@ -39,11 +38,15 @@ pub fn start(db: Arc<Db>) {
         .name("ursula-snapshot".into())
         .spawn(move || {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&db)));
-            if result.is_err() {
+            if let Err(p) = result {
                 log::event(
                     log::Level::Error,
                     "snapshot_thread_panicked",
-                    &[("file", &db.file()), ("stream", &db.url)],
+                    &[
+                        ("file", &db.file()),
+                        ("stream", &db.url),
+                        ("message", &log::panic_message(p.as_ref())),
+                    ],
                 );
             }
         });
@@ -59,8 +62,11 @@ pub fn start(db: Arc<Db>) {
 fn due(db: &Db) -> bool {
     let min = settings::get().snapshot_min_bytes;
     let h = db.health();
-    let refused =
-        h.refused.as_ref().is_some_and(|r| r.kind != Kind::TooLarge) || h.payment.is_some();
+    let refused = h
+        .refused
+        .as_ref()
+        .is_some_and(crate::db::Refused::stream_refuses)
+        || h.payment.is_some();
     h.poison.is_none() && !refused && h.log_bytes > h.db_bytes.max(min)
 }
 

@@ -61,8 +61,8 @@ fn attached(function: &str, path: &str) -> rusqlite::Result<std::sync::Arc<crate
 fn guard<T>(name: &str, f: impl FnOnce() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(_) => {
-            crate::log::event(crate::log::Level::Error, "panic", &[("entry", name)]);
+        Err(p) => {
+            crate::log::panic(name, p.as_ref());
             Err(fail(
                 name,
                 &VfsError::new(

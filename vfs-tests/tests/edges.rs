@@ -1,0 +1,185 @@
+//! The rough edges a new user meets, through a real SQLite and server: a journal_mode change,
+//! EXCLUSIVE locking, URLs that name no stream, and which log lines print by default.
+
+use std::process::Command;
+
+use rusqlite::Connection;
+use ursula_vfs_tests::server::Server;
+use ursula_vfs_tests::sqlite::attach;
+use ursula_vfs_tests::sqlite::bodies;
+use ursula_vfs_tests::sqlite::code;
+use ursula_vfs_tests::sqlite::control;
+use ursula_vfs_tests::sqlite::status;
+
+const SQLITE_ERROR: i32 = 1;
+const IOERR_AUTH: i32 = 7178;
+
+fn journal_mode(db: &Connection) -> String {
+    db.query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .expect("journal_mode")
+}
+
+#[test]
+fn leaving_wal_is_refused_before_it_runs_and_the_connection_stays_usable() {
+    let server = Server::start();
+    let url = format!("{}/demo/journal", server.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &url).expect("attach");
+    let db = Connection::open(&path).expect("open");
+    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+        .expect("create");
+    for mode in ["DELETE", "MEMORY", "OFF", "TRUNCATE", "PERSIST"] {
+        let err = db
+            .execute_batch(&format!("PRAGMA journal_mode={mode}"))
+            .expect_err("refused");
+        assert_eq!(code(&err), SQLITE_ERROR, "{mode}: {err}");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "sqlite-ursula-vfs: unsupported: PRAGMA journal_mode={} refused: journal_mode must stay WAL",
+                mode.to_lowercase()
+            )),
+            "{mode}: {err}"
+        );
+        // The connection is as it was: it reads, it commits, and it is in WAL mode.
+        assert_eq!(journal_mode(&db), "wal", "{mode}");
+        db.execute("INSERT INTO notes(body) VALUES (?1)", [mode])
+            .expect("a commit after the refusal");
+    }
+    assert_eq!(
+        bodies(&db),
+        vec!["DELETE", "MEMORY", "OFF", "TRUNCATE", "PERSIST"]
+    );
+    let st = status(&ctl, &path);
+    assert_eq!(st["error"], serde_json::Value::Null, "{st}");
+    assert_eq!(st["commits"], 6, "{st}");
+    // The rows are in the stream: a rebuild elsewhere holds them.
+    let other = dir.path().join("b.db");
+    attach(&ctl, &other, &url).expect("rebuild");
+    assert_eq!(bodies(&Connection::open(&other).expect("open b")).len(), 5);
+}
+
+#[test]
+fn exclusive_locking_is_unsupported_with_action_fix_and_no_refused_kind() {
+    let server = Server::start();
+    let url = format!("{}/demo/exclusive", server.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &url).expect("attach");
+    let db = Connection::open(&path).expect("open");
+    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+        .expect("create");
+    db.execute_batch("PRAGMA locking_mode=EXCLUSIVE")
+        .expect("pragma");
+    let err = db
+        .execute("INSERT INTO notes(body) VALUES ('x')", [])
+        .expect_err("refused");
+    assert_eq!(code(&err), IOERR_AUTH, "{err}");
+    let st = status(&ctl, &path);
+    assert_eq!(st["error"]["kind"], "unsupported", "{st}");
+    assert_eq!(st["error"]["action"], "fix", "{st}");
+    assert!(
+        st["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("locking_mode=EXCLUSIVE is not supported")),
+        "{st}"
+    );
+    assert_eq!(st["writes_refused"], false, "{st}");
+    assert_eq!(st["refused_kind"], serde_json::Value::Null, "{st}");
+    assert_eq!(st["poisoned"], false, "{st}");
+    assert!(
+        bodies(&db).is_empty(),
+        "reads work, the row was rolled back"
+    );
+}
+
+#[test]
+fn urls_that_name_no_stream_are_refused_before_any_request_naming_the_rule() {
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nothing listens on port 1: a request would fail as unreachable, not as these kinds.
+    for (url, kind, says) in [
+        (
+            "http://127.0.0.1:1/demo",
+            "invalid_url",
+            "names only the bucket \"demo\"",
+        ),
+        (
+            "http://127.0.0.1:1/demo/a/b",
+            "invalid_url",
+            "has 3 segments, which the server reads as the stream demo/a and its subresource b",
+        ),
+        (
+            "http://127.0.0.1:1/De/notes",
+            "invalid_name",
+            "bucket ID must be 4-64 bytes of a-z, 0-9, '_' or '-'",
+        ),
+        (
+            "http://127.0.0.1:1/ab/notes",
+            "invalid_name",
+            "bucket ID must be 4-64 bytes of a-z, 0-9, '_' or '-'",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let err = attach(&ctl, &dir.path().join("a.db"), url).expect_err(url);
+        let m = err.to_string();
+        assert!(
+            m.starts_with(&format!("ursula_attach: {kind}: ")),
+            "{url}: {m}"
+        );
+        assert!(m.contains(says), "{url}: {m}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{url}"
+        );
+    }
+}
+
+/// Runs this test binary's `child_attaches` with `env`, returning its stderr.
+fn child_stderr(env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args(["--exact", "child_attaches", "--nocapture"])
+        .env("URSULA_CHILD_ATTACH", "1")
+        .env_remove("URSULA_VFS_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run child");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Child side of the log test: one writable attach and a commit.
+#[test]
+fn child_attaches() {
+    if std::env::var("URSULA_CHILD_ATTACH").is_err() {
+        return;
+    }
+    let server = Server::start();
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &format!("{}/demo/logs", server.base())).expect("attach");
+    let db = Connection::open(&path).expect("open");
+    db.execute("CREATE TABLE t(x)", []).expect("create");
+    eprintln!("child done");
+}
+
+#[test]
+fn events_outside_the_specs_list_print_only_at_debug() {
+    let quiet = child_stderr(&[]);
+    assert!(quiet.contains("child done"), "{quiet}");
+    assert!(!quiet.contains("sqlite-ursula-vfs"), "{quiet}");
+    let loud = child_stderr(&[("URSULA_VFS_LOG", "debug")]);
+    assert!(
+        loud.contains("sqlite-ursula-vfs level=debug event=attach_claimed"),
+        "{loud}"
+    );
+    let junk = child_stderr(&[("URSULA_VFS_LOG", "loud")]);
+    assert!(
+        junk.contains("event=setting_adjusted setting=URSULA_VFS_LOG value=loud used=info"),
+        "{junk}"
+    );
+    assert!(!junk.contains("attach_claimed"), "{junk}");
+}
