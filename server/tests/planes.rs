@@ -86,7 +86,8 @@ fn a_taken_admin_port_refuses_the_start_by_name_and_off_serves_no_admin_plane() 
     // `--admin-listen off` wins over the file: the node starts and binds no admin port.
     args.extend(["--admin-listen".into(), "off".into()]);
     let node = Proc::start(port, args, dir.join("node.log"));
-    assert_eq!(status("GET", &node.url("/__ursula/ready"), &[]).0, 200);
+    // Ready once its groups have elected: a fresh Raft node answers 503 until then.
+    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
     drop(taken);
     std::thread::sleep(Duration::from_millis(200));
     assert!(
