@@ -73,15 +73,8 @@ pub fn body(bytes: impl Into<Bytes>) -> GatewayBody {
 /// and the marker when `mark` says so. The vouch is added on the way out like everywhere.
 pub fn refusal(kind: GatewayRefusal, mark: Mark, message: &str) -> Response<GatewayBody> {
     let status = kind.status();
-    let text = serde_json::json!({ "error": kind.token(), "message": message }).to_string();
-    let mut resp = Response::new(body(text));
-    *resp.status_mut() = status;
+    let mut resp = json_error(status, kind.token(), message);
     let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if status == StatusCode::SERVICE_UNAVAILABLE {
         headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
@@ -93,29 +86,25 @@ pub fn refusal(kind: GatewayRefusal, mark: Mark, message: &str) -> Response<Gate
 
 /// A `404` for a path the gateway does not serve or forward.
 pub fn not_found(message: &str) -> Response<GatewayBody> {
-    let text = serde_json::json!({ "error": "NotFound", "message": message }).to_string();
-    let mut resp = Response::new(body(text));
-    *resp.status_mut() = StatusCode::NOT_FOUND;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
+    json_error(StatusCode::NOT_FOUND, "NotFound", message)
 }
 
 /// An unmarked `502`: the request was sent and the exchange then failed, so it may have applied.
 pub fn bad_gateway(message: &str) -> Response<GatewayBody> {
-    let text = serde_json::json!({ "error": "UpstreamFailed", "message": message }).to_string();
+    json_error(StatusCode::BAD_GATEWAY, "UpstreamFailed", message)
+}
+
+/// The gateway's own answers: `{"error", "message"}` as JSON, never cached.
+fn json_error(status: StatusCode, error: &str, message: &str) -> Response<GatewayBody> {
+    let text = serde_json::json!({ "error": error, "message": message }).to_string();
     let mut resp = Response::new(body(text));
-    *resp.status_mut() = StatusCode::BAD_GATEWAY;
-    resp.headers_mut().insert(
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    resp.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
 
