@@ -13,7 +13,7 @@ import {
   UrsulaWriteRefusedError,
 } from "../index.js";
 import { fileNameFor } from "../src/naming.js";
-import { runNode, startProxy, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
+import { rows, runNode, startProxy, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 import { freePort, startServer } from "./helpers/server.mjs";
 
 process.env.URSULA_VFS_RETRY_MS = "1000";
@@ -31,11 +31,6 @@ after(async () => {
   proxy?.stop();
   await server?.stop();
 });
-
-/** The rows of `sql`, as plain objects (node:sqlite gives null-prototype ones). */
-function rows(db, sql) {
-  return db.prepare(sql).all().map((r) => ({ ...r }));
-}
 
 function setupError(e, kind) {
   assert.ok(e instanceof UrsulaSetupError, `${e?.stack}`);

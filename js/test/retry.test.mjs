@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { open, openAsync, UrsulaWriteRefusedError } from "../index.js";
-import { startProxy, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
+import { rows, startProxy, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 import { freePort, startServer } from "./helpers/server.mjs";
 
 // A budget no open below may spend: a refused connection must not wait for it.
@@ -20,11 +20,6 @@ after(async () => {
   proxy?.stop();
   await server?.stop();
 });
-
-/** The rows of `sql`, as plain objects (node:sqlite gives null-prototype ones). */
-function rows(db, sql) {
-  return db.prepare(sql).all().map((r) => ({ ...r }));
-}
 
 function unreachable(e) {
   assert.ok(e instanceof UrsulaWriteRefusedError, e.stack);

@@ -123,3 +123,8 @@ export function thrown(f) {
   }
   throw new Error("expected a throw");
 }
+
+/** The rows of `sql`, as plain objects (node:sqlite gives null-prototype ones). */
+export function rows(db, sql) {
+  return db.prepare(sql).all().map((r) => ({ ...r }));
+}
