@@ -28,9 +28,17 @@ function attachArgs(fn, file, streamUrl, options) {
   if (options === null || typeof options !== "object") {
     throw setupError(fn, "invalid_argument", "options must be an object");
   }
+  return [file, streamUrl, attachMode(fn, options)];
+}
+
+/**
+ * The extension's attach mode for these options (`ursula_attach`'s third argument, `""` for
+ * the owner): the extension parses it, so the SQL form and the package accept the same modes.
+ */
+export function attachMode(fn, options) {
   const { readOnly = false } = options;
   if (typeof readOnly !== "boolean") throw setupError(fn, "invalid_argument", "readOnly must be a boolean");
-  return [file, streamUrl, readOnly];
+  return readOnly ? "read_only" : "";
 }
 
 /** The health and offsets of an attached file (`ursula_status`). */

@@ -67,9 +67,9 @@ function addonBackend(addon) {
   };
   return {
     kind: "addon",
-    attach: (file, url, readOnly) => call(addon.attach(file, url, readOnly)),
+    attach: (file, url, mode) => call(addon.attach(file, url, mode)),
     // napi async work: the attach runs on libuv's thread pool, the event loop keeps running.
-    attachAsync: async (file, url, readOnly) => call(await addon.attachAsync(file, url, readOnly)),
+    attachAsync: async (file, url, mode) => call(await addon.attachAsync(file, url, mode)),
     status: (file) => call(addon.status(file)),
     drainStats: (file) => call(addon.drainStats(file)),
     setToken: (token) => {
@@ -87,16 +87,13 @@ function sqlBackend(db) {
       throw error;
     }
   };
-  const attach = (file, url, readOnly) =>
-    readOnly
-      ? one("SELECT ursula_attach(?, ?, 'read_only') AS r", file, url)
-      : one("SELECT ursula_attach(?, ?) AS r", file, url);
+  const attach = (file, url, mode) => one("SELECT ursula_attach(?, ?, ?) AS r", file, url, mode);
   return {
     kind: "sql",
     attach,
     // A SQL function runs on the thread that steps it: a plain extension has no thread to hand
     // the attach to, so the promise settles only after the attach ran on the event loop.
-    attachAsync: async (file, url, readOnly) => attach(file, url, readOnly),
+    attachAsync: async (file, url, mode) => attach(file, url, mode),
     status: (file) => JSON.parse(one("SELECT ursula_status(?) AS r", file)),
     drainStats: (file) => JSON.parse(one("SELECT ursula_stats(?) AS r", file)),
     setToken: (token) => {

@@ -2,7 +2,7 @@
 // node:sqlite DatabaseSync whose statements throw Ursula errors.
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { attach, attachAsync } from "./api.js";
+import { attach, attachAsync, attachMode } from "./api.js";
 import { classifyStatementError, isSqliteError, setupError, UrsulaError } from "./errors.js";
 import { defaultDir, fileNameFor, normalizeStreamUrl } from "./naming.js";
 import { native } from "./native.js";
@@ -59,11 +59,11 @@ export function open(streamUrl, options = {}) {
   if (plan.file !== null) {
     file = plan.file;
     unlessOpening(file);
-    attach(file, plan.url, { readOnly: plan.readOnly });
+    attach(file, plan.url, plan.attachOptions);
   } else {
     file = attachReader(plan.where, streamUrl, plan.url, (f) => {
       unlessOpening(f);
-      attach(f, plan.url, { readOnly: true });
+      attach(f, plan.url, plan.attachOptions);
     });
   }
   return finish(plan, file);
@@ -79,7 +79,7 @@ export async function openAsync(streamUrl, options = {}) {
   if (plan.file !== null) {
     const file = plan.file;
     return opening(file, async () => {
-      await attachAsync(file, plan.url, { readOnly: plan.readOnly });
+      await attachAsync(file, plan.url, plan.attachOptions);
       return finish(plan, file);
     });
   }
@@ -88,7 +88,7 @@ export async function openAsync(streamUrl, options = {}) {
     if (pending.has(file)) continue;
     try {
       return await opening(file, async () => {
-        await attachAsync(file, plan.url, { readOnly: true });
+        await attachAsync(file, plan.url, plan.attachOptions);
         return finish(plan, file);
       });
     } catch (e) {
@@ -153,7 +153,17 @@ function prepare(fn, streamUrl, options) {
   }
   // node:sqlite checks its options when it constructs: do that before anything is attached.
   new DatabaseSync(":memory:", { ...sqliteOptions, readOnly, open: false });
-  const plan = { sqliteOptions, readOnly, openNow: sqliteOptions.open !== false, file: null, where: null, url: null };
+  const attachOptions = { readOnly };
+  attachMode(fn, attachOptions);
+  const plan = {
+    sqliteOptions,
+    readOnly,
+    attachOptions,
+    openNow: sqliteOptions.open !== false,
+    file: null,
+    where: null,
+    url: null,
+  };
   if (path !== undefined) {
     // With path, the URL goes to the extension as given.
     return { ...plan, file: resolve(path), url: streamUrl };

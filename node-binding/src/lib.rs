@@ -37,6 +37,7 @@ use sqlite_ursula_vfs::db::Db;
 use sqlite_ursula_vfs::error::Kind;
 use sqlite_ursula_vfs::error::SQLITE_ERROR;
 use sqlite_ursula_vfs::error::VfsError;
+use sqlite_ursula_vfs::mode::Mode;
 use sqlite_ursula_vfs::registry;
 use sqlite_ursula_vfs::settings;
 use sqlite_ursula_vfs::token;
@@ -146,15 +147,17 @@ fn attached(function: &str, path: &str) -> Result<Arc<Db>, Failure> {
     })
 }
 
-/// `ursula_attach(path, url[, 'read_only'])`: `{"ok": "<offset>"}`.
+/// `ursula_attach(path, url, mode)`: `{"ok": "<offset>"}`. `mode` is the SQL function's third
+/// argument (`''` for the owner), parsed by the extension so both forms accept the same modes.
 #[napi]
-pub fn attach(path: String, url: String, read_only: bool) -> String {
-    attach_json(&path, &url, read_only)
+pub fn attach(path: String, url: String, mode: String) -> String {
+    attach_json(&path, &url, &mode)
 }
 
-fn attach_json(path: &str, url: &str, read_only: bool) -> String {
+fn attach_json(path: &str, url: &str, mode: &str) -> String {
     call("ursula_attach", || {
-        attach::attach(path, url, read_only)
+        let mode = Mode::parse(mode).map_err(|e| Failure::of("ursula_attach", &e))?;
+        attach::attach(path, url, mode)
             .map(Value::String)
             .map_err(|e| Failure::of("ursula_attach", &e))
     })
@@ -164,7 +167,7 @@ fn attach_json(path: &str, url: &str, read_only: bool) -> String {
 pub struct AttachTask {
     path: String,
     url: String,
-    read_only: bool,
+    mode: String,
 }
 
 impl Task for AttachTask {
@@ -174,7 +177,7 @@ impl Task for AttachTask {
     /// On a pool thread. Every failure, a panic included, is in the JSON, as for `attach`, so
     /// the promise always resolves and JavaScript builds the one kind of error either way.
     fn compute(&mut self) -> napi::Result<String> {
-        Ok(attach_json(&self.path, &self.url, self.read_only))
+        Ok(attach_json(&self.path, &self.url, &self.mode))
     }
 
     fn resolve(&mut self, _env: Env, output: String) -> napi::Result<String> {
@@ -184,12 +187,8 @@ impl Task for AttachTask {
 
 /// `attach` off the event loop: a promise of the same JSON.
 #[napi(js_name = "attachAsync")]
-pub fn attach_async(path: String, url: String, read_only: bool) -> AsyncTask<AttachTask> {
-    AsyncTask::new(AttachTask {
-        path,
-        url,
-        read_only,
-    })
+pub fn attach_async(path: String, url: String, mode: String) -> AsyncTask<AttachTask> {
+    AsyncTask::new(AttachTask { path, url, mode })
 }
 
 /// `ursula_status(path)`: `{"ok": {...status}}`.

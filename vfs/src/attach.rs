@@ -18,6 +18,7 @@ use crate::format::Sidecar;
 use crate::format::offset_text;
 use crate::local;
 use crate::log;
+use crate::mode::Mode;
 use crate::registry;
 use crate::registry::sibling;
 use crate::replay;
@@ -78,10 +79,11 @@ fn init_wal_mode(db: &Path) -> Result<(), VfsError> {
     Ok(())
 }
 
-/// `ursula_attach(path, url[, 'read_only'])`: the offset the file reflects, as the server wrote
-/// it (`"-1"` for an empty stream).
-pub fn attach(path: &str, url: &str, read_only: bool) -> Result<String, VfsError> {
+/// `ursula_attach(path, url[, mode])`: the offset the file reflects, as the server wrote it
+/// (`"-1"` for an empty stream).
+pub fn attach(path: &str, url: &str, mode: Mode) -> Result<String, VfsError> {
     let started = Instant::now();
+    let read_only = !mode.writes();
     let url = url::check_url(url)?;
     let path = url::check_path(path)?;
     let reg = registry::global();

@@ -7,7 +7,8 @@
 //! - [`shim`]: the `ursula` VFS, a shim over `unix`: the FFI with SQLite, and the only place
 //!   besides [`entry`] with `unsafe`. It hands attached files' writes to [`commit`] through
 //!   the [`commit::RealFile`] trait.
-//! - [`attach`]: local-file checks, catch-up, claim; [`url`]: its checks of the URL and path.
+//! - [`attach`]: local-file checks, catch-up, claim; [`url`]: its checks of the URL and path;
+//!   [`mode`]: owner or one of the read-only modes.
 //! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
 //! - [`snapshot`]: the per-database snapshot thread.
 //! - [`append`]: appending frames and the refusal table.
@@ -32,6 +33,7 @@ pub mod error;
 pub mod format;
 pub mod local;
 pub mod log;
+pub mod mode;
 pub mod pragma;
 pub mod registry;
 pub mod replay;

@@ -8,6 +8,7 @@ use rusqlite::functions::FunctionFlags;
 use crate::attach;
 use crate::error::Kind;
 use crate::error::VfsError;
+use crate::mode::Mode;
 use crate::registry;
 use crate::settings;
 use crate::token;
@@ -82,27 +83,16 @@ pub fn register(conn: &Connection) -> rusqlite::Result<()> {
             if !(2..=3).contains(&ctx.len()) {
                 return Err(fail(
                     f,
-                    &VfsError::new(Kind::InvalidArgument, "takes (path, url[, 'read_only'])"),
+                    &VfsError::new(Kind::InvalidArgument, "takes (path, url[, mode])"),
                 ));
             }
             let path = text_arg(ctx, 0, f)?;
             let url = text_arg(ctx, 1, f)?;
-            let read_only = match ctx.len() {
-                3 => match text_arg(ctx, 2, f)?.as_str() {
-                    "read_only" => true,
-                    other => {
-                        return Err(fail(
-                            f,
-                            &VfsError::new(
-                                Kind::InvalidArgument,
-                                format!("unknown mode {other:?}; the only mode is 'read_only'"),
-                            ),
-                        ));
-                    }
-                },
-                _ => false,
+            let mode = match ctx.len() {
+                3 => Mode::parse(&text_arg(ctx, 2, f)?).map_err(|e| fail(f, &e))?,
+                _ => Mode::Owner,
             };
-            attach::attach(&path, &url, read_only).map_err(|e| fail(f, &e))
+            attach::attach(&path, &url, mode).map_err(|e| fail(f, &e))
         })
     })?;
     conn.create_scalar_function("ursula_status", 1, flags, |ctx| {
