@@ -87,6 +87,11 @@ export interface OpenOptions extends DatabaseSyncOptions {
   dir?: string;
   /** Attach read-only and open read-only, on a `-ro<n>` file of its own without `path`. */
   readOnly?: boolean;
+  /**
+   * With `readOnly`: a live read replica. After the catch-up the file keeps applying the
+   * owner's commits as they reach the stream; each read transaction sees whole commits only.
+   */
+  follow?: boolean;
 }
 
 /** Opens the database `streamUrl` replicates: attach, then `new DatabaseSync(file)`. */
@@ -102,6 +107,8 @@ export function openAsync(streamUrl: string, options?: OpenOptions): Promise<Dat
 export interface AttachOptions {
   /** Catch up without claiming the stream; every write fails with SQLITE_READONLY. */
   readOnly?: boolean;
+  /** With `readOnly`: keep applying the owner's commits (a live read replica). */
+  follow?: boolean;
 }
 
 /** Catches `file` up, claims the stream (unless read-only) and attaches it. */
@@ -156,6 +163,14 @@ export interface AttachStatus {
   readonly snapshot_bytes: number | null;
   /** Why writes fail now, null while they go through. */
   readonly error: AttachError | null;
+  /** A live read replica (`follow`) that still applies the owner's commits. */
+  readonly following: boolean;
+  /** A replica: the stream's tail as it last read it; null for other files. */
+  readonly tail: StreamOffset | null;
+  /** A replica: stream bytes between `offset` (applied) and `tail`; null for other files. */
+  readonly lag_bytes: number | null;
+  /** A replica: milliseconds since it last had applied all it read (0: caught up). */
+  readonly lag_ms: number | null;
 }
 
 export function status(file: string): AttachStatus;

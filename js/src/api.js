@@ -8,7 +8,7 @@ function checkFile(fn, file) {
 
 /**
  * Catches `file` up from the stream, claims the stream (unless `readOnly`) and attaches the
- * file. No connection to it may be open yet. Returns the stream offset the file reflects.
+ * file; with `follow` (and `readOnly`) it then keeps applying the owner's commits. No connection to it may be open yet. Returns the stream offset the file reflects.
  */
 export function attach(file, streamUrl, options = {}) {
   return native().attach(...attachArgs("attach", file, streamUrl, options));
@@ -36,8 +36,17 @@ function attachArgs(fn, file, streamUrl, options) {
  * the owner): the extension parses it, so the SQL form and the package accept the same modes.
  */
 export function attachMode(fn, options) {
-  const { readOnly = false } = options;
+  const { readOnly = false, follow = false } = options;
   if (typeof readOnly !== "boolean") throw setupError(fn, "invalid_argument", "readOnly must be a boolean");
+  if (typeof follow !== "boolean") throw setupError(fn, "invalid_argument", "follow must be a boolean");
+  if (follow && !readOnly) {
+    throw setupError(
+      fn,
+      "invalid_argument",
+      "follow makes a live read replica and needs readOnly: true; the owner of the stream already has every commit",
+    );
+  }
+  if (follow) return "follow";
   return readOnly ? "read_only" : "";
 }
 

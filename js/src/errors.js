@@ -214,6 +214,13 @@ export function classifyStatementError(error, readStatus, file) {
     const head = code === SQLITE_IOERR_READ ? "read refused, the file is fenced" : "commit not replicated";
     return new UrsulaFencedError(`${head}: ${reason}. ${STOP_TAIL}`, { ...d, action: "stop", fenced: true });
   }
+  if (code === SQLITE_IOERR_READ && s.read_only && s.following === false && failure.action === "reattach") {
+    // A live read replica whose stream was deleted, recreated or trimmed past it.
+    return new UrsulaReattachError(`read refused, the replica stopped following the stream: ${reason}. ${REATTACH_TAIL}`, {
+      ...d,
+      action: "reattach",
+    });
+  }
   if (code === SQLITE_IOERR_READ) return error;
   if (failure.action === "reattach") {
     return new UrsulaReattachError(`commit not replicated: ${reason}. ${REATTACH_TAIL}`, { ...d, action: "reattach" });

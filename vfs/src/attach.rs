@@ -83,7 +83,6 @@ fn init_wal_mode(db: &Path) -> Result<(), VfsError> {
 /// (`"-1"` for an empty stream).
 pub fn attach(path: &str, url: &str, mode: Mode) -> Result<String, VfsError> {
     let started = Instant::now();
-    let read_only = !mode.writes();
     let url = url::check_url(url)?;
     let path = url::check_path(path)?;
     let reg = registry::global();
@@ -179,9 +178,12 @@ pub fn attach(path: &str, url: &str, mode: Mode) -> Result<String, VfsError> {
     }
     // From here a failure leaves the file locked out until an attach succeeds.
     let created_sidecar = sidecar.is_none();
-    match run(&path, &url, read_only, sidecar, started) {
+    match run(&path, &url, mode, sidecar, started) {
         Ok((db, offset)) => {
             reg.set_attached(db.clone());
+            if db.follows {
+                crate::follow::start(db.clone());
+            }
             crate::snapshot::start(db);
             Ok(offset_text::to_text(offset))
         }
@@ -231,10 +233,11 @@ fn retry_head(path: &Path, url: &str, why: &VfsError) -> Result<Head, RunError> 
 fn run(
     path: &Path,
     url: &str,
-    read_only: bool,
+    mode: Mode,
     sidecar: Option<Sidecar>,
     started: Instant,
 ) -> Result<(Arc<Db>, Option<Offset>), RunError> {
+    let read_only = !mode.writes();
     let no_pages = |e: VfsError| (e, false);
     let head = match head_answer(url).map_err(no_pages)? {
         Some(h) => h,
@@ -454,12 +457,12 @@ fn run(
             true,
         )
     })?;
-    let db = Arc::new(Db::new(
-        path.to_path_buf(),
-        url.to_owned(),
-        read_only,
-        sc.clone(),
-    ));
+    let db = Db::new(path.to_path_buf(), url.to_owned(), read_only, sc.clone());
+    let db = Arc::new(if mode == Mode::Follow {
+        db.following()
+    } else {
+        db
+    });
     {
         let mut cs = db.commit_state();
         cs.seq = seq;

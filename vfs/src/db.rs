@@ -17,6 +17,7 @@ use crate::error::Action;
 use crate::error::Kind;
 use crate::format::Sidecar;
 use crate::format::offset_text;
+use crate::gate::ReadGate;
 use crate::log;
 
 /// Measurements kept between drains, per kind.
@@ -107,6 +108,29 @@ pub struct Health {
     pub checkpoint_stats: VecDeque<u64>,
     pub snapshot_stats: VecDeque<SnapshotStat>,
     pub dropped: Dropped,
+    /// A following replica: the follower thread runs.
+    pub following: bool,
+    /// A following replica: the stream's tail as the follower last read it.
+    pub tail: Option<Offset>,
+    /// A following replica: when it last had applied everything the stream held; `None`
+    /// before its first read.
+    pub caught_up_at: Option<Instant>,
+    /// A following replica: it has applied everything it read of the stream.
+    pub caught_up: bool,
+}
+
+/// Stream bytes between what a replica applied and the tail it last read.
+fn lag_bytes(applied: Option<Offset>, tail: Option<Offset>) -> u64 {
+    let at = applied.map_or(0, |o| o.0);
+    tail.map_or(0, |t| t.0.saturating_sub(at))
+}
+
+/// How long a replica has been behind the stream: 0 while it has applied all it read.
+fn lag_ms(h: &Health) -> u64 {
+    match (h.caught_up, h.caught_up_at) {
+        (false, Some(t)) => t.elapsed().as_millis() as u64,
+        _ => 0,
+    }
 }
 
 /// The WAL position the local files reflect.
@@ -179,6 +203,10 @@ pub struct Db {
     /// Set when the snapshot thread should look at the log.
     pub snapshot_wake: (Mutex<bool>, Condvar),
     pub closed: AtomicBool,
+    /// A following replica (`Mode::Follow`): commits keep arriving from the stream.
+    pub follows: bool,
+    /// Keeps read transactions and the follower's writes apart (only a follower uses it).
+    pub gate: ReadGate,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -219,11 +247,32 @@ impl Db {
                 checkpoint_stats: VecDeque::new(),
                 snapshot_stats: VecDeque::new(),
                 dropped: Dropped::default(),
+                following: false,
+                tail: None,
+                caught_up_at: None,
+                caught_up: false,
             }),
             open_files: AtomicUsize::new(0),
             snapshot_wake: (Mutex::new(false), Condvar::new()),
             closed: AtomicBool::new(false),
+            follows: false,
+            gate: ReadGate::default(),
         }
+    }
+
+    /// The same database as a following replica.
+    pub fn following(mut self) -> Db {
+        self.follows = true;
+        self
+    }
+
+    /// Whether new read transactions fail: a fenced owner no longer holds what the stream
+    /// does, and a replica that stopped following holds a stream that is gone or changed.
+    pub fn refuses_reads(&self) -> bool {
+        let h = self.health();
+        h.poison
+            .as_ref()
+            .is_some_and(|p| p.fenced || (self.follows && !h.following))
     }
 
     pub fn commit_state(&self) -> MutexGuard<'_, CommitState> {
@@ -373,7 +422,13 @@ impl Db {
         // writes_refused and refused_kind report only the spec's kinds of refused writes.
         let write_refusal = h.refused.as_ref().filter(|r| !poisoned && !r.is_setup());
         let error = if let Some(p) = &h.poison {
-            json!({ "kind": p.kind.as_str(), "action": p.kind.poison_action(), "message": p.reason })
+            // A replica that stopped following is rebuilt by attaching it again.
+            let action = if self.follows {
+                Action::Reattach
+            } else {
+                p.kind.poison_action()
+            };
+            json!({ "kind": p.kind.as_str(), "action": action, "message": p.reason })
         } else if let Some(r) = h.refused.as_ref().filter(|r| r.is_setup()) {
             json!({ "kind": r.kind.as_str(), "action": Action::Fix, "message": r.reason })
         } else if let Some(r) = write_refusal {
@@ -412,6 +467,10 @@ impl Db {
             "snapshot_error": h.snapshot_error,
             "snapshot_bytes": h.snapshot_bytes,
             "error": error,
+            "following": h.following,
+            "tail": self.follows.then(|| offset_text::to_text(h.tail)),
+            "lag_bytes": self.follows.then(|| lag_bytes(h.offset, h.tail)),
+            "lag_ms": self.follows.then(|| lag_ms(&h)),
         })
     }
 

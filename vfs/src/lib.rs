@@ -11,6 +11,8 @@
 //!   [`mode`]: owner or one of the read-only modes.
 //! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
 //! - [`snapshot`]: the per-database snapshot thread.
+//! - [`follow`]: the follower thread of a live read replica; [`gate`]: the read gate that
+//!   keeps its writes and read transactions apart.
 //! - [`append`]: appending frames and the refusal table.
 //! - [`replay`]: snapshot install and tail replay.
 //! - [`local`]: sidecar, boot id, WAL checks.
@@ -30,7 +32,9 @@ pub mod dns;
 #[allow(unsafe_code)]
 pub mod entry;
 pub mod error;
+pub mod follow;
 pub mod format;
+pub mod gate;
 pub mod local;
 pub mod log;
 pub mod mode;

@@ -6,7 +6,7 @@ use crate::error::Kind;
 use crate::error::VfsError;
 
 /// The mode names `ursula_attach(path, url, mode)` takes, in the order its error lists them.
-pub const NAMES: &str = "'read_only'";
+pub const NAMES: &str = "'read_only', 'follow'";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -14,6 +14,9 @@ pub enum Mode {
     Owner,
     /// Catches up once and claims nothing: the file holds the stream as of the attach.
     ReadOnly,
+    /// A live read replica: catches up, then keeps applying the owner's commits as they reach
+    /// the stream (see [`crate::follow`]). Claims nothing.
+    Follow,
 }
 
 impl Mode {
@@ -22,6 +25,7 @@ impl Mode {
         match text {
             "" => Ok(Mode::Owner),
             "read_only" => Ok(Mode::ReadOnly),
+            "follow" => Ok(Mode::Follow),
             other => Err(VfsError::new(
                 Kind::InvalidArgument,
                 format!("unknown mode {other:?}; the modes are {NAMES}"),
@@ -45,6 +49,8 @@ mod tests {
         assert_eq!(Mode::parse("read_only").expect("ro"), Mode::ReadOnly);
         assert!(Mode::Owner.writes());
         assert!(!Mode::ReadOnly.writes());
+        assert_eq!(Mode::parse("follow").expect("follow"), Mode::Follow);
+        assert!(!Mode::Follow.writes());
     }
 
     #[test]

@@ -233,6 +233,16 @@ pub fn install_snapshot(
     incarnation: Incarnation,
     offset: Offset,
 ) -> Result<format::SnapshotHeader, VfsError> {
+    let body = fetch_snapshot(url, incarnation, offset)?;
+    write_snapshot(db, &body)
+}
+
+/// The body of the snapshot at `offset`.
+pub fn fetch_snapshot(
+    url: &str,
+    incarnation: Incarnation,
+    offset: Offset,
+) -> Result<Vec<u8>, VfsError> {
     let a = get(&format!("{url}/snapshot/{offset}"), Some(incarnation), true)?;
     if a.status == 404 {
         // A newer publish replaced it.
@@ -247,7 +257,36 @@ pub fn install_snapshot(
             format!("reading snapshot {offset} answered {}", a.status),
         ));
     }
-    let mut r = &a.body[..];
+    Ok(a.body)
+}
+
+/// Checks a snapshot body whole (header, image size and checksum) without writing anything:
+/// a replica that is read from checks before it overwrites.
+pub fn check_snapshot(body: &[u8]) -> Result<(), VfsError> {
+    let mut r = body;
+    let h = format::read_snapshot_header(&mut r).map_err(format_err)?;
+    let mut dec = zstd::stream::read::Decoder::new(r)
+        .map_err(|e| VfsError::new(Kind::StreamState, format!("snapshot: {e}")))?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut page = vec![0u8; PAGE_SIZE];
+    for _ in 0..h.pages {
+        dec.read_exact(&mut page).map_err(|e| {
+            VfsError::new(Kind::StreamState, format!("snapshot image is short: {e}"))
+        })?;
+        hasher.update(&page);
+    }
+    if hasher.finalize() != h.crc {
+        return Err(VfsError::new(
+            Kind::StreamState,
+            "snapshot image checksum mismatch",
+        ));
+    }
+    Ok(())
+}
+
+/// Writes a snapshot body's image over the file; returns its header.
+pub fn write_snapshot(db: &File, body: &[u8]) -> Result<format::SnapshotHeader, VfsError> {
+    let mut r = body;
     let h = format::read_snapshot_header(&mut r).map_err(format_err)?;
     let mut dec = zstd::stream::read::Decoder::new(r)
         .map_err(|e| VfsError::new(Kind::StreamState, format!("snapshot: {e}")))?;

@@ -41,6 +41,9 @@ struct ShimFile {
     /// `Arc::into_raw` of the attached database, or null.
     db: *const Db,
     role: u8,
+    /// Shm lock slots this handle holds (bit n: slot n), kept for a following replica's read
+    /// gate: the handle is inside the gate while any is held.
+    shm_held: u8,
 }
 
 const HEADER: usize = (std::mem::size_of::<ShimFile>() + 15) & !15;
@@ -233,6 +236,7 @@ unsafe extern "C" fn x_open(
                 real: real_file,
                 db: db.map_or(ptr::null(), Arc::into_raw),
                 role,
+                shm_held: 0,
             },
         );
         ffi::SQLITE_OK
@@ -246,6 +250,10 @@ unsafe extern "C" fn x_close(f: *mut ffi::sqlite3_file) -> c_int {
         let rc = m.xClose.map_or(ffi::SQLITE_OK, |c| c(s.real));
         if !s.db.is_null() {
             let db = Arc::from_raw(s.db);
+            if s.shm_held != 0 {
+                s.shm_held = 0;
+                db.gate.leave();
+            }
             if s.role == ROLE_MAIN {
                 db.open_files.fetch_sub(1, Ordering::SeqCst);
             }
@@ -559,14 +567,38 @@ unsafe extern "C" fn x_shm_lock(
         };
         let locking = flags & ffi::SQLITE_SHM_LOCK != 0;
         let exclusive = flags & ffi::SQLITE_SHM_EXCLUSIVE != 0;
-        if let (ROLE_MAIN, Some(db)) = (s.role, db_of(s)) {
-            // A fenced file no longer holds what the stream does: new read transactions fail,
-            // one already open keeps its snapshot.
-            if locking && !exclusive && ofst >= WAL_READ_LOCK_FIRST && db.is_fenced() {
-                return ffi::SQLITE_IOERR_READ;
+        let follower = match (s.role, db_of(s)) {
+            (ROLE_MAIN, Some(db)) => {
+                // A fenced file no longer holds what the stream does, nor a replica that
+                // stopped following: new read transactions fail, one already open keeps its
+                // snapshot.
+                if locking && !exclusive && ofst >= WAL_READ_LOCK_FIRST && db.refuses_reads() {
+                    return ffi::SQLITE_IOERR_READ;
+                }
+                db.follows
             }
+            _ => false,
+        };
+        let slots = slot_bits(ofst, n);
+        let entering = follower && locking && s.shm_held == 0;
+        if entering && let Some(db) = db_of(s) {
+            db.gate.enter();
         }
         let rc = lock(s.real, ofst, n, flags);
+        if follower {
+            let before = s.shm_held;
+            if rc == ffi::SQLITE_OK {
+                s.shm_held = if locking {
+                    before | slots
+                } else {
+                    before & !slots
+                };
+            }
+            let left = (entering || before != 0) && s.shm_held == 0;
+            if left && let Some(db) = db_of(s) {
+                db.gate.leave();
+            }
+        }
         if rc == ffi::SQLITE_OK
             && exclusive
             && let (ROLE_MAIN, Some(db)) = (s.role, db_of(s))
@@ -576,6 +608,11 @@ unsafe extern "C" fn x_shm_lock(
         }
         rc
     })
+}
+
+/// The bits of shm lock slots `ofst..ofst + n` (SQLite has 8).
+fn slot_bits(ofst: c_int, n: c_int) -> u8 {
+    (ofst.max(0)..(ofst + n).min(8)).fold(0u8, |bits, slot| bits | (1 << slot))
 }
 
 unsafe extern "C" fn x_shm_barrier(f: *mut ffi::sqlite3_file) {
@@ -591,6 +628,13 @@ unsafe extern "C" fn x_shm_barrier(f: *mut ffi::sqlite3_file) {
 unsafe extern "C" fn x_shm_unmap(f: *mut ffi::sqlite3_file, delete: c_int) -> c_int {
     guarded("xShmUnmap", ffi::SQLITE_IOERR_SHMMAP, || unsafe {
         let s = shim(f);
+        // Unmapping releases every shm lock the handle held.
+        if s.shm_held != 0 {
+            s.shm_held = 0;
+            if let Some(db) = db_of(s) {
+                db.gate.leave();
+            }
+        }
         real_methods(s)
             .xShmUnmap
             .map_or(ffi::SQLITE_OK, |x| x(s.real, delete))

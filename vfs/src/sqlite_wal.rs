@@ -111,6 +111,49 @@ pub fn keeps_wal_and_4k(page1: &[u8]) -> bool {
     })
 }
 
+/// Bytes of one copy of the WAL-index header; the `-shm` file starts with two copies.
+pub const INDEX_HEADER_BYTES: usize = 48;
+
+/// The WAL-index header (wal.c's `WalIndexHdr`, in the host's byte order) with its change
+/// counter moved on and its checksum made again, or `None` when it is not initialized or its
+/// checksum does not hold (SQLite rebuilds such a header itself). Layout: iVersion u32,
+/// unused u32, iChange u32, isInit u8, bigEndCksum u8, szPage u16, mxFrame u32, nPage u32,
+/// aFrameCksum 2×u32, aSalt 2×u32, aCksum 2×u32 over the first 40 bytes.
+///
+/// With an empty WAL (`mxFrame` 0) `nPage` is set to 0, which tells SQLite to take the size
+/// of the database from the file: the caller changed the file.
+pub fn bump_index_header(hdr: &[u8; INDEX_HEADER_BYTES]) -> Option<[u8; INDEX_HEADER_BYTES]> {
+    let word = |h: &[u8; INDEX_HEADER_BYTES], at: usize| {
+        u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]])
+    };
+    if hdr[12] == 0 || index_checksum(hdr) != (word(hdr, 40), word(hdr, 44)) {
+        return None;
+    }
+    let mut out = *hdr;
+    let change = word(hdr, 8).wrapping_add(1);
+    out[8..12].copy_from_slice(&change.to_ne_bytes());
+    if word(hdr, 16) == 0 {
+        out[20..24].copy_from_slice(&0u32.to_ne_bytes());
+    }
+    let (c0, c1) = index_checksum(&out);
+    out[40..44].copy_from_slice(&c0.to_ne_bytes());
+    out[44..48].copy_from_slice(&c1.to_ne_bytes());
+    Some(out)
+}
+
+/// SQLite's WAL checksum over the header's first 40 bytes, read in the host's byte order (the
+/// "native" form wal.c uses for the index header).
+fn index_checksum(hdr: &[u8; INDEX_HEADER_BYTES]) -> (u32, u32) {
+    let (mut s1, mut s2) = (0u32, 0u32);
+    for pair in hdr[..40].chunks_exact(8) {
+        let a = u32::from_ne_bytes([pair[0], pair[1], pair[2], pair[3]]);
+        let b = u32::from_ne_bytes([pair[4], pair[5], pair[6], pair[7]]);
+        s1 = s1.wrapping_add(a).wrapping_add(s2);
+        s2 = s2.wrapping_add(b).wrapping_add(s1);
+    }
+    (s1, s2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +208,57 @@ mod tests {
         assert!(frames.iter().all(|f| f.has_salts(h.salt1, h.salt2)));
         assert!(!frames[0].is_commit() && frames[1].is_commit());
         assert_eq!(FrameHeader::parse(&hex(FRAME_HEADERS[0])[..23]), None);
+    }
+
+    // The first copy of the WAL-index header in the `-shm` of the database above, as SQLite
+    // 3.40 on x86-64 wrote it (host byte order: little-endian).
+    const INDEX_HEADER: &str = "18e22d0000000000020000000100001003000000020000008f1516885075dee5c7dbd7077ca0773f9c83fa83113b2a85";
+
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn a_real_wal_index_header_gets_a_new_change_counter_and_a_checksum_that_holds() {
+        let mut h = [0u8; INDEX_HEADER_BYTES];
+        h.copy_from_slice(&hex(INDEX_HEADER));
+        assert_eq!(
+            index_checksum(&h),
+            (0x83fa_839c, 0x852a_3b11),
+            "the checksum SQLite wrote"
+        );
+        let b = bump_index_header(&h).expect("initialized");
+        assert_eq!(&b[8..12], &3u32.to_le_bytes(), "iChange 2 -> 3");
+        assert_eq!(
+            &b[20..24],
+            &2u32.to_le_bytes(),
+            "nPage kept: the WAL has frames"
+        );
+        assert_eq!(&b[..8], &h[..8]);
+        assert_eq!(&b[12..20], &h[12..40][..8]);
+        assert_eq!(
+            bump_index_header(&b).map(|c| c[8]),
+            Some(4),
+            "its checksum holds"
+        );
+        let mut broken = h;
+        broken[30] ^= 1;
+        assert_eq!(
+            bump_index_header(&broken),
+            None,
+            "a bad checksum is left alone"
+        );
+        let mut empty = h;
+        empty[12] = 0;
+        assert_eq!(bump_index_header(&empty), None, "not initialized");
+        let mut no_frames = h;
+        no_frames[16..20].copy_from_slice(&[0; 4]);
+        let (c0, c1) = index_checksum(&no_frames);
+        no_frames[40..44].copy_from_slice(&c0.to_ne_bytes());
+        no_frames[44..48].copy_from_slice(&c1.to_ne_bytes());
+        let b = bump_index_header(&no_frames).expect("initialized");
+        assert_eq!(
+            &b[20..24],
+            &[0; 4],
+            "an empty WAL takes the size from the file"
+        );
     }
 
     #[test]
