@@ -362,3 +362,44 @@ fn a_follower_behind_retention_installs_the_latest_snapshot_and_goes_on() {
         count(&replica) == Some(rows + 1)
     });
 }
+
+#[test]
+fn a_follower_whose_reads_are_cut_off_resumes_from_its_offset_and_catches_up() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let direct = format!("{}/demo/cut", server.base());
+    let via_proxy = format!("{}/demo/cut", proxy.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let owner_path = dir.path().join("owner.db");
+    attach(&ctl, &owner_path, &direct).expect("attach owner");
+    let owner = Connection::open(&owner_path).expect("open owner");
+    owner
+        .execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+        .expect("create");
+    let replica_path = dir.path().join("replica.db");
+    follow(&ctl, &replica_path, &via_proxy).expect("follow");
+    let replica = read_only(&replica_path);
+    // Connections reset without an answer, the long-poll in flight included once it ends.
+    proxy.add("GET", "/demo/cut", Action::Reset, None);
+    for i in 0..40 {
+        owner
+            .execute("INSERT INTO notes(body) VALUES (?1)", [format!("n{i}")])
+            .expect("insert");
+    }
+    std::thread::sleep(Duration::from_millis(6_000));
+    let stalled = count(&replica);
+    assert!(
+        stalled < Some(40),
+        "the replica read through the cut: {stalled:?}"
+    );
+    assert_eq!(status(&ctl, &replica_path)["following"], true);
+    proxy.clear();
+    wait_for("the replica to catch up", || count(&replica) == Some(40));
+    let want: Vec<String> = (0..40).map(|i| format!("n{i}")).collect();
+    assert_eq!(bodies(&replica), want, "each commit once, in order");
+    assert_eq!(
+        status(&ctl, &replica_path)["offset"],
+        status(&ctl, &owner_path)["offset"]
+    );
+}
