@@ -76,3 +76,39 @@ fn an_owner_keeps_every_acknowledged_commit_when_the_leader_dies() {
         "every acknowledged commit, once"
     );
 }
+
+#[test]
+fn a_live_replica_through_the_gateway_keeps_up_with_the_owner() {
+    let cluster = Cluster::start();
+    let url = format!("{}/demo/replica", cluster.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    attach(&ctl, &path, &url).expect("attach");
+    let db = Connection::open(&path).expect("open");
+    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+        .expect("create");
+    let replica = dir.path().join("replica.db");
+    ctl.query_row(
+        "SELECT ursula_attach(?1, ?2, 'follow')",
+        (replica.to_str().expect("utf8"), url.as_str()),
+        |r| r.get::<_, String>(0),
+    )
+    .expect("follow through the gateway");
+    let r = Connection::open(&replica).expect("open replica");
+    for i in 0..20 {
+        db.execute("INSERT INTO notes(body) VALUES (?1)", [format!("n{i}")])
+            .expect("insert");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while bodies(&r).len() < 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica did not catch up: {}",
+            status(&ctl, &replica)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(bodies(&r), bodies(&db));
+    assert_eq!(status(&ctl, &replica)["following"], true);
+}

@@ -291,10 +291,6 @@ impl Db {
         self.health().poison.is_some()
     }
 
-    pub fn is_fenced(&self) -> bool {
-        self.health().poison.as_ref().is_some_and(|p| p.fenced)
-    }
-
     /// Poisons the file; the first reason stays.
     pub fn poison(&self, kind: Kind, reason: &str) {
         let mut h = self.health();
