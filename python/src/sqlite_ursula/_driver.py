@@ -63,10 +63,6 @@ def choose(driver: str | None = None) -> tuple[str, ModuleType]:
     """The driver to load the extension into: `driver` when given, else `sqlite3` when it can
     host the extension, else `pysqlite3`. Raises UrsulaSetupError (unsupported) naming what was
     found and what to install."""
-    if driver is not None and driver not in DRIVERS:
-        raise setup_error(
-            "connect", "invalid_argument", f"driver must be one of {', '.join(DRIVERS)}, not {driver!r}"
-        )
     found: list[str] = []
     for name in DRIVERS if driver is None else (driver,):
         mod, why = _verdict(name)
@@ -105,6 +101,10 @@ def load(driver: str | None = None, library: str | None = None) -> Loaded:
     one the wheel carries) names the shared object; later calls return the same, and refuse
     a driver other than the loaded one."""
     global _loaded
+    if driver is not None and driver not in DRIVERS:
+        raise setup_error(
+            "connect", "invalid_argument", f"driver must be one of {', '.join(DRIVERS)}, not {driver!r}"
+        )
     with _load_lock:
         if _loaded is not None:
             if driver is not None and driver != _loaded.name:
