@@ -7,9 +7,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import run_python
 
 import sqlite_ursula as su
+from conftest import run_python
 
 STATUS_FIELDS = {
     "offset", "epoch", "poisoned", "fenced", "reason", "read_only", "writes_refused", "refused_kind",

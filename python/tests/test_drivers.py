@@ -15,9 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPORT_ERROR, run_python
 
 import sqlite_ursula as su
+from conftest import REPORT_ERROR, run_python
 
 STDLIB_CAN_HOST = sqlite3.sqlite_version_info >= su.MIN_SQLITE and hasattr(
     sqlite3.Connection, "enable_load_extension"

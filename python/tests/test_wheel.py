@@ -8,9 +8,8 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from conftest import REPO
-
 import sqlite_ursula
+from conftest import REPO
 
 
 def test_the_package_comes_from_the_installed_wheel() -> None:
