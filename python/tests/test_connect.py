@@ -166,14 +166,21 @@ def test_attach_by_hand_then_open_with_the_driver(url: str, tmp_path: Path) -> N
 
 
 def test_a_journal_mode_change_is_refused_and_the_connection_stays_usable(url: str, tmp_path: Path) -> None:
-    db = seed(url, tmp_path)
+    seed(url, tmp_path / "seed").close()
+
+    class Mine(su.load().Connection):  # type: ignore[misc,name-defined]
+        pass
+
+    # A caller's factory keeps its class, and its statements are classified all the same.
+    db = su.connect(url, dir=tmp_path, factory=Mine)
+    assert isinstance(db, Mine)
     with pytest.raises(su.UrsulaSetupError) as e:
         db.execute("PRAGMA journal_mode=DELETE")
     assert (e.value.kind, e.value.action) == ("unsupported", "fix")
     assert str(e.value).startswith("sqlite-ursula-vfs: unsupported: PRAGMA journal_mode")
     db.execute("INSERT INTO notes(body) VALUES ('still')")
     db.commit()
-    assert su.status(db)["commits"] == 3
+    assert su.status(db)["commits"] == 1 and db.execute("SELECT count(*) FROM notes").fetchone() == (3,)
 
 
 def test_set_token(url: str, tmp_path: Path) -> None:
