@@ -5,6 +5,8 @@
 #                                          SQLite 3.45.3+ that loads extensions)
 #   tonbo-sqlite-ursula-<v>.tgz            @tonbo/sqlite-ursula, optional dependency on:
 #   tonbo-sqlite-ursula-linux-x64-gnu-<v>.tgz  @tonbo/sqlite-ursula-linux-x64-gnu, the addon
+#   sqlite_ursula-<v>-py3-none-manylinux_2_28_x86_64.whl  the Python package sqlite-ursula,
+#                                          which carries libsqlite_ursula_vfs.so
 #   SHA256SUMS
 # for x86_64 Linux with a glibc 2.28 floor: cargo-zigbuild links against glibc 2.28's symbol
 # versions (target x86_64-unknown-linux-gnu.2.28) with the installed Rust std, so nothing
@@ -43,7 +45,7 @@ case "$(uname -s)-$(uname -m)" in
   Linux-x86_64) ;;
   *) echo "release.sh: builds on linux x86_64 only (the target is $rust_target)" >&2; exit 1 ;;
 esac
-for tool in cargo npm node objcopy nm; do
+for tool in cargo npm node objcopy nm python3; do
   command -v "$tool" >/dev/null || { echo "release.sh: $tool is required" >&2; exit 1; }
 done
 if ! command -v objdump >/dev/null; then
@@ -87,6 +89,12 @@ scripts/check-glibc.sh --max "$glibc_floor" \
 step "npm packages ($npm_triple)"
 scripts/pack-npm.sh --addon "$out/libsqlite_ursula_node.so.tmp" --out "$out" >/dev/null
 rm -f "$out/libsqlite_ursula_node.so.tmp"
+
+# A zip of the Python files and the extension already checked above (about a second).
+step "Python wheel (manylinux_${glibc_floor/./_}_x86_64)"
+scripts/build-wheel.sh --lib "$out/libsqlite_ursula_vfs.so" --out "$out" \
+  --plat "manylinux_${glibc_floor/./_}_x86_64" >/dev/null
+
 if [[ "$profile" != release ]]; then
   echo "$profile" >"$out/PROFILE"
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: formatting and lints, the Rust tests (unit, in-process HTTP, real binary,
-# Raft clusters, the SQLite extension), the npm package's node:test suite, the Durable
+# Raft clusters, the SQLite extension), the npm package's node:test suite, the Python
+# package's pytest suite (its wheel installed in a venv), the Durable
 # Streams conformance suite against a single node and against a 3-voter Raft cluster, then
 # the release: scripts/release.sh's artifacts and the Docker image, run for real.
 # Everything builds once, with the `ci` profile (optimized, debug assertions on) and the
@@ -71,6 +72,10 @@ cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
 
 step "npm package @tonbo/sqlite-ursula (node:test on Node 22)"
 URSULA_BIN="$out/ursula" scripts/test-js.sh --ci --no-build
+
+# The wheel is built from the build step's extension (glibc 2.28, so tagged manylinux_2_28).
+step "Python package sqlite-ursula (pytest, the wheel installed in a venv)"
+URSULA_BIN="$out/ursula" scripts/test-python.sh --no-build
 
 step "conformance suite"
 scripts/conformance.sh "$out/ursula"

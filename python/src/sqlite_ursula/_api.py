@@ -1,0 +1,70 @@
+"""attach, status, drain_stats, set_token: the extension's SQL functions, with Ursula errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Union
+
+from ._driver import call, status_of
+from ._errors import setup_error
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def path_text(fn: str, what: str, value: object) -> str:
+    """A str or os.PathLike as str; anything else is invalid_argument."""
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str):
+            return text
+    raise setup_error(
+        fn, "invalid_argument", f"{what} must be a str or os.PathLike of str, not {type(value).__name__}"
+    )
+
+
+def attach(path: PathLike, url: str, read_only: bool = False) -> str:
+    """Catches `path` up from the stream at `url`, claims the stream (unless `read_only`) and
+    attaches the file: `SELECT ursula_attach(path, url[, 'read_only'])`. No connection to the
+    file may be open yet. Returns the stream offset the file reflects (`"-1"`: none)."""
+    file = path_text("attach", "path", path)
+    if not isinstance(url, str):
+        raise setup_error("attach", "invalid_url", "the stream URL must be a str")
+    if not isinstance(read_only, bool):
+        raise setup_error("attach", "invalid_argument", "read_only must be a bool")
+    if read_only:
+        return str(call("SELECT ursula_attach(?, ?, 'read_only')", file, url))
+    return str(call("SELECT ursula_attach(?, ?)", file, url))
+
+
+def file_of(fn: str, target: object) -> str:
+    """The attached file a status call is about: a path, or a connection `connect` returned (or
+    any DB-API sqlite connection, by its `main` database)."""
+    state = getattr(target, "_ursula", None)
+    if state is not None:
+        return str(state.file)
+    if isinstance(target, (str, os.PathLike)):
+        return path_text(fn, "the file", target)
+    if callable(getattr(target, "execute", None)):
+        for _, name, file in target.execute("PRAGMA database_list").fetchall():  # type: ignore[attr-defined]
+            if name == "main" and file:
+                return str(file)
+    raise setup_error(fn, "invalid_argument", f"give a path or a connection, not {type(target).__name__}")
+
+
+def status(target: PathLike | Any) -> dict[str, Any]:
+    """The health and offsets of an attached file (`ursula_status`), as a dict."""
+    return status_of(file_of("status", target))
+
+
+def drain_stats(target: PathLike | Any) -> dict[str, Any]:
+    """Drains the measurements the extension kept for the file since the last drain (`ursula_stats`)."""
+    result: dict[str, Any] = json.loads(call("SELECT ursula_stats(?)", file_of("drain_stats", target)))
+    return result
+
+
+def set_token(token: str | None) -> None:
+    """Sets the process-wide bearer token; None (or "") returns to URSULA_VFS_TOKEN_FILE."""
+    if token is not None and not isinstance(token, str):
+        raise setup_error("set_token", "invalid_argument", "the token must be a str or None")
+    call("SELECT ursula_set_token(?)", token)
