@@ -4,6 +4,8 @@ fencing, and the refusals that must happen before anything is attached."""
 from __future__ import annotations
 
 import stat
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,8 @@ STATUS_FIELDS = {
     "offset", "epoch", "poisoned", "fenced", "reason", "read_only", "writes_refused", "refused_kind",
     "refused_reason", "payment_required", "payment_reason", "snapshot", "retained", "local", "installed",
     "attach_ms", "commits", "append_retries", "log_bytes", "snapshot_due_bytes", "snapshot_age_ms",
-    "snapshot_failures", "snapshot_error", "snapshot_bytes", "error",
+    "snapshot_failures", "snapshot_error", "snapshot_bytes", "error", "following", "tail", "lag_bytes",
+    "lag_ms",
 }  # fmt: skip
 
 
@@ -97,6 +100,43 @@ def test_read_only_sees_the_rows_and_refuses_writes(url: str, tmp_path: Path) ->
     assert not isinstance(caught.value, su.UrsulaError)
     assert "readonly" in str(caught.value) and caught.value.sqlite_errorcode & 0xFF == 8
     r1.rollback()
+
+
+def wait_until(what: str, check: Any, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_follow_replica_keeps_applying_the_owners_commits_and_stops_when_the_stream_goes(
+    url: str, tmp_path: Path
+) -> None:
+    owner = seed(url, tmp_path / "owner", rows=1)
+    replica = su.connect(url, dir=tmp_path / "replica", read_only=True, follow=True)
+    count = lambda: replica.execute("SELECT count(*) FROM notes").fetchone()[0]  # noqa: E731
+    assert count() == 1
+    for i in range(5):
+        owner.execute("INSERT INTO notes(body) VALUES (?)", (f"more {i}",))
+        owner.commit()
+        wait_until("the commit on the replica", lambda: count() == i + 2)
+    s = su.status(replica)
+    assert s["following"] is True and s["read_only"] is True and s["error"] is None
+    wait_until("the replica at the owner's offset", lambda: su.status(replica)["offset"] == su.status(owner)["offset"])
+    with pytest.raises(su.UrsulaSetupError) as no_ro:
+        su.connect(url, dir=tmp_path / "x", follow=True)
+    assert no_ro.value.kind == "invalid_argument" and "needs read_only=True" in str(no_ro.value)
+    owner.close()
+    req = urllib.request.Request(url, method="DELETE")
+    with urllib.request.urlopen(req) as r:
+        assert r.status == 204
+    wait_until("the replica to stop", lambda: su.status(replica)["following"] is False)
+    with pytest.raises(su.UrsulaReattachError) as stopped:
+        count()
+    assert (stopped.value.kind, stopped.value.action) == ("not_found", "reattach")
+    assert "stopped following" in str(stopped.value)
 
 
 def test_a_missing_stream_read_only_is_not_found(url: str, tmp_path: Path) -> None:

@@ -23,18 +23,35 @@ def path_text(fn: str, what: str, value: object) -> str:
     )
 
 
-def attach(path: PathLike, url: str, read_only: bool = False) -> str:
+def attach_mode(fn: str, read_only: bool, follow: bool) -> str:
+    """`ursula_attach`'s third argument for these options (`''`: the owner); the extension
+    parses it, so every binding accepts the same modes."""
+    if not isinstance(read_only, bool):
+        raise setup_error(fn, "invalid_argument", "read_only must be a bool")
+    if not isinstance(follow, bool):
+        raise setup_error(fn, "invalid_argument", "follow must be a bool")
+    if follow and not read_only:
+        raise setup_error(
+            fn,
+            "invalid_argument",
+            "follow makes a live read replica and needs read_only=True; the owner of the stream "
+            "already has every commit",
+        )
+    if follow:
+        return "follow"
+    return "read_only" if read_only else ""
+
+
+def attach(path: PathLike, url: str, read_only: bool = False, follow: bool = False) -> str:
     """Catches `path` up from the stream at `url`, claims the stream (unless `read_only`) and
-    attaches the file: `SELECT ursula_attach(path, url[, 'read_only'])`. No connection to the
+    attaches the file: `SELECT ursula_attach(path, url, mode)`. With `follow` (and `read_only`)
+    the file then keeps applying the owner's commits (a live read replica). No connection to the
     file may be open yet. Returns the stream offset the file reflects (`"-1"`: none)."""
     file = path_text("attach", "path", path)
     if not isinstance(url, str):
         raise setup_error("attach", "invalid_url", "the stream URL must be a str")
-    if not isinstance(read_only, bool):
-        raise setup_error("attach", "invalid_argument", "read_only must be a bool")
-    if read_only:
-        return str(call("SELECT ursula_attach(?, ?, 'read_only')", file, url))
-    return str(call("SELECT ursula_attach(?, ?)", file, url))
+    mode = attach_mode("attach", read_only, follow)
+    return str(call("SELECT ursula_attach(?, ?, ?)", file, url, mode))
 
 
 def file_of(fn: str, target: object) -> str:

@@ -6,7 +6,7 @@ import os
 from typing import Any
 from urllib.parse import quote
 
-from ._api import PathLike, attach, path_text
+from ._api import PathLike, attach, attach_mode, path_text
 from ._classify import State, connection_class
 from ._driver import load
 from ._errors import UrsulaError, setup_error
@@ -15,7 +15,7 @@ from ._naming import InvalidUrl, default_dir, file_name_for, normalize_stream_ur
 # Read-only connects without `path` use the first free of `-ro1` to `-ro8`.
 READERS = 8
 
-OWN_OPTIONS = ("path", "dir", "read_only", "driver")
+OWN_OPTIONS = ("path", "dir", "read_only", "follow", "driver")
 # The keyword arguments of sqlite3.connect (and pysqlite3's) that pass through. A misspelt
 # name (`readonly`) must not pass silently: it would open the file writable and claim the
 # stream, fencing its owner.
@@ -64,19 +64,20 @@ def connect(
     path: PathLike | None = None,
     dir: PathLike | None = None,
     read_only: bool = False,
+    follow: bool = False,
     driver: str | None = None,
     **sqlite_kwargs: Any,
 ) -> Any:
     """Opens the database the stream at `url` replicates, as a DB-API connection of the driver.
 
     The file is `path`, else `<label>-<hash>.db` (a reader: `-ro<n>`) in `dir` or the default
-    cache directory. `driver` forces `sqlite3` or `pysqlite3` (default: sqlite3 when it can host
+    cache directory. `follow=True` (with `read_only=True`) makes a live read replica that keeps
+    applying the owner's commits. `driver` forces `sqlite3` or `pysqlite3` (default: sqlite3 when it can host
     the extension). Other keyword arguments go to the driver's `connect`, checked before
     anything is attached.
     """
     _check_option_names(sqlite_kwargs)
-    if not isinstance(read_only, bool):
-        raise setup_error("connect", "invalid_argument", "read_only must be a bool")
+    attach_mode("connect", read_only, follow)
     file = None if path is None else path_text("connect", "path", path)
     where = None if dir is None else path_text("connect", "dir", dir)
     try:
@@ -97,15 +98,15 @@ def connect(
     if file is not None:
         # With path, the URL goes to the extension as given.
         file = os.path.abspath(file)
-        attach(file, url, read_only)
+        attach(file, url, read_only, follow)
     else:
-        file = _attach_named(url, normal.url, where, read_only)
+        file = _attach_named(url, normal.url, where, read_only, follow)
     conn = loaded.module.connect(_file_uri(file, read_only), uri=True, factory=cls, **sqlite_kwargs)
     conn._ursula = State(file)
     return conn
 
 
-def _attach_named(url: str, attach_url: str, where: str | None, read_only: bool) -> str:
+def _attach_named(url: str, attach_url: str, where: str | None, read_only: bool, follow: bool) -> str:
     """Attaches the file named after the stream in `where` (default: the cache directory)."""
     where = os.path.abspath(where) if where is not None else default_dir()
     if where is None:
@@ -126,7 +127,7 @@ def _attach_named(url: str, attach_url: str, where: str | None, read_only: bool)
     for n in range(1, READERS + 1):
         file = os.path.join(where, file_name_for(url, n))
         try:
-            attach(file, attach_url, True)
+            attach(file, attach_url, True, follow)
             return file
         except UrsulaError as e:
             if e.kind != "in_use":

@@ -235,6 +235,10 @@ def classify_statement_error(
             fenced=True,
             cause=error,
         )
+    if is_read and s.get("read_only") and s.get("following") is False and failure.get("action") == "reattach":
+        # A live read replica whose stream was deleted, recreated or trimmed past it.
+        text = f"read refused, the replica stopped following the stream: {reason}. {REATTACH_TAIL}"
+        return UrsulaReattachError(text, kind=kind, action="reattach", reason=reason, cause=error)
     if is_read:
         return error
     if failure.get("action") == "reattach":
