@@ -403,3 +403,60 @@ fn a_follower_whose_reads_are_cut_off_resumes_from_its_offset_and_catches_up() {
         status(&ctl, &owner_path)["offset"]
     );
 }
+
+#[test]
+fn retention_past_a_follower_onto_a_snapshot_that_is_no_database_stops_it_with_stream_state() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let direct = format!("{}/demo/trimmed", server.base());
+    let via_proxy = format!("{}/demo/trimmed", proxy.base());
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let owner_path = dir.path().join("owner.db");
+    attach(&ctl, &owner_path, &direct).expect("attach owner");
+    let owner = Connection::open(&owner_path).expect("open owner");
+    owner
+        .execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+        .expect("create");
+    let replica_path = dir.path().join("replica.db");
+    follow(&ctl, &replica_path, &via_proxy).expect("follow");
+    proxy.add(
+        "GET",
+        "/demo/trimmed",
+        Action::Respond(Canned::new(503, &[], "")),
+        None,
+    );
+    std::thread::sleep(Duration::from_millis(6_000));
+    for i in 0..5 {
+        owner
+            .execute("INSERT INTO notes(body) VALUES (?1)", [format!("n{i}")])
+            .expect("insert");
+    }
+    // Another client publishes a snapshot that is not one of ours and trims the stream to it,
+    // past the replica (the server keeps retention at or below the latest snapshot).
+    let tail = status(&ctl, &owner_path)["offset"]
+        .as_str()
+        .expect("offset")
+        .to_owned();
+    let published = http(
+        "PUT",
+        &format!("{direct}/snapshot/{tail}"),
+        &[("content-type", "application/octet-stream")],
+        b"not a database",
+    );
+    assert!(published.0 < 300, "snapshot refused: {}", published.0);
+    let trimmed = http("PUT", &format!("{direct}/retention/{tail}"), &[], b"");
+    assert!(trimmed.0 < 300, "retention refused: {}", trimmed.0);
+    proxy.clear();
+    wait_for("the follower to stop", || {
+        status(&ctl, &replica_path)["following"] == false
+    });
+    let s = status(&ctl, &replica_path);
+    assert_eq!(s["error"]["kind"], "stream_state", "{s}");
+    assert_eq!(s["error"]["action"], "reattach", "{s}");
+    let replica = read_only(&replica_path);
+    let err = replica
+        .query_row("SELECT count(*) FROM notes", [], |r| r.get::<_, i64>(0))
+        .expect_err("reads of a stopped replica fail");
+    assert_eq!(code(&err), 266, "SQLITE_IOERR_READ: {err}");
+}
