@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Condvar;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
@@ -179,6 +180,9 @@ pub struct Db {
     /// Set when the snapshot thread should look at the log.
     pub snapshot_wake: (Mutex<bool>, Condvar),
     pub closed: AtomicBool,
+    /// The offset a point-in-time attach asked for (`Some(None)`: `at:-1`); unset for every
+    /// other mode. Set once, after the attach built the file.
+    pub at: OnceLock<Option<Offset>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -223,6 +227,7 @@ impl Db {
             open_files: AtomicUsize::new(0),
             snapshot_wake: (Mutex::new(false), Condvar::new()),
             closed: AtomicBool::new(false),
+            at: OnceLock::new(),
         }
     }
 
@@ -393,6 +398,7 @@ impl Db {
             "fenced": h.poison.as_ref().is_some_and(|p| p.fenced),
             "reason": h.poison.as_ref().map(|p| p.reason.clone()),
             "read_only": self.read_only,
+            "at": self.at.get().map(|at| offset_text::to_text(*at)),
             "writes_refused": write_refusal.is_some(),
             "refused_kind": write_refusal.map(|r| r.kind.as_str()),
             "refused_reason": write_refusal.map(|r| r.reason.clone()),

@@ -2,11 +2,17 @@
 //! form is `ursula_attach`'s third argument; the napi addon and the npm package pass the same
 //! text, so one parser decides for every caller.
 
+use ursula_protocol::offset::Offset;
+
 use crate::error::Kind;
 use crate::error::VfsError;
+use crate::format::offset_text;
 
 /// The mode names `ursula_attach(path, url, mode)` takes, in the order its error lists them.
-pub const NAMES: &str = "'read_only'";
+pub const NAMES: &str = "'read_only', 'at:<offset>'";
+
+/// The prefix of a point-in-time mode: `at:` and a stream offset (20 digits, or `-1`).
+const AT: &str = "at:";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -14,6 +20,9 @@ pub enum Mode {
     Owner,
     /// Catches up once and claims nothing: the file holds the stream as of the attach.
     ReadOnly,
+    /// Read-only, as the database was after the last commit at or before the offset (`None`:
+    /// `at:-1`, before any commit). Claims nothing, like [`Mode::ReadOnly`] (`crate::at`).
+    At(Option<Offset>),
 }
 
 impl Mode {
@@ -22,10 +31,20 @@ impl Mode {
         match text {
             "" => Ok(Mode::Owner),
             "read_only" => Ok(Mode::ReadOnly),
-            other => Err(VfsError::new(
-                Kind::InvalidArgument,
-                format!("unknown mode {other:?}; the modes are {NAMES}"),
-            )),
+            other => match other.strip_prefix(AT) {
+                Some(offset) => offset_text::parse(offset).map(Mode::At).ok_or_else(|| {
+                    VfsError::new(
+                        Kind::InvalidArgument,
+                        format!(
+                            "mode {other:?}: at: takes a stream offset as the server writes it (20 digits) or -1, not {offset:?}"
+                        ),
+                    )
+                }),
+                None => Err(VfsError::new(
+                    Kind::InvalidArgument,
+                    format!("unknown mode {other:?}; the modes are {NAMES}"),
+                )),
+            },
         }
     }
 
@@ -45,6 +64,27 @@ mod tests {
         assert_eq!(Mode::parse("read_only").expect("ro"), Mode::ReadOnly);
         assert!(Mode::Owner.writes());
         assert!(!Mode::ReadOnly.writes());
+    }
+
+    #[test]
+    fn at_takes_a_twenty_digit_offset_or_minus_one_and_never_writes() {
+        assert_eq!(
+            Mode::parse("at:00000000000000000042").expect("at"),
+            Mode::At(Some(Offset(42)))
+        );
+        assert_eq!(Mode::parse("at:-1").expect("at start"), Mode::At(None));
+        assert!(!Mode::At(None).writes());
+        for bad in [
+            "at:",
+            "at:42",
+            "at:now",
+            "at: 00000000000000000042",
+            "at:-2",
+        ] {
+            let e = Mode::parse(bad).expect_err(bad);
+            assert_eq!(e.kind, Kind::InvalidArgument, "{bad}");
+            assert!(e.message.contains("20 digits"), "{}", e.message);
+        }
     }
 
     #[test]
