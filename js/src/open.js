@@ -12,7 +12,7 @@ import { DatabaseSync } from "./sqlite.js";
 const READERS = 8;
 
 /** open's own options. */
-const OWN_OPTIONS = ["path", "dir", "readOnly"];
+const OWN_OPTIONS = ["path", "dir", "readOnly", "at"];
 
 /**
  * node:sqlite's DatabaseSync options, as documented from Node.js 22.19 to 26. node:sqlite
@@ -51,7 +51,8 @@ function checkOptionNames(options) {
 
 /**
  * Opens the database a stream replicates. Options: node:sqlite's own (checked before anything
- * is attached), plus `path`, `dir` and `readOnly`.
+ * is attached), plus `path`, `dir`, `readOnly` and `at` (with `readOnly`: the database as it
+ * was after the last commit at or before that stream offset).
  */
 export function open(streamUrl, options = {}) {
   const plan = prepare("open", streamUrl, options);
@@ -132,7 +133,7 @@ function prepare(fn, streamUrl, options) {
     throw setupError(fn, "invalid_argument", "options must be an object");
   }
   checkOptionNames(options);
-  const { path, dir, readOnly = false, ...sqliteOptions } = options;
+  const { path, dir, readOnly = false, at, ...sqliteOptions } = options;
   if (typeof readOnly !== "boolean") throw setupError(fn, "invalid_argument", "readOnly must be a boolean");
   if (path !== undefined && typeof path !== "string") {
     throw setupError(fn, "invalid_argument", "path must be a string");
@@ -153,7 +154,7 @@ function prepare(fn, streamUrl, options) {
   }
   // node:sqlite checks its options when it constructs: do that before anything is attached.
   new DatabaseSync(":memory:", { ...sqliteOptions, readOnly, open: false });
-  const attachOptions = { readOnly };
+  const attachOptions = at === undefined ? { readOnly } : { readOnly, at };
   attachMode(fn, attachOptions);
   const plan = {
     sqliteOptions,
