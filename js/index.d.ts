@@ -40,7 +40,8 @@ export type UrsulaErrorKind =
   | "other_stream"
   | "stream_state"
   | "not_attached"
-  | "local_setup";
+  | "local_setup"
+  | "retained";
 
 export interface UrsulaErrorDetails {
   action: UrsulaAction;
@@ -61,6 +62,11 @@ export class UrsulaError extends Error {
   readonly reason: string | null;
   /** True when another owner took the stream over. */
   readonly fenced: boolean;
+  /**
+   * For kind `retained` (an `at` below what the stream can rebuild): the earliest offset an
+   * `at` open can rebuild now, the latest snapshot's.
+   */
+  readonly earliest?: StreamOffset | null;
   /** Copied from `cause` when it is node:sqlite's error. */
   readonly code?: string;
   readonly errcode?: number;
@@ -79,7 +85,7 @@ export class UrsulaFencedError extends UrsulaReplicationError {}
 /** The request cannot succeed as made (action fix). */
 export class UrsulaSetupError extends UrsulaError {}
 
-/** node:sqlite's options and these three; `open` refuses any other key (`invalid_argument`). */
+/** node:sqlite's options and these four; `open` refuses any other key (`invalid_argument`). */
 export interface OpenOptions extends DatabaseSyncOptions {
   /** The local file, a plain path (made absolute now). Default: a file named after the URL in `dir`. */
   path?: string;
@@ -92,6 +98,14 @@ export interface OpenOptions extends DatabaseSyncOptions {
    * owner's commits as they reach the stream; each read transaction sees whole commits only.
    */
   follow?: boolean;
+  /**
+   * With `readOnly: true` only: the database as it was after the last commit at or before this
+   * stream offset (20 digits, as `status().offset` and `commits()` give them; `"-1"`: before
+   * any commit). Rebuilt from the latest snapshot at or before it, else from the stream's start;
+   * below what can be rebuilt it fails with kind `retained` and `earliest`, past the tail with
+   * `invalid_argument`.
+   */
+  at?: StreamOffset;
 }
 
 /** Opens the database `streamUrl` replicates: attach, then `new DatabaseSync(file)`. */
@@ -109,6 +123,8 @@ export interface AttachOptions {
   readOnly?: boolean;
   /** With `readOnly`: keep applying the owner's commits (a live read replica). */
   follow?: boolean;
+  /** With `readOnly: true`: rebuild the file as it was at this offset (see `OpenOptions.at`). */
+  at?: StreamOffset;
 }
 
 /** Catches `file` up, claims the stream (unless read-only) and attaches it. */
@@ -122,6 +138,43 @@ export function loadUrsulaVfs(path?: string): DatabaseSync;
 
 /** Sets the process-wide bearer token; `null` returns to URSULA_VFS_TOKEN_FILE. */
 export function setToken(token: string | null): void;
+
+/** One commit of the stream, at the offset right after its frame. */
+export interface CommitPoint {
+  /** The commit point: what `status().offset` said after the commit, and an `at` that opens it. */
+  readonly offset: StreamOffset;
+  /** The epoch of the owner that wrote it; null when the listing began at a snapshot and no claim came before it. */
+  readonly epoch: number | null;
+  /** Pages the commit wrote. */
+  readonly pages: number;
+  /** The database's size in pages after it. */
+  readonly db_pages: number;
+  /** The commit frame's size on the stream. */
+  readonly bytes: number;
+}
+
+export interface CommitListing {
+  /** The earliest point an `at` open can rebuild: `"-1"` while the stream's start is readable, else the latest snapshot. */
+  readonly earliest: StreamOffset;
+  /** The stream's tail when the listing started; commits after it are not listed. */
+  readonly tail: StreamOffset;
+  /** The latest snapshot, `"-1"` for none. */
+  readonly snapshot: StreamOffset;
+  /** Oldest first. The frames carry no time: map offsets to times yourself if you need them. */
+  readonly commits: CommitPoint[];
+  /** More commits follow the last one listed: ask again with `from` set to its offset. */
+  readonly more: boolean;
+}
+
+export interface CommitsOptions {
+  /** List the commits after this offset (default: all that can be rebuilt). */
+  from?: StreamOffset;
+  /** At most this many (default 1000). */
+  limit?: number;
+}
+
+/** The commit points an `at` open of `streamUrl` can rebuild (`ursula_commits`); reads the stream on the calling thread. */
+export function commits(streamUrl: string, options?: CommitsOptions): CommitListing;
 
 export interface AttachError {
   /**
@@ -143,6 +196,8 @@ export interface AttachStatus {
   readonly fenced: boolean;
   readonly reason: string | null;
   readonly read_only: boolean;
+  /** The offset an `at` attach asked for (`offset` is the commit point it built); null for other attaches. */
+  readonly at: StreamOffset | null;
   readonly writes_refused: boolean;
   readonly refused_kind: WriteRefusedKind | null;
   readonly refused_reason: string | null;

@@ -1,7 +1,7 @@
 // @tonbo/sqlite-ursula: a node:sqlite database that an Ursula stream replicates.
 // First: it checks the Node.js version before anything needs node:sqlite.
 import "./src/sqlite.js";
-export { attach, attachAsync, drainStats, setToken, status } from "./src/api.js";
+export { attach, attachAsync, commits, drainStats, setToken, status } from "./src/api.js";
 export {
   UrsulaError,
   UrsulaFencedError,

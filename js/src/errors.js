@@ -110,8 +110,14 @@ export function attachError(message, kind, cause, { paymentCode = true } = {}) {
   if (kind === "too_large") return new UrsulaWriteRefusedError(message, { ...d, action: "fix" });
   if (REATTACH_KINDS.has(kind)) return new UrsulaReattachError(message, { ...d, action: "reattach" });
   if (kind === "fenced") return new UrsulaFencedError(message, { ...d, action: "stop", fenced: true });
-  return new UrsulaSetupError(message, { ...d, action: "fix" });
+  const e = new UrsulaSetupError(message, { ...d, action: "fix" });
+  // An `at` below what the stream can rebuild: the offset to open at instead.
+  if (kind === "retained") e.earliest = EARLIEST.exec(message)?.[1] ?? null;
+  return e;
 }
+
+/** How the extension names the earliest point a `retained` refusal could open at. */
+const EARLIEST = /the earliest reachable point is (-1|\d{20})/;
 
 /** An error `open` finds itself, before anything is attached. */
 export function setupError(fn, kind, message, cause) {

@@ -75,6 +75,7 @@ function addonBackend(addon) {
     setToken: (token) => {
       call(addon.setToken(token));
     },
+    commits: (url, from, limit) => call(addon.commits(url, from, limit)),
   };
 }
 
@@ -99,6 +100,7 @@ function sqlBackend(db) {
     setToken: (token) => {
       one("SELECT ursula_set_token(?) AS r", token ?? null);
     },
+    commits: (url, from, limit) => JSON.parse(one("SELECT ursula_commits(?, ?, ?) AS r", url, from, limit)),
   };
 }
 

@@ -12,7 +12,7 @@ import { DatabaseSync } from "./sqlite.js";
 const READERS = 8;
 
 /** open's own options. */
-const OWN_OPTIONS = ["path", "dir", "readOnly", "follow"];
+const OWN_OPTIONS = ["path", "dir", "readOnly", "follow", "at"];
 
 /**
  * node:sqlite's DatabaseSync options, as documented from Node.js 22.19 to 26. node:sqlite
@@ -51,8 +51,9 @@ function checkOptionNames(options) {
 
 /**
  * Opens the database a stream replicates. Options: node:sqlite's own (checked before anything
- * is attached), plus `path`, `dir`, `readOnly` and `follow` (with `readOnly`: a live read
- * replica that keeps applying the owner's commits).
+ * is attached), plus `path`, `dir`, `readOnly`, `follow` (with `readOnly`: a live read
+ * replica that keeps applying the owner's commits) and `at` (with `readOnly`: the database as
+ * it was after the last commit at or before that stream offset).
  */
 export function open(streamUrl, options = {}) {
   const plan = prepare("open", streamUrl, options);
@@ -133,7 +134,7 @@ function prepare(fn, streamUrl, options) {
     throw setupError(fn, "invalid_argument", "options must be an object");
   }
   checkOptionNames(options);
-  const { path, dir, readOnly = false, follow = false, ...sqliteOptions } = options;
+  const { path, dir, readOnly = false, follow = false, at, ...sqliteOptions } = options;
   if (typeof readOnly !== "boolean") throw setupError(fn, "invalid_argument", "readOnly must be a boolean");
   if (path !== undefined && typeof path !== "string") {
     throw setupError(fn, "invalid_argument", "path must be a string");
@@ -154,7 +155,7 @@ function prepare(fn, streamUrl, options) {
   }
   // node:sqlite checks its options when it constructs: do that before anything is attached.
   new DatabaseSync(":memory:", { ...sqliteOptions, readOnly, open: false });
-  const attachOptions = { readOnly, follow };
+  const attachOptions = at === undefined ? { readOnly, follow } : { readOnly, follow, at };
   attachMode(fn, attachOptions);
   const plan = {
     sqliteOptions,

@@ -89,7 +89,7 @@ test("an unknown option name is invalid_argument naming it, before any request",
   assert.match(typo.message, /^open: invalid_argument: unknown option "readonly" \(did you mean readOnly\?\)/);
   const other = thrown(() => open(url, { dir, encoding: "utf8" }));
   setupError(other, "invalid_argument");
-  assert.match(other.message, /unknown option "encoding": open takes path, dir, readOnly, follow and node:sqlite's/);
+  assert.match(other.message, /unknown option "encoding": open takes path, dir, readOnly, follow, at and node:sqlite's/);
   assert.doesNotMatch(other.message, /did you mean/);
   assert.equal((await proxy.seen()).length, seen, "no request reached the proxy");
   // Every documented option still passes.

@@ -29,6 +29,12 @@ const probe = (url) => `
   let inUse;
   try { U.open(${JSON.stringify(url)}, { path: db.location() }); } catch (e) { inUse = [e.name, e.kind, e.message.split(":")[0]]; }
   U.setToken("t"); U.setToken(null);
+  // commits() and an at open: ursula_commits and the at: mode through either backend.
+  const listed = U.commits(${JSON.stringify(url)}).commits.map((c) => c.offset);
+  const past = U.open(${JSON.stringify(url)}, { dir: ${JSON.stringify(tempDir())}, readOnly: true, at: listed[0] });
+  const atRows = past.prepare("SELECT count(*) AS n FROM t").get().n;
+  let pastTail;
+  try { U.open(${JSON.stringify(url)}, { dir: ${JSON.stringify(tempDir())}, readOnly: true, at: "09999999999999999999" }); } catch (e) { pastTail = [e.name, e.kind, /past the stream's tail/.test(e.message)]; }
   // openAsync through either backend: the SQL one has no thread to attach on, and attaches on
   // the event loop, with the same result.
   const a = await U.openAsync(${JSON.stringify(url)} + "a", { dir: ${JSON.stringify(tempDir())} });
@@ -38,6 +44,8 @@ const probe = (url) => `
   console.log(JSON.stringify({
     commits: s.commits, notAttached, inUse, same: U.loadUrsulaVfs() === U.loadUrsulaVfs(),
     asyncCommits: U.status(a.location()).commits, asyncInUse,
+    listed: listed.length, atRows, atOffset: U.status(past.location()).offset === listed[0],
+    pastTail,
   }));
 `;
 const expected = {
@@ -47,6 +55,10 @@ const expected = {
   same: true,
   asyncCommits: 2,
   asyncInUse: ["UrsulaSetupError", "in_use"],
+  listed: 2,
+  atRows: 0,
+  atOffset: true,
+  pastTail: ["UrsulaSetupError", "invalid_argument", true],
 };
 
 test("SQLITE_URSULA_VFS naming a copy of the addon", async () => {

@@ -4,7 +4,7 @@
 //! module and the SQLite extension: `loadUrsulaVfs()` loads the `.node` into node:sqlite with
 //! `db.loadExtension(path, 'sqlite3_sqliteursulavfs_init')`, and the functions below read and
 //! change the very state the extension's SQL functions do (`ursula_attach`, `ursula_status`,
-//! `ursula_stats`, `ursula_set_token`), with no SQL round trip.
+//! `ursula_stats`, `ursula_set_token`, `ursula_commits`), with no SQL round trip.
 //!
 //! Every function returns JSON text, `{"ok": ...}` or `{"error": {...}}`, so failures carry the
 //! extension's kind and SQLite result code to JavaScript, which builds the Ursula errors. They
@@ -32,11 +32,13 @@ use napi_derive::napi;
 use rusqlite::ffi;
 use serde_json::Value;
 use serde_json::json;
+use sqlite_ursula_vfs::at;
 use sqlite_ursula_vfs::attach;
 use sqlite_ursula_vfs::db::Db;
 use sqlite_ursula_vfs::error::Kind;
 use sqlite_ursula_vfs::error::SQLITE_ERROR;
 use sqlite_ursula_vfs::error::VfsError;
+use sqlite_ursula_vfs::format::offset_text;
 use sqlite_ursula_vfs::mode::Mode;
 use sqlite_ursula_vfs::registry;
 use sqlite_ursula_vfs::settings;
@@ -206,6 +208,27 @@ pub fn drain_stats(path: String) -> String {
     call("ursula_stats", || {
         let db = attached("ursula_stats", &path)?;
         Ok(db.drain_stats_json())
+    })
+}
+
+/// `ursula_commits(url, from, limit)`: `{"ok": {earliest, tail, snapshot, commits, more}}`.
+/// `from` is an offset as text (`null` or `"-1"`: from the start), `limit` a positive count
+/// (`null`: the extension's default); JavaScript checks their types first.
+#[napi]
+pub fn commits(url: String, from: Option<String>, limit: Option<u32>) -> String {
+    call("ursula_commits", || {
+        let fail = |e: VfsError| Failure::of("ursula_commits", &e);
+        let from = match from {
+            None => None,
+            Some(t) => offset_text::parse(&t).ok_or_else(|| {
+                fail(VfsError::new(
+                    Kind::InvalidArgument,
+                    format!("from must be a stream offset (20 digits) or -1, not {t:?}"),
+                ))
+            })?,
+        };
+        let limit = limit.map_or(at::DEFAULT_LIMIT, u64::from);
+        attach::commits(&url, from, limit).map_err(fail)
     })
 }
 

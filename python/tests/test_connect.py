@@ -19,7 +19,7 @@ STATUS_FIELDS = {
     "refused_reason", "payment_required", "payment_reason", "snapshot", "retained", "local", "installed",
     "attach_ms", "commits", "append_retries", "log_bytes", "snapshot_due_bytes", "snapshot_age_ms",
     "snapshot_failures", "snapshot_error", "snapshot_bytes", "error", "following", "tail", "lag_bytes",
-    "lag_ms",
+    "lag_ms", "at",
 }  # fmt: skip
 
 
@@ -139,6 +139,32 @@ def test_a_follow_replica_keeps_applying_the_owners_commits_and_stops_when_the_s
     assert "stopped following" in str(stopped.value)
 
 
+def test_at_opens_the_database_as_it_was_at_each_listed_commit_point(url: str, tmp_path: Path) -> None:
+    owner = seed(url, tmp_path / "owner", rows=0)
+    points = []
+    for i in range(3):
+        owner.execute("INSERT INTO notes(body) VALUES (?)", (f"row {i}",))
+        owner.commit()
+        points.append(su.status(owner)["offset"])
+    listed = [c["offset"] for c in su.commits(url)["commits"]]
+    assert listed[-3:] == points
+    for n, point in enumerate(points):
+        past = su.connect(url, dir=tmp_path / f"at{n}", read_only=True, at=point)
+        assert [r[0] for r in past.execute("SELECT body FROM notes ORDER BY id")] == [f"row {i}" for i in range(n + 1)]
+        s = su.status(past)
+        assert s["offset"] == point and s["at"] == point and s["read_only"] is True
+        past.close()
+    with pytest.raises(su.UrsulaSetupError) as no_ro:
+        su.connect(url, dir=tmp_path / "x", at=points[0])
+    assert no_ro.value.kind == "invalid_argument" and "needs read_only=True" in str(no_ro.value)
+    with pytest.raises(su.UrsulaSetupError) as bad:
+        su.connect(url, dir=tmp_path / "y", read_only=True, at="42")
+    assert bad.value.kind == "invalid_argument"
+    # The owner keeps committing: no at-open claimed the stream.
+    owner.execute("INSERT INTO notes(body) VALUES ('after')")
+    owner.commit()
+
+
 def test_a_missing_stream_read_only_is_not_found(url: str, tmp_path: Path) -> None:
     with pytest.raises(su.UrsulaSetupError) as caught:
         su.connect(url, dir=tmp_path, read_only=True)
@@ -233,3 +259,12 @@ def test_set_token(url: str, tmp_path: Path) -> None:
         assert su.status(db)["commits"] == 2
     finally:
         su.set_token(None)
+
+
+def test_a_retained_refusal_names_the_earliest_reachable_point() -> None:
+    from sqlite_ursula._errors import attach_error
+
+    point = "00000000000000004242"
+    e = attach_error(f"ursula_attach: retained: 00000000000000000001 is gone: the earliest reachable point is {point}", "retained")
+    assert isinstance(e, su.UrsulaSetupError) and (e.kind, e.action, e.earliest) == ("retained", "fix", point)
+    assert attach_error("ursula_attach: not_found: gone", "not_found").earliest is None

@@ -24,7 +24,10 @@ use crate::registry::sibling;
 use crate::replay;
 use crate::url;
 
+mod point;
 mod requests;
+
+pub use point::commits;
 
 use requests::Claimed;
 use requests::Head;
@@ -178,7 +181,11 @@ pub fn attach(path: &str, url: &str, mode: Mode) -> Result<String, VfsError> {
     }
     // From here a failure leaves the file locked out until an attach succeeds.
     let created_sidecar = sidecar.is_none();
-    match run(&path, &url, mode, sidecar, started) {
+    let result = match mode {
+        Mode::At(at) => point::run(&path, &url, at, sidecar, started),
+        _ => run(&path, &url, mode, sidecar, started),
+    };
+    match result {
         Ok((db, offset)) => {
             reg.set_attached(db.clone());
             if db.follows {

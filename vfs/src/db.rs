@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Condvar;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
@@ -207,6 +208,9 @@ pub struct Db {
     pub follows: bool,
     /// Keeps read transactions and the follower's writes apart (only a follower uses it).
     pub gate: ReadGate,
+    /// The offset a point-in-time attach asked for (`Some(None)`: `at:-1`); unset for every
+    /// other mode. Set once, after the attach built the file.
+    pub at: OnceLock<Option<Offset>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -257,6 +261,7 @@ impl Db {
             closed: AtomicBool::new(false),
             follows: false,
             gate: ReadGate::default(),
+            at: OnceLock::new(),
         }
     }
 
@@ -444,6 +449,7 @@ impl Db {
             "fenced": h.poison.as_ref().is_some_and(|p| p.fenced),
             "reason": h.poison.as_ref().map(|p| p.reason.clone()),
             "read_only": self.read_only,
+            "at": self.at.get().map(|at| offset_text::to_text(*at)),
             "writes_refused": write_refusal.is_some(),
             "refused_kind": write_refusal.map(|r| r.kind.as_str()),
             "refused_reason": write_refusal.map(|r| r.reason.clone()),

@@ -45,6 +45,8 @@ pub enum Kind {
     LocalState,
     Internal,
     Fenced,
+    /// A point-in-time attach below the earliest point the stream can rebuild.
+    Retained,
 }
 
 impl Kind {
@@ -75,6 +77,7 @@ impl Kind {
             Kind::LocalState => "local_state",
             Kind::Internal => "internal",
             Kind::Fenced => "fenced",
+            Kind::Retained => "retained",
         }
     }
 

@@ -3,17 +3,21 @@
 //!
 //! Module map, each module importing only those below it (no two import each other):
 //! - [`entry`]: the loadable-extension entry points and the host version check.
-//! - [`sql`]: `ursula_attach`, `ursula_status`, `ursula_stats`, `ursula_set_token`.
+//! - [`sql`]: `ursula_attach`, `ursula_status`, `ursula_stats`, `ursula_set_token`,
+//!   `ursula_commits`.
 //! - [`shim`]: the `ursula` VFS, a shim over `unix`: the FFI with SQLite, and the only place
 //!   besides [`entry`] with `unsafe`. It hands attached files' writes to [`commit`] through
 //!   the [`commit::RealFile`] trait.
-//! - [`attach`]: local-file checks, catch-up, claim; [`url`]: its checks of the URL and path;
-//!   [`mode`]: owner or one of the read-only modes.
+//! - [`attach`]: local-file checks, catch-up, claim; its `point` part runs `at:` attaches and
+//!   the commit listing over [`at`]; [`url`]: its checks of the URL and path; [`mode`]: owner
+//!   or one of the read-only modes.
 //! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
 //! - [`snapshot`]: the per-database snapshot thread.
 //! - [`follow`]: the follower thread of a live read replica; [`gate`]: the read gate that
 //!   keeps its writes and read transactions apart.
 //! - [`append`]: appending frames and the refusal table.
+//! - [`at`]: point-in-time: commit points, the base a point is rebuilt from, the replay that
+//!   stops at a point, the listing.
 //! - [`replay`]: snapshot install and tail replay.
 //! - [`local`]: sidecar, boot id, WAL checks.
 //! - [`registry`], [`db`]: process-wide and per-database state.
@@ -24,6 +28,7 @@
 //! - [`settings`], [`log`], [`error`]: env vars, logfmt events, failure kinds.
 
 pub mod append;
+pub mod at;
 pub mod attach;
 pub mod client;
 pub mod commit;

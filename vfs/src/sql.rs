@@ -5,9 +5,13 @@ use rusqlite::Connection;
 use rusqlite::functions::Context;
 use rusqlite::functions::FunctionFlags;
 
+use ursula_protocol::offset::Offset;
+
+use crate::at;
 use crate::attach;
 use crate::error::Kind;
 use crate::error::VfsError;
+use crate::format::offset_text;
 use crate::mode::Mode;
 use crate::registry;
 use crate::settings;
@@ -75,6 +79,43 @@ fn guard<T>(name: &str, f: impl FnOnce() -> rusqlite::Result<T>) -> rusqlite::Re
     }
 }
 
+/// `ursula_commits`' optional `from` (an offset as text; NULL or `'-1'` for every commit) and
+/// `limit` (a positive integer; NULL for the default).
+fn commits_args(ctx: &Context<'_>) -> Result<(Option<Offset>, u64), VfsError> {
+    let from = match ctx.len() {
+        2.. => match ctx.get::<Option<String>>(1) {
+            Ok(None) => None,
+            Ok(Some(t)) => offset_text::parse(&t).ok_or_else(|| {
+                VfsError::new(
+                    Kind::InvalidArgument,
+                    format!("from must be a stream offset (20 digits) or -1, not {t:?}"),
+                )
+            })?,
+            Err(_) => {
+                return Err(VfsError::new(
+                    Kind::InvalidArgument,
+                    "from must be text: a stream offset (20 digits) or -1",
+                ));
+            }
+        },
+        _ => None,
+    };
+    let limit = match ctx.len() {
+        3.. => match ctx.get::<Option<i64>>(2) {
+            Ok(None) => at::DEFAULT_LIMIT,
+            Ok(Some(n)) if n > 0 => n as u64,
+            _ => {
+                return Err(VfsError::new(
+                    Kind::InvalidArgument,
+                    "limit must be a positive integer",
+                ));
+            }
+        },
+        _ => at::DEFAULT_LIMIT,
+    };
+    Ok((from, limit))
+}
+
 pub fn register(conn: &Connection) -> rusqlite::Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DIRECTONLY;
     conn.create_scalar_function("ursula_attach", -1, flags, |ctx| {
@@ -109,6 +150,22 @@ pub fn register(conn: &Connection) -> rusqlite::Result<()> {
             let path = text_arg(ctx, 0, "ursula_stats")?;
             let db = attached("ursula_stats", &path)?;
             Ok(db.drain_stats_json().to_string())
+        })
+    })?;
+    conn.create_scalar_function("ursula_commits", -1, flags, |ctx| {
+        guard("ursula_commits", || {
+            let f = "ursula_commits";
+            if !(1..=3).contains(&ctx.len()) {
+                return Err(fail(
+                    f,
+                    &VfsError::new(Kind::InvalidArgument, "takes (url[, from[, limit]])"),
+                ));
+            }
+            let url = text_arg(ctx, 0, f)?;
+            let (from, limit) = commits_args(ctx).map_err(|e| fail(f, &e))?;
+            attach::commits(&url, from, limit)
+                .map(|v| v.to_string())
+                .map_err(|e| fail(f, &e))
         })
     })?;
     conn.create_scalar_function("ursula_set_token", 1, flags, |ctx| {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ._api import attach, drain_stats, set_token, status
+from ._api import attach, commits, drain_stats, set_token, status
 from ._connect import connect
 from ._driver import MIN_SQLITE, bundled_library
 from ._driver import load as _load
@@ -43,6 +43,7 @@ __all__ = [
     "UrsulaWriteRefusedError",
     "attach",
     "bundled_library",
+    "commits",
     "connect",
     "default_dir",
     "drain_stats",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Union
 
 from ._driver import call, status_of
@@ -23,13 +24,42 @@ def path_text(fn: str, what: str, value: object) -> str:
     )
 
 
-def attach_mode(fn: str, read_only: bool, follow: bool) -> str:
+_OFFSET = re.compile(r"-1|\d{20}")
+
+
+def check_offset(fn: str, what: str, value: object) -> str:
+    """A stream offset as the server writes it (20 digits) or `-1`, as a str."""
+    if not isinstance(value, str) or not _OFFSET.fullmatch(value):
+        raise setup_error(
+            fn, "invalid_argument", f"{what} must be a stream offset as a str (20 digits, or '-1'), not {value!r}"
+        )
+    return value
+
+
+def attach_mode(fn: str, read_only: bool, follow: bool, at: str | None = None) -> str:
     """`ursula_attach`'s third argument for these options (`''`: the owner); the extension
     parses it, so every binding accepts the same modes."""
     if not isinstance(read_only, bool):
         raise setup_error(fn, "invalid_argument", "read_only must be a bool")
     if not isinstance(follow, bool):
         raise setup_error(fn, "invalid_argument", "follow must be a bool")
+    if at is not None:
+        check_offset(fn, "at", at)
+        if not read_only:
+            raise setup_error(
+                fn,
+                "invalid_argument",
+                "at needs read_only=True: a point-in-time database is a past state of the stream, and "
+                "never writes it",
+            )
+        if follow:
+            raise setup_error(
+                fn,
+                "invalid_argument",
+                "follow and at exclude each other: a replica follows the stream's tail, an at-open stays "
+                "at one point",
+            )
+        return f"at:{at}"
     if follow and not read_only:
         raise setup_error(
             fn,
@@ -42,15 +72,17 @@ def attach_mode(fn: str, read_only: bool, follow: bool) -> str:
     return "read_only" if read_only else ""
 
 
-def attach(path: PathLike, url: str, read_only: bool = False, follow: bool = False) -> str:
+def attach(path: PathLike, url: str, read_only: bool = False, follow: bool = False, at: str | None = None) -> str:
     """Catches `path` up from the stream at `url`, claims the stream (unless `read_only`) and
     attaches the file: `SELECT ursula_attach(path, url, mode)`. With `follow` (and `read_only`)
-    the file then keeps applying the owner's commits (a live read replica). No connection to the
+    the file then keeps applying the owner's commits (a live read replica); with `at` (and
+    `read_only`) it is the database as it was after the last commit at or before that stream
+    offset. No connection to the
     file may be open yet. Returns the stream offset the file reflects (`"-1"`: none)."""
     file = path_text("attach", "path", path)
     if not isinstance(url, str):
         raise setup_error("attach", "invalid_url", "the stream URL must be a str")
-    mode = attach_mode("attach", read_only, follow)
+    mode = attach_mode("attach", read_only, follow, at)
     return str(call("SELECT ursula_attach(?, ?, ?)", file, url, mode))
 
 
@@ -85,3 +117,16 @@ def set_token(token: str | None) -> None:
     if token is not None and not isinstance(token, str):
         raise setup_error("set_token", "invalid_argument", "the token must be a str or None")
     call("SELECT ursula_set_token(?)", token)
+
+
+def commits(url: str, *, from_: str | None = None, limit: int | None = None) -> dict[str, Any]:
+    """The commit points of the stream at `url` an `at` open can rebuild, oldest first: those
+    after `from_` (default: all), at most `limit` (default 1000): `ursula_commits`."""
+    if not isinstance(url, str):
+        raise setup_error("commits", "invalid_url", "the stream URL must be a str")
+    if from_ is not None:
+        check_offset("commits", "from_", from_)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 0xFFFFFFFF):
+        raise setup_error("commits", "invalid_argument", "limit must be a positive int")
+    out: dict[str, Any] = json.loads(str(call("SELECT ursula_commits(?, ?, ?)", url, from_, limit)))
+    return out

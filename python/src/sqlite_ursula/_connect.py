@@ -15,7 +15,7 @@ from ._naming import InvalidUrl, default_dir, file_name_for, normalize_stream_ur
 # Read-only connects without `path` use the first free of `-ro1` to `-ro8`.
 READERS = 8
 
-OWN_OPTIONS = ("path", "dir", "read_only", "follow", "driver")
+OWN_OPTIONS = ("path", "dir", "read_only", "follow", "at", "driver")
 # The keyword arguments of sqlite3.connect (and pysqlite3's) that pass through. A misspelt
 # name (`readonly`) must not pass silently: it would open the file writable and claim the
 # stream, fencing its owner.
@@ -65,6 +65,7 @@ def connect(
     dir: PathLike | None = None,
     read_only: bool = False,
     follow: bool = False,
+    at: str | None = None,
     driver: str | None = None,
     **sqlite_kwargs: Any,
 ) -> Any:
@@ -72,12 +73,13 @@ def connect(
 
     The file is `path`, else `<label>-<hash>.db` (a reader: `-ro<n>`) in `dir` or the default
     cache directory. `follow=True` (with `read_only=True`) makes a live read replica that keeps
-    applying the owner's commits. `driver` forces `sqlite3` or `pysqlite3` (default: sqlite3 when it can host
+    applying the owner's commits; `at="<offset>"` (with `read_only=True`) opens the database as
+    it was after the last commit at or before that offset (see `commits`). `driver` forces `sqlite3` or `pysqlite3` (default: sqlite3 when it can host
     the extension). Other keyword arguments go to the driver's `connect`, checked before
     anything is attached.
     """
     _check_option_names(sqlite_kwargs)
-    attach_mode("connect", read_only, follow)
+    attach_mode("connect", read_only, follow, at)
     file = None if path is None else path_text("connect", "path", path)
     where = None if dir is None else path_text("connect", "dir", dir)
     try:
@@ -98,15 +100,17 @@ def connect(
     if file is not None:
         # With path, the URL goes to the extension as given.
         file = os.path.abspath(file)
-        attach(file, url, read_only, follow)
+        attach(file, url, read_only, follow, at)
     else:
-        file = _attach_named(url, normal.url, where, read_only, follow)
+        file = _attach_named(url, normal.url, where, read_only, follow, at)
     conn = loaded.module.connect(_file_uri(file, read_only), uri=True, factory=cls, **sqlite_kwargs)
     conn._ursula = State(file)
     return conn
 
 
-def _attach_named(url: str, attach_url: str, where: str | None, read_only: bool, follow: bool) -> str:
+def _attach_named(
+    url: str, attach_url: str, where: str | None, read_only: bool, follow: bool, at: str | None
+) -> str:
     """Attaches the file named after the stream in `where` (default: the cache directory)."""
     where = os.path.abspath(where) if where is not None else default_dir()
     if where is None:
@@ -127,7 +131,7 @@ def _attach_named(url: str, attach_url: str, where: str | None, read_only: bool,
     for n in range(1, READERS + 1):
         file = os.path.join(where, file_name_for(url, n))
         try:
-            attach(file, attach_url, True, follow)
+            attach(file, attach_url, True, follow, at)
             return file
         except UrsulaError as e:
             if e.kind != "in_use":

@@ -59,6 +59,9 @@ class UrsulaError(Exception):
         self.action = action
         self.reason = reason
         self.fenced = fenced
+        # For kind `retained` (an `at` below what the stream can rebuild): the earliest offset
+        # an at-open can use instead.
+        self.earliest: str | None = None
         self.sqlite_errorcode: int | None = getattr(cause, "sqlite_errorcode", None)
         self.sqlite_errorname: str | None = getattr(cause, "sqlite_errorname", None)
         if cause is not None:
@@ -114,7 +117,16 @@ def attach_error(
         return UrsulaReattachError(message, kind=kind, action="reattach", reason=message, cause=cause)
     if kind == "fenced":
         return UrsulaFencedError(message, kind=kind, action="stop", reason=message, fenced=True, cause=cause)
-    return UrsulaSetupError(message, kind=kind, action="fix", reason=message, cause=cause)
+    e = UrsulaSetupError(message, kind=kind, action="fix", reason=message, cause=cause)
+    if kind == "retained":
+        # An `at` below what the stream can rebuild: the offset to open at instead.
+        m = _EARLIEST.search(message)
+        e.earliest = m.group(1) if m else None
+    return e
+
+
+# How the extension names the earliest point a `retained` refusal could open at.
+_EARLIEST = re.compile(r"the earliest reachable point is (-1|\d{20})")
 
 
 def setup_error(fn: str, kind: str, message: str, cause: BaseException | None = None) -> UrsulaSetupError:
