@@ -70,6 +70,9 @@ test("follow without readOnly is refused before anything is attached", () => {
   assert.match(e.message, /needs readOnly: true/);
   const bad = thrown(() => open(url, { dir, readOnly: true, follow: "yes" }));
   assert.equal(bad.kind, "invalid_argument");
+  const both = thrown(() => open(url, { dir, readOnly: true, follow: true, at: "-1" }));
+  assert.equal(both.kind, "invalid_argument");
+  assert.match(both.message, /follow and at exclude each other/);
 });
 
 test("the SQL form ursula_attach(path, url, 'follow') makes a replica too", async () => {
