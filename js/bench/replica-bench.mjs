@@ -112,11 +112,15 @@ function publish(url, mib) {
   const insert = db.prepare(
     "INSERT INTO blobs(b) WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1024) SELECT randomblob(4000) FROM c",
   );
-  for (let i = 0; i < mib / 4; i++) insert.run();
+  let middle = null;
+  for (let i = 0; i < mib / 4; i++) {
+    insert.run();
+    if (i + 1 === Math.floor(mib / 8)) middle = { offset: status(db.location()).offset, rows: (i + 1) * 1024 };
+  }
   const rows = db.prepare("SELECT count(*) AS n FROM blobs").get().n;
   const offset = status(db.location()).offset;
   db.close();
-  return { rows, offset };
+  return { rows, offset, middle };
 }
 
 /** A fresh process opens `url` with `options` while timers watch its event loop. */
@@ -184,12 +188,14 @@ for (const r of lagRows) {
 }
 
 const url = `${base}/bench/rebuild-${run}`;
-const { rows, offset } = publish(url, MIB);
+const { rows, offset, middle } = publish(url, MIB);
 // The first read also warms the client up: the better of two.
 const ceiling = [await fetchAll(url), await fetchAll(url)].sort((a, b) => a.ms - b.ms)[0];
 const latest = await rebuild(url, { readOnly: true }, "sync");
 const pitrSupported = process.env.URSULA_BENCH_AT !== "0";
 const at = pitrSupported ? await rebuild(url, { readOnly: true, at: offset }, "sync") : null;
+const atMiddle = pitrSupported ? await rebuild(url, { readOnly: true, at: middle.offset }, "sync") : null;
+if (atMiddle && atMiddle.rows !== middle.rows) throw new Error(`the middle point holds ${atMiddle.rows} rows, not ${middle.rows}`);
 const sync = await rebuild(url, { readOnly: true }, "sync");
 const async_ = await rebuild(url, { readOnly: true }, "async");
 for (const r of [latest, at, sync, async_]) {
@@ -202,6 +208,7 @@ console.log("| --- | ---: | ---: | ---: |");
 console.log(`| fetch of the whole stream, no SQLite (ceiling) | ${ceiling.ms.toFixed(0)} | ${mbs(latest.bytes, ceiling.ms)} | ${(ceiling.bytes / 1e6).toFixed(0)} |`);
 console.log(`| \`open(url, {readOnly: true})\` (latest) | ${latest.ms.toFixed(0)} | ${mbs(latest.bytes, latest.ms)} | |`);
 if (at) console.log(`| \`open(url, {readOnly: true, at})\` (point in time: the last commit) | ${at.ms.toFixed(0)} | ${mbs(at.bytes, at.ms)} | |`);
+if (atMiddle) console.log(`| \`open(url, {readOnly: true, at})\` (point in time: half way, ${atMiddle.rows} rows) | ${atMiddle.ms.toFixed(0)} | ${mbs(atMiddle.bytes, atMiddle.ms)} | |`);
 console.log("");
 console.log("| event loop during the rebuild | open ms | longest gap of a 1 ms timer, ms |");
 console.log("| --- | ---: | ---: |");
