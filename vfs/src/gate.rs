@@ -101,10 +101,47 @@ impl ReadGate {
         Applying { gate: self }
     }
 
+    /// One `xShmLock` call of a replica's handle, whose held slots are `held` (bit n: slot n):
+    /// enters the gate before the handle's first lock, and leaves it once the handle holds
+    /// none (after releasing its last, or when its first lock failed). `lock` returns SQLite's
+    /// result code; 0 is `SQLITE_OK`.
+    pub fn around_lock(
+        &self,
+        held: &mut u8,
+        ofst: i32,
+        n: i32,
+        locking: bool,
+        lock: impl FnOnce() -> i32,
+    ) -> i32 {
+        let entering = locking && *held == 0;
+        if entering {
+            self.enter();
+        }
+        let rc = lock();
+        let before = *held;
+        if rc == 0 {
+            let slots = slot_bits(ofst, n);
+            *held = if locking {
+                before | slots
+            } else {
+                before & !slots
+            };
+        }
+        if (entering || before != 0) && *held == 0 {
+            self.leave();
+        }
+        rc
+    }
+
     /// Handles inside the gate now (for tests and status).
     pub fn readers(&self) -> usize {
         self.lock().readers
     }
+}
+
+/// The bits of shm lock slots `ofst..ofst + n` (SQLite has 8).
+fn slot_bits(ofst: i32, n: i32) -> u8 {
+    (ofst.max(0)..(ofst + n).min(8)).fold(0u8, |bits, slot| bits | (1 << slot))
 }
 
 #[cfg(test)]
@@ -137,6 +174,33 @@ mod tests {
         assert!(t.is_finished(), "a reader entered during an apply");
         gate.leave();
         t.join().expect("apply thread");
+    }
+
+    #[test]
+    fn a_handle_is_inside_from_its_first_shm_lock_to_the_release_of_its_last() {
+        let gate = ReadGate::default();
+        let mut held = 0u8;
+        // A read mark (slot 3), then the write lock (slot 0) beside it.
+        assert_eq!(gate.around_lock(&mut held, 3, 1, true, || 0), 0);
+        assert_eq!((held, gate.readers()), (0b1000, 1));
+        gate.around_lock(&mut held, 0, 1, true, || 0);
+        assert_eq!(
+            (held, gate.readers()),
+            (0b1001, 1),
+            "one handle counts once"
+        );
+        gate.around_lock(&mut held, 3, 1, false, || 0);
+        assert_eq!(gate.readers(), 1, "still holds slot 0");
+        gate.around_lock(&mut held, 0, 1, false, || 0);
+        assert_eq!((held, gate.readers()), (0, 0));
+        // A first lock that fails (SQLITE_BUSY) leaves nothing behind.
+        assert_eq!(gate.around_lock(&mut held, 1, 7, true, || 5), 5);
+        assert_eq!((held, gate.readers()), (0, 0));
+        // Recovery's range lock: slots 1 to 7.
+        gate.around_lock(&mut held, 1, 7, true, || 0);
+        assert_eq!(held, 0b1111_1110);
+        gate.around_lock(&mut held, 1, 7, false, || 0);
+        assert_eq!((held, gate.readers()), (0, 0));
     }
 
     #[test]

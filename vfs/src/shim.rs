@@ -579,26 +579,17 @@ unsafe extern "C" fn x_shm_lock(
             }
             _ => false,
         };
-        let slots = slot_bits(ofst, n);
-        let entering = follower && locking && s.shm_held == 0;
-        if entering && let Some(db) = db_of(s) {
-            db.gate.enter();
-        }
-        let rc = lock(s.real, ofst, n, flags);
-        if follower {
-            let before = s.shm_held;
-            if rc == ffi::SQLITE_OK {
-                s.shm_held = if locking {
-                    before | slots
-                } else {
-                    before & !slots
-                };
-            }
-            let left = (entering || before != 0) && s.shm_held == 0;
-            if left && let Some(db) = db_of(s) {
-                db.gate.leave();
-            }
-        }
+        let real = s.real;
+        let rc = if follower {
+            // SAFETY: a follower's handle holds its Arc<Db> until x_close (see db_of); read
+            // through the pointer so the handle's own lock bits can be borrowed beside it.
+            let db = &*s.db;
+            db.gate.around_lock(&mut s.shm_held, ofst, n, locking, || {
+                lock(real, ofst, n, flags)
+            })
+        } else {
+            lock(real, ofst, n, flags)
+        };
         if rc == ffi::SQLITE_OK
             && exclusive
             && let (ROLE_MAIN, Some(db)) = (s.role, db_of(s))
@@ -608,11 +599,6 @@ unsafe extern "C" fn x_shm_lock(
         }
         rc
     })
-}
-
-/// The bits of shm lock slots `ofst..ofst + n` (SQLite has 8).
-fn slot_bits(ofst: c_int, n: c_int) -> u8 {
-    (ofst.max(0)..(ofst + n).min(8)).fold(0u8, |bits, slot| bits | (1 << slot))
 }
 
 unsafe extern "C" fn x_shm_barrier(f: *mut ffi::sqlite3_file) {
