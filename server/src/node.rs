@@ -225,8 +225,12 @@ pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<
         Some(_) => (client_plane.clone(), Some(client_plane.merge(peers))),
         None => (client_plane.merge(peers), None),
     };
+    let limits = crate::http::serve::ConnectionLimits {
+        head_timeout: config.request_head_timeout,
+        max_connections: config.max_connections,
+    };
     let serve = |listener: &std::net::TcpListener, app: Router| {
-        crate::http::serve::spawn_accept_loops(&state.rt, listener, app, shutdown.clone())
+        crate::http::serve::spawn_accept_loops(&state.rt, listener, app, shutdown.clone(), limits)
             .map_err(NodeError::Serve)
     };
     serve(&client, client_app)?;

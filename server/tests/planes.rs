@@ -153,3 +153,128 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
         assert_eq!(status("GET", &n.url("/__ursula/raft-protocol"), &[]).0, 404);
     }
 }
+
+/// Open files this process may hold, from `/proc/self/limits` (soft limit).
+fn open_files_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1024)
+}
+
+/// Connections that each sent a request line and one header, and then nothing.
+fn half_heads(port: u16, count: usize) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    (0..count)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.write_all(b"GET /demo/slow HTTP/1.1\r\nHost: slow\r\n")
+                .expect("half a head");
+            s
+        })
+        .collect()
+}
+
+/// Whether the server closed `s`: EOF or a reset within `wait`, not a read that timed out.
+fn closed_by_server(mut s: &std::net::TcpStream, wait: Duration) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(wait)).expect("read timeout");
+    let mut buf = [0u8; 512];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            // hyper may answer 408 before it closes; read on to the close.
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on() {
+    let dir = tempfile_dir("planes-half-heads");
+    let port = free_port();
+    let node = Proc::start(
+        port,
+        single_node_args(
+            &dir,
+            port,
+            "[server]\nrequest_head_timeout = \"2s\"\n[raft]\ngroup_count = 2",
+            "",
+        ),
+        dir.join("node.log"),
+    );
+    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
+    // Thousands where the machine allows it; the server holds as many descriptors again.
+    let count = open_files_limit().saturating_sub(300).clamp(100, 3_000);
+    let slow = half_heads(port, count);
+    // Requests keep being served while every one of those connections is held open.
+    assert_eq!(status("PUT", &node.url("/demo/fast"), &[]).0, 201);
+    for i in 0..20 {
+        let (s, _, _) = send_url(
+            "POST",
+            &node.url("/demo/fast"),
+            &[("content-type", "application/octet-stream")],
+            format!("row {i}").as_bytes(),
+        )
+        .expect("an answer");
+        assert_eq!(s, 204, "append {i} while {count} half heads are open");
+    }
+    // Without the head timeout they stay open for good: the reads below give up, all within
+    // one 30 s deadline.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let still_open = slow
+        .iter()
+        .filter(|s| {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            !closed_by_server(s, left.max(Duration::from_millis(10)))
+        })
+        .count();
+    assert_eq!(
+        still_open, 0,
+        "{still_open} of {count} half heads still open"
+    );
+    assert_eq!(status("GET", &node.url("/demo/fast?offset=-1"), &[]).0, 200);
+}
+
+#[test]
+fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() {
+    let dir = tempfile_dir("planes-cap");
+    let port = free_port();
+    let node = Proc::start(
+        port,
+        single_node_args(
+            &dir,
+            port,
+            "[server]\nrequest_head_timeout = \"2s\"\nmax_connections = 4\n[raft]\ngroup_count = 2",
+            "",
+        ),
+        dir.join("node.log"),
+    );
+    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
+    // Every core's loop may hold one accepted slot's worth: fill the cap with half heads.
+    let slow = half_heads(port, 4);
+    // The cap is per listener: the admin plane still answers.
+    assert_eq!(
+        status("GET", &node.admin_url("/__ursula/ready"), &[]).0,
+        200
+    );
+    // This one waits in the backlog until the head timeout frees a slot, then is served.
+    assert_eq!(status("PUT", &node.url("/demo/capped"), &[]).0, 201);
+    for s in &slow {
+        assert!(closed_by_server(s, Duration::from_secs(30)));
+    }
+}

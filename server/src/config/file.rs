@@ -137,6 +137,11 @@ pub struct ServerSection {
     pub http_inflight_body_size: Option<Size>,
     /// Ours, beyond the spec: how long a graceful shutdown may take from the first signal.
     pub shutdown_deadline: Option<Dur>,
+    /// Ours: how long a connection may take to send a whole request head, idle keep-alive
+    /// time before it included.
+    pub request_head_timeout: Option<Dur>,
+    /// Ours: open connections per listener; more wait in the kernel's backlog.
+    pub max_connections: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -105,6 +105,11 @@ pub struct Config {
     /// `server.shutdown_deadline` (ours): a shutdown not done this long after the first signal
     /// exits without recording a clean run. 20 s, the Operations page's deadline, unless set.
     pub shutdown_deadline: Duration,
+    /// `server.request_head_timeout` (ours): a connection that has not sent a whole request
+    /// head this long after it opened or after its last answer is closed.
+    pub request_head_timeout: Duration,
+    /// `server.max_connections` (ours): connections each listener serves at once.
+    pub max_connections: usize,
     /// `testing.shutdown_stall`, a test hook: a Raft node's shutdown stalls this long before
     /// it syncs its journals.
     pub shutdown_stall: Option<Duration>,
@@ -290,6 +295,8 @@ fn resolve_engine(
         snapshot_driver: raft::snapshot_driver(file),
         cold: cold::resolve(&file.storage.cold)?,
         shutdown_deadline: shutdown_deadline(file)?,
+        request_head_timeout: request_head_timeout(file)?,
+        max_connections: max_connections(file)?,
         // Only the Raft engine's shutdown has journals to stall before.
         shutdown_stall: file.testing.shutdown_stall.filter(|_| raft).map(|d| d.0),
         ignored_keys: ignored::ignored_keys(file, raft),
@@ -368,6 +375,32 @@ fn shutdown_deadline(file: &FileConfig) -> Result<Duration, ConfigError> {
         Some(d) if d.0.is_zero() => Err(invalid("server.shutdown_deadline", "must be non-zero")),
         Some(d) => Ok(d.0),
         None => Ok(SHUTDOWN_DEADLINE),
+    }
+}
+
+/// `server.request_head_timeout`'s default. Longer than the idle time of the clients we ship
+/// keep connections for (the extension: 90 s, `URSULA_VFS_IDLE_MS`; the gateway: 30 s), since
+/// it also closes a kept-alive connection that sent nothing: a shorter one would close
+/// connections those clients are about to reuse.
+pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `server.max_connections`' default.
+pub const MAX_CONNECTIONS: usize = 16_384;
+
+fn request_head_timeout(file: &FileConfig) -> Result<Duration, ConfigError> {
+    match file.server.request_head_timeout {
+        // Zero would close every connection before it could send anything.
+        Some(d) if d.0.is_zero() => Err(invalid("server.request_head_timeout", "must be non-zero")),
+        Some(d) => Ok(d.0),
+        None => Ok(REQUEST_HEAD_TIMEOUT),
+    }
+}
+
+fn max_connections(file: &FileConfig) -> Result<usize, ConfigError> {
+    match file.server.max_connections {
+        Some(0) => Err(invalid("server.max_connections", "must be at least 1")),
+        Some(n) => Ok(n as usize),
+        None => Ok(MAX_CONNECTIONS),
     }
 }
 

@@ -95,6 +95,21 @@ fn the_shutdown_deadline_is_20_s_unless_set_and_never_zero() {
     assert_eq!(err, "server.shutdown_deadline: must be non-zero");
 }
 
+#[test]
+fn the_request_head_timeout_and_connection_cap_have_defaults_and_refuse_zero() {
+    let c = resolve_text("").expect("valid");
+    assert_eq!(c.request_head_timeout, std::time::Duration::from_secs(120));
+    assert_eq!(c.max_connections, 16_384);
+    let c = resolve_text("[server]\nrequest_head_timeout = \"2s\"\nmax_connections = 8\n")
+        .expect("valid");
+    assert_eq!(c.request_head_timeout, std::time::Duration::from_secs(2));
+    assert_eq!(c.max_connections, 8);
+    let err = resolve_text("[server]\nrequest_head_timeout = \"0s\"\n").expect_err("zero timeout");
+    assert_eq!(err, "server.request_head_timeout: must be non-zero");
+    let err = resolve_text("[server]\nmax_connections = 0\n").expect_err("no connections");
+    assert_eq!(err, "server.max_connections: must be at least 1");
+}
+
 /// A config file that sets the dotted `key` (a section when it has no dot).
 fn setting(key: &str) -> String {
     match key.rsplit_once('.') {

@@ -1,14 +1,28 @@
 //! Accept loops: every core thread accepts on the shared listener and serves its connections
-//! itself, so a request for a group on that core never changes threads.
+//! itself, so a request for a group on that core never changes threads. Each listener serves
+//! at most `max_connections` at once (the rest wait in the kernel's backlog), and closes a
+//! connection that does not send a whole request head within `head_timeout` of opening or of
+//! its last answer: a client that sends half a head and then nothing holds no slot for long.
 
 use std::net::TcpListener as StdListener;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::TokioIo;
+use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
+use tokio::sync::Semaphore;
 use tokio::sync::watch;
 
 use crate::runtime::Runtime;
+
+/// What bounds one listener's connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub head_timeout: Duration,
+    pub max_connections: usize,
+}
 
 /// Starts one accept loop per core. `shutdown` flips to `true` to stop accepting.
 pub fn spawn_accept_loops(
@@ -16,8 +30,11 @@ pub fn spawn_accept_loops(
     listener: &StdListener,
     app: Router,
     shutdown: watch::Receiver<bool>,
+    limits: ConnectionLimits,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
+    // One count for the listener, whichever core accepts.
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     for core in 0..rt.core_count() {
         let Some(handle) = rt.core_handle(core) else {
             continue;
@@ -25,6 +42,7 @@ pub fn spawn_accept_loops(
         let std_listener = listener.try_clone()?;
         let app = app.clone();
         let mut shutdown = shutdown.clone();
+        let slots = slots.clone();
         handle.spawn(async move {
             let listener = match tokio::net::TcpListener::from_std(std_listener) {
                 Ok(l) => l,
@@ -34,6 +52,12 @@ pub fn spawn_accept_loops(
                 }
             };
             loop {
+                // A slot before the accept: at the cap, connections wait in the backlog.
+                let slot = tokio::select! {
+                    s = slots.clone().acquire_owned() => s,
+                    _ = shutdown.changed() => return,
+                };
+                let Ok(slot) = slot else { return };
                 let accepted = tokio::select! {
                     a = listener.accept() => a,
                     _ = shutdown.changed() => return,
@@ -52,10 +76,14 @@ pub fn spawn_accept_loops(
                 tokio::spawn(async move {
                     let conn = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(limits.head_timeout)
                         .serve_connection(TokioIo::new(stream), service);
                     if let Err(e) = conn.await {
                         tracing::debug!(error = %e, "connection ended with an error");
                     }
+                    // The slot is free once the connection is gone, however it ended.
+                    drop(slot);
                 });
             }
         });
