@@ -9,6 +9,7 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::net::TcpStream;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -24,23 +25,40 @@ mod gateway_common;
 use auth_common::*;
 use gateway_common::*;
 
-/// An upstream that counts connections and answers nothing useful: any connection is a forward.
-fn counting_upstream() -> (String, Arc<AtomicUsize>) {
+/// The request heads an upstream received, lowercased.
+type Heads = Arc<Mutex<Vec<String>>>;
+
+/// An upstream that counts connections (any connection is a forward), keeps each request's
+/// head, and answers `200` with nothing.
+fn counting_upstream() -> (String, Arc<AtomicUsize>, Heads) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", l.local_addr().expect("addr"));
     let hits = Arc::new(AtomicUsize::new(0));
-    let h = hits.clone();
+    let heads: Heads = Arc::default();
+    let (h, hs) = (hits.clone(), heads.clone());
     std::thread::spawn(move || {
         for conn in l.incoming() {
             h.fetch_add(1, Ordering::SeqCst);
             if let Ok(mut c) = conn {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                hs.lock()
+                    .expect("heads")
+                    .push(String::from_utf8_lossy(&head).to_ascii_lowercase());
                 let _ = c.write_all(
                     b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
                 );
             }
         }
     });
-    (url, hits)
+    (url, hits, heads)
 }
 
 /// One request with `auth` as the raw `Authorization` value; the answer's status, 0 if none.
@@ -193,7 +211,7 @@ fn render(c: &Credential, valid: &str, issuer: &str) -> Option<Vec<u8>> {
 fn fuzzed_credentials_never_get_a_5xx_and_are_never_forwarded() {
     let scratch = Scratch::new("auth-fuzz");
     let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let (upstream, hits) = counting_upstream();
+    let (upstream, hits, heads) = counting_upstream();
     let policy = scratch.0.join("policy.toml");
     std::fs::write(
         &policy,
@@ -236,6 +254,14 @@ fn fuzzed_credentials_never_get_a_5xx_and_are_never_forwarded() {
     );
     let baseline = hits.load(Ordering::SeqCst);
     assert_eq!(baseline, 1);
+    // Credential termination: the upstream never sees the token.
+    let forwarded = heads.lock().expect("heads").join("\n");
+    assert!(forwarded.starts_with("get /private/s "), "{forwarded}");
+    assert!(!forwarded.contains("authorization"), "{forwarded}");
+    assert!(
+        !forwarded.contains(&valid.to_ascii_lowercase()),
+        "{forwarded}"
+    );
 
     let methods = prop::sample::select(vec!["GET", "HEAD", "POST", "PUT", "DELETE"]);
     let paths = prop::sample::select(vec![
