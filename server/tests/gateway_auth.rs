@@ -567,3 +567,59 @@ fn an_sse_subscription_ends_at_the_tokens_exp_with_a_credential_expired_frame() 
         "a frame after credential-expired: {tail}"
     );
 }
+
+#[test]
+fn keys_are_found_through_oidc_discovery_or_the_jwks_url_flag() {
+    let scratch = Scratch::new("auth-discovery");
+    let node = seeded_node(&scratch);
+    let read = |gw: &Proc, t: &str| {
+        let auth = bearer(t);
+        send(
+            "GET",
+            &gw.url("/private/s?offset=-1"),
+            &[("authorization", &auth)],
+            b"",
+        )
+        .status
+    };
+    // An issuer that serves only OpenID Connect discovery metadata.
+    let oidc_only = Issuer::start(vec![public_jwk("ed", "ed1")]);
+    oidc_only.serve_metadata("/.well-known/openid-configuration", None);
+    let gw = auth_gateway(&scratch, &node, &oidc_only.url, &[]);
+    assert_eq!(read(&gw, &token(&oidc_only.url, OWNER)), 200);
+    drop(gw);
+
+    // --auth-jwks-url: the issuer named in tokens serves nothing at all.
+    let keys = Issuer::start(vec![public_jwk("ed", "ed1")]);
+    let elsewhere = format!("http://127.0.0.1:{}", free_port());
+    let jwks_url = format!("{}/jwks", keys.url);
+    let gw = auth_gateway(&scratch, &node, &elsewhere, &["--auth-jwks-url", &jwks_url]);
+    assert_eq!(read(&gw, &token(&elsewhere, OWNER)), 200);
+    assert_eq!(keys.fetches(), 1);
+}
+
+#[test]
+fn metadata_naming_another_issuer_is_not_trusted() {
+    let scratch = Scratch::new("auth-mixup");
+    let node = seeded_node(&scratch);
+    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
+    issuer.serve_metadata(
+        "/.well-known/oauth-authorization-server",
+        Some("https://someone.else"),
+    );
+    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
+    let auth = bearer(&token(&issuer.url, OWNER));
+    let a = send(
+        "GET",
+        &gw.url("/private/s?offset=-1"),
+        &[("authorization", &auth)],
+        b"",
+    );
+    assert_eq!(a.status, 503, "{}", a.body);
+    assert_eq!(a.header(MARKER), Some("AuthenticationUnavailable"));
+    assert_eq!(
+        issuer.fetches(),
+        0,
+        "the JWKS of a mixed-up issuer was fetched"
+    );
+}

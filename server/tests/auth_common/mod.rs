@@ -133,26 +133,48 @@ pub fn unsigned(header: &Value, claims: &Value) -> String {
 /// `/jwks`, and the JWKS, which a test may replace. Stops on drop.
 pub struct Issuer {
     pub url: String,
+    /// Where the metadata is served, and the `issuer` it names.
+    metadata: Arc<Mutex<(String, String)>>,
     jwks: Arc<Mutex<Value>>,
     fetches: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
 
 impl Issuer {
+    /// Serves its metadata where RFC 8414 puts it, naming itself.
     pub fn start(keys: Vec<Value>) -> Issuer {
+        let i = Issuer::bare(keys);
+        i.serve_metadata("/.well-known/oauth-authorization-server", None);
+        i
+    }
+
+    /// Serves the metadata at `path` only, naming `issuer` (itself when `None`).
+    pub fn serve_metadata(&self, path: &str, issuer: Option<&str>) {
+        *self.metadata.lock().expect("metadata") =
+            (path.to_owned(), issuer.unwrap_or(&self.url).to_owned());
+    }
+
+    fn bare(keys: Vec<Value>) -> Issuer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let jwks = Arc::new(Mutex::new(json!({ "keys": keys })));
         let fetches = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (j, f, s, u) = (jwks.clone(), fetches.clone(), stop.clone(), url.clone());
+        let metadata = Arc::new(Mutex::new((String::new(), url.clone())));
+        let (j, f, s, u, m) = (
+            jwks.clone(),
+            fetches.clone(),
+            stop.clone(),
+            url.clone(),
+            metadata.clone(),
+        );
         std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((conn, _)) => {
-                        let (j, f, u) = (j.clone(), f.clone(), u.clone());
-                        std::thread::spawn(move || answer(conn, &u, &j, &f));
+                        let (j, f, u, m) = (j.clone(), f.clone(), u.clone(), m.clone());
+                        std::thread::spawn(move || answer(conn, &u, &m, &j, &f));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -160,6 +182,7 @@ impl Issuer {
         });
         Issuer {
             url,
+            metadata,
             jwks,
             fetches,
             stop,
@@ -182,7 +205,13 @@ impl Drop for Issuer {
     }
 }
 
-fn answer(mut conn: std::net::TcpStream, url: &str, jwks: &Mutex<Value>, fetches: &AtomicUsize) {
+fn answer(
+    mut conn: std::net::TcpStream,
+    url: &str,
+    metadata: &Mutex<(String, String)>,
+    jwks: &Mutex<Value>,
+    fetches: &AtomicUsize,
+) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
     let mut head = Vec::new();
@@ -195,10 +224,11 @@ fn answer(mut conn: std::net::TcpStream, url: &str, jwks: &Mutex<Value>, fetches
     }
     let text = String::from_utf8_lossy(&head);
     let path = text.split(' ').nth(1).unwrap_or_default().to_owned();
+    let (meta_path, named) = metadata.lock().expect("metadata").clone();
     let (status, body) = match path.as_str() {
-        "/.well-known/oauth-authorization-server" => (
+        p if p == meta_path => (
             "200 OK",
-            json!({ "issuer": url, "jwks_uri": format!("{url}/jwks") }).to_string(),
+            json!({ "issuer": named, "jwks_uri": format!("{url}/jwks") }).to_string(),
         ),
         "/jwks" => {
             fetches.fetch_add(1, Ordering::SeqCst);
