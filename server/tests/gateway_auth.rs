@@ -623,3 +623,40 @@ fn metadata_naming_another_issuer_is_not_trusted() {
         "the JWKS of a mixed-up issuer was fetched"
     );
 }
+
+#[test]
+fn cached_keys_keep_verifying_while_the_issuer_is_down_and_new_kids_get_a_marked_503() {
+    let scratch = Scratch::new("auth-cached");
+    let node = seeded_node(&scratch);
+    let issuer = Issuer::start(vec![public_jwk("ed", "ed1"), public_jwk("ec", "ec1")]);
+    let url = issuer.url.clone();
+    let gw = auth_gateway(&scratch, &node, &url, &[]);
+    let read = |t: &str| {
+        let auth = bearer(t);
+        send(
+            "GET",
+            &gw.url("/private/s?offset=-1"),
+            &[("authorization", &auth)],
+            b"",
+        )
+    };
+    assert_eq!(read(&token(&url, OWNER)).status, 200);
+    drop(issuer);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(read(&token(&url, OWNER)).status, 200, "a cached key");
+    // Past the refetch interval, a kid the cache lacks needs the issuer, which is gone.
+    std::thread::sleep(Duration::from_millis(2100));
+    let a = read(&sign(
+        Key::Ec,
+        "ec-new",
+        Some("at+jwt"),
+        &claims(&url, OWNER),
+    ));
+    assert_eq!(a.status, 503, "{}", a.body);
+    assert_eq!(a.header(MARKER), Some("AuthenticationUnavailable"));
+    assert_eq!(
+        read(&token(&url, OWNER)).status,
+        200,
+        "still the cached key"
+    );
+}

@@ -129,6 +129,8 @@ pub fn key_fits(jwk: &Jwk, alg: Algorithm) -> bool {
     {
         return false;
     }
+    // `KeyAlgorithm` and `Algorithm` are distinct enums that name the signature algorithms
+    // alike (`ES256`, `EdDSA`, ...); a key pinned to one algorithm serves only that one.
     if let Some(named) = jwk.common.key_algorithm
         && format!("{named:?}") != format!("{alg:?}")
     {
