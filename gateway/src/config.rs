@@ -8,6 +8,8 @@ use clap::Args;
 use http::Uri;
 
 use crate::GatewayError;
+use crate::auth::AuthArgs;
+use crate::auth::AuthConfig;
 
 /// `--max-request-body-bytes` when not given: 32 MiB, the nodes' own body limit.
 pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 32 * 1024 * 1024;
@@ -26,6 +28,8 @@ pub struct GatewayArgs {
     /// `RequestBodyTooLarge`, and never forwarded.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUEST_BODY_BYTES)]
     pub max_request_body_bytes: u64,
+    #[command(flatten)]
+    pub auth: AuthArgs,
 }
 
 /// Everything a running gateway needs, checked.
@@ -45,6 +49,8 @@ pub struct GatewayConfig {
     pub redirect_window: Duration,
     /// A request body that sends no byte for this long is cut with `408` (30 s).
     pub body_stall_timeout: Duration,
+    /// Access control, `None` without `--auth-issuer`: a trusted pass-through then.
+    pub auth: Option<AuthConfig>,
 }
 
 impl GatewayConfig {
@@ -79,6 +85,7 @@ impl GatewayConfig {
             max_redirect_hops: 3,
             redirect_window: Duration::from_secs(5),
             body_stall_timeout: Duration::from_secs(30),
+            auth: AuthConfig::from_args(&args.auth)?,
         })
     }
 }
@@ -146,6 +153,7 @@ mod tests {
             upstreams: upstreams.iter().map(|s| (*s).to_owned()).collect(),
             listen: listen.to_owned(),
             max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
+            auth: AuthArgs::default(),
         }
     }
 

@@ -43,7 +43,14 @@ use hyper_util::rt::TokioExecutor;
 use hyper_util::rt::TokioTimer;
 use ursula_protocol::headers as h;
 
+use crate::GatewayError;
+use crate::auth::Admitted;
+use crate::auth::Auth;
 use crate::config::GatewayConfig;
+use crate::expiry;
+use crate::guard;
+use crate::guard::AuthCounters;
+use crate::guard::Gate;
 use crate::reply;
 use crate::reply::BoxError;
 use crate::reply::GatewayBody;
@@ -78,6 +85,9 @@ struct Inner {
     config: GatewayConfig,
     upstreams: Upstreams,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// `None` without `--auth-issuer`: every request is forwarded as it came.
+    auth: Option<Arc<Auth>>,
+    auth_counters: AuthCounters,
 }
 
 /// The outcome of one exchange with one upstream.
@@ -105,7 +115,7 @@ enum BodyError {
 }
 
 impl Gateway {
-    pub fn new(config: GatewayConfig) -> Gateway {
+    pub fn new(config: GatewayConfig) -> Result<Gateway, GatewayError> {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
@@ -119,13 +129,19 @@ impl Gateway {
             .build(connector);
         let probe_span = config.connect_timeout + config.upstream_tcp_user_timeout;
         let upstreams = Upstreams::new(config.upstreams.clone(), probe_span);
-        Gateway {
+        let auth = match &config.auth {
+            Some(a) => Some(Auth::new(a.clone())?),
+            None => None,
+        };
+        Ok(Gateway {
             inner: Arc::new(Inner {
                 config,
                 upstreams,
                 client,
+                auth,
+                auth_counters: AuthCounters::default(),
             }),
-        }
+        })
     }
 
     pub fn config(&self) -> &GatewayConfig {
@@ -152,21 +168,27 @@ impl Inner {
         B::Error: Into<BoxError>,
     {
         let (parts, body) = req.into_parts();
-        if parts.uri.path() == METRICS_PATH {
-            return self.metrics(&parts.method);
-        }
-        if parts.uri.path().starts_with("/__ursula/")
-            && !internal_forwarded(&parts.method, parts.uri.path())
-        {
-            let mut resp = reply::not_found("no such route on the gateway");
-            if parts.headers.contains_key(header::CONTENT_LENGTH)
-                || parts.headers.contains_key(header::TRANSFER_ENCODING)
-            {
-                // The body stays unread: the connection cannot carry another request.
-                resp.headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        let mut admitted: Option<Admitted> = None;
+        let mut conceal = false;
+        if let Some(auth) = &self.auth {
+            match guard::admit(auth, &self.auth_counters, &parts).await {
+                Gate::Metrics => return self.metrics(&parts.method),
+                Gate::Forward(a) => admitted = Some(a),
+                Gate::Conceal => conceal = true,
+                Gate::Answer(resp) => return close_if_body(&parts.headers, resp),
             }
-            return resp;
+        } else {
+            if parts.uri.path() == METRICS_PATH {
+                return self.metrics(&parts.method);
+            }
+            if parts.uri.path().starts_with("/__ursula/")
+                && !internal_forwarded(&parts.method, parts.uri.path())
+            {
+                return close_if_body(
+                    &parts.headers,
+                    reply::not_found("no such route on the gateway"),
+                );
+            }
         }
         let limit = self.config.max_request_body_bytes;
         let declared = parts
@@ -178,6 +200,9 @@ impl Inner {
             Ok(b) => b,
             Err(e) => return self.body_refusal(e, limit),
         };
+        if conceal {
+            return reply::concealed_not_found();
+        }
         let target = parts
             .uri
             .path_and_query()
@@ -186,6 +211,10 @@ impl Inner {
         let had_body_framing = headers.contains_key(header::CONTENT_LENGTH)
             || headers.contains_key(header::TRANSFER_ENCODING);
         reply::strip_hop_by_hop(&mut headers);
+        if self.auth.is_some() {
+            // Credential termination: the nodes never see end-user credentials.
+            headers.remove(header::AUTHORIZATION);
+        }
         headers.remove(header::EXPECT);
         headers.remove(header::CONTENT_LENGTH);
         if had_body_framing || !body.is_empty() {
@@ -197,7 +226,15 @@ impl Inner {
             headers,
             body,
         };
-        self.forward(&out).await
+        let mut resp = self.forward(&out).await;
+        if self.auth.is_some() && resp.status() == StatusCode::NOT_FOUND {
+            // Marked like the concealment 404, which must not stand out from a real one.
+            reply::mark_not_found(resp.headers_mut());
+        }
+        match admitted.and_then(|a| a.expires_at) {
+            Some(exp) => expiry::bound_by_expiry(resp, exp),
+            None => resp,
+        }
     }
 
     fn body_refusal(&self, e: BodyError, limit: u64) -> Response<GatewayBody> {
@@ -382,8 +419,24 @@ impl Inner {
             "body_too_large": load(&c.body_too_large),
             "max_request_body_bytes": self.config.max_request_body_bytes,
             "upstreams": upstreams,
-        })
-        .to_string();
+        });
+        let text = match (&self.auth, text) {
+            (Some(auth), serde_json::Value::Object(mut m)) => {
+                let a = &self.auth_counters;
+                m.insert(
+                    "auth".into(),
+                    serde_json::json!({
+                        "admitted": load(&a.admitted),
+                        "concealed": load(&a.concealed),
+                        "invalid_token": load(&a.invalid_token),
+                        "unavailable": load(&a.unavailable),
+                        "jwks_fetches": auth.jwks().fetches(),
+                    }),
+                );
+                serde_json::Value::Object(m).to_string()
+            }
+            (_, v) => v.to_string(),
+        };
         let mut resp = Response::new(reply::body(text));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -393,6 +446,16 @@ impl Inner {
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         resp
     }
+}
+
+/// An answer given before the request body was read: the connection cannot carry another
+/// request after it, so it is closed.
+fn close_if_body(req: &HeaderMap, mut resp: Response<GatewayBody>) -> Response<GatewayBody> {
+    if req.contains_key(header::CONTENT_LENGTH) || req.contains_key(header::TRANSFER_ENCODING) {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 fn mark_if(all_marked: bool) -> Mark {

@@ -10,13 +10,19 @@
 //!   marker and vouch; response bodies stream through unbuffered.
 //! - [`reply`]: the gateway's own answers, refusal tokens, header hygiene.
 //! - [`serve`]: the listener and [`run`].
+//! - [`auth`]: opt-in access control (`--auth-*`): RFC 9068 access tokens, the issuer's JWKS,
+//!   the bucket policy and its `404` concealment; [`guard`] applies it to a request, and
+//!   [`expiry`] ends an SSE subscription at its token's `exp`.
 //!
-//! Not built yet (flags of the spec this build does not take): access control, quotas, usage
-//! logs, CORS, the shared body budget, `--connect-timeout`, `--response-header-timeout` and
+//! Not built yet (flags of the spec this build does not take): quotas, usage logs, CORS, the
+//! shared body budget, `--connect-timeout`, `--response-header-timeout` and
 //! `--upstream-tcp-user-timeout` (fixed at 5 s, none, 5 s).
 
+pub mod auth;
 pub mod config;
+pub mod expiry;
 pub mod forward;
+pub mod guard;
 pub mod reply;
 pub mod serve;
 pub mod upstreams;
@@ -46,6 +52,8 @@ pub enum GatewayError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Auth(#[from] auth::AuthConfigError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
 }

@@ -30,6 +30,15 @@ pub enum GatewayRefusal {
     UpstreamUnreachable,
     /// `503`: no upstream answered without redirecting within the redirect limits.
     LeaderNotFound,
+    /// `503`: access control could not verify the token, e.g. its issuer is unreachable.
+    AuthenticationUnavailable,
+    /// `503`: access control could not reach a decision. The built-in file policy always
+    /// decides, so this build never sends it; it is named for the refusal table.
+    AuthorizationUnavailable,
+    /// `404`: the access policy does not serve the resource to these credentials. Sent on the
+    /// concealment `404`, and on every upstream `404` while access control is on, so the two
+    /// cannot be told apart.
+    NotFound,
 }
 
 impl GatewayRefusal {
@@ -40,6 +49,9 @@ impl GatewayRefusal {
             GatewayRefusal::RequestBodyTooSlow => "RequestBodyTooSlow",
             GatewayRefusal::UpstreamUnreachable => "UpstreamUnreachable",
             GatewayRefusal::LeaderNotFound => "LeaderNotFound",
+            GatewayRefusal::AuthenticationUnavailable => "AuthenticationUnavailable",
+            GatewayRefusal::AuthorizationUnavailable => "AuthorizationUnavailable",
+            GatewayRefusal::NotFound => "NotFound",
         }
     }
 
@@ -48,9 +60,11 @@ impl GatewayRefusal {
             GatewayRefusal::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayRefusal::RequestBodyUnreadable => StatusCode::BAD_REQUEST,
             GatewayRefusal::RequestBodyTooSlow => StatusCode::REQUEST_TIMEOUT,
-            GatewayRefusal::UpstreamUnreachable | GatewayRefusal::LeaderNotFound => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            GatewayRefusal::UpstreamUnreachable
+            | GatewayRefusal::LeaderNotFound
+            | GatewayRefusal::AuthenticationUnavailable
+            | GatewayRefusal::AuthorizationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayRefusal::NotFound => StatusCode::NOT_FOUND,
         }
     }
 }
@@ -87,6 +101,71 @@ pub fn refusal(kind: GatewayRefusal, mark: Mark, message: &str) -> Response<Gate
 /// A `404` for a path the gateway does not serve or forward.
 pub fn not_found(message: &str) -> Response<GatewayBody> {
     json_error(StatusCode::NOT_FOUND, "NotFound", message)
+}
+
+/// The body of a node's `404` for a stream that does not exist.
+pub const MISSING_STREAM_BODY: &str = "stream not found";
+
+/// Access control's `404`: byte for byte the answer a node gives, through the gateway, for a
+/// stream that does not exist (its headers in the node's order, its `Date`, its text body),
+/// marked [`GatewayRefusal::NotFound`] as every `404` is while access control is on. A test
+/// compares the two, so a change to the node's answer that this copy misses fails it.
+pub fn concealed_not_found() -> Response<GatewayBody> {
+    let mut resp = Response::new(body(MISSING_STREAM_BODY));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    let hs = resp.headers_mut();
+    hs.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    hs.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    hs.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("cross-origin"),
+    );
+    hs.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    hs.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(h::EXPOSED),
+    );
+    hs.insert(
+        header::CONTENT_LENGTH,
+        HeaderValue::from(MISSING_STREAM_BODY.len()),
+    );
+    if let Ok(date) = HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now()))
+    {
+        hs.insert(header::DATE, date);
+    }
+    mark_not_found(hs);
+    resp
+}
+
+/// Marks a `404` [`GatewayRefusal::NotFound`] unless it carries a marker already.
+pub fn mark_not_found(headers: &mut HeaderMap) {
+    if !headers.contains_key(h::NOT_APPLIED) {
+        headers.insert(
+            h::NOT_APPLIED,
+            HeaderValue::from_static(GatewayRefusal::NotFound.token()),
+        );
+    }
+}
+
+/// `401` for a credential that is not a valid access token (RFC 6750 §3.1). It names no
+/// resource and is the same for every path, so it tells nothing about what exists.
+pub fn invalid_token(why: &str) -> Response<GatewayBody> {
+    let mut resp = json_error(StatusCode::UNAUTHORIZED, "InvalidToken", why);
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer error=\"invalid_token\""),
+    );
+    resp
 }
 
 /// An unmarked `502`: the request was sent and the exchange then failed, so it may have applied.

@@ -36,7 +36,15 @@ pub fn run(args: GatewayArgs) -> Result<(), GatewayError> {
             max_request_body_bytes = config.max_request_body_bytes,
             "ursula gateway listening"
         );
-        serve(listener, Gateway::new(config), wait_for_signal()).await
+        let auth = config
+            .auth
+            .as_ref()
+            .map(|a| (a.issuer.clone(), a.policy.len()));
+        let gateway = Gateway::new(config)?;
+        if let Some((issuer, buckets)) = auth {
+            tracing::info!(%issuer, buckets, "access control is on");
+        }
+        serve(listener, gateway, wait_for_signal()).await
     })
 }
 

@@ -112,8 +112,9 @@ fn gateway(upstreams: &[String], limit: u64) -> Gateway {
         upstreams: upstreams.to_vec(),
         listen: "127.0.0.1:0".into(),
         max_request_body_bytes: limit,
+        auth: Default::default(),
     };
-    Gateway::new(GatewayConfig::from_args(&args).expect("config"))
+    Gateway::new(GatewayConfig::from_args(&args).expect("config")).expect("gateway")
 }
 
 async fn post(gw: &Gateway, body: &'static [u8]) -> (StatusCode, Option<String>, Option<String>) {
