@@ -56,9 +56,16 @@ use crate::reply::BoxError;
 use crate::reply::GatewayBody;
 use crate::reply::GatewayRefusal;
 use crate::reply::Mark;
+use crate::tenant;
+use crate::tenant::Tenants;
+use crate::tenant::Ticket;
 use crate::upstreams::Counters;
 use crate::upstreams::Upstreams;
 use crate::upstreams::route_key;
+
+/// Bodies of at most this many bytes never count toward a bucket's upload limits
+/// (`--small-body-max-bytes` of the spec; fixed here until the upload budget takes the flag).
+const SMALL_BODY_MAX_BYTES: u64 = 1024 * 1024;
 
 /// The gateway's own metrics path.
 pub const METRICS_PATH: &str = "/__ursula/gateway/metrics";
@@ -88,6 +95,16 @@ struct Inner {
     /// `None` without `--auth-issuer`: every request is forwarded as it came.
     auth: Option<Arc<Auth>>,
     auth_counters: AuthCounters,
+    /// Quotas and usage; both off without their flags.
+    tenants: Tenants,
+    /// Stops the usage log's writer, which then writes its last batch.
+    usage_stop: std::sync::Mutex<Option<UsageTask>>,
+}
+
+#[derive(Debug)]
+struct UsageTask {
+    stop: tokio::sync::oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<()>,
 }
 
 /// The outcome of one exchange with one upstream.
@@ -133,6 +150,19 @@ impl Gateway {
             Some(a) => Some(Auth::new(a.clone())?),
             None => None,
         };
+        let tenants = Tenants::new(config.tenants.clone(), SMALL_BODY_MAX_BYTES);
+        let usage_stop = match &tenants.usage {
+            Some(usage) => {
+                let rt = tokio::runtime::Handle::try_current()
+                    .map_err(|_| GatewayError::NoRuntime("--usage-log"))?;
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let done = rt.spawn(usage.clone().run(async move {
+                    let _ = stopped.await;
+                }));
+                Some(UsageTask { stop, done })
+            }
+            None => None,
+        };
         Ok(Gateway {
             inner: Arc::new(Inner {
                 config,
@@ -140,8 +170,25 @@ impl Gateway {
                 client,
                 auth,
                 auth_counters: AuthCounters::default(),
+                tenants,
+                usage_stop: std::sync::Mutex::new(usage_stop),
             }),
         })
+    }
+
+    /// Ends what runs beside the requests: the usage log writes its last batch. Requests
+    /// still open keep counting, but nothing reports them after this.
+    pub async fn shutdown(&self) {
+        let task = self
+            .inner
+            .usage_stop
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(t) = task {
+            let _ = t.stop.send(());
+            let _ = t.done.await;
+        }
     }
 
     pub fn config(&self) -> &GatewayConfig {
@@ -190,16 +237,30 @@ impl Inner {
                 );
             }
         }
-        let limit = self.config.max_request_body_bytes;
+        let ticket = if conceal {
+            Ticket::default()
+        } else {
+            match self.tenants.admit(&parts, admitted.as_ref()) {
+                Ok(t) => t,
+                Err(r) => return close_if_body(&parts.headers, tenant::refusal(r)),
+            }
+        };
+        let limit = ticket.body_limit(self.config.max_request_body_bytes);
         let declared = parts
             .headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
+        let upload = match ticket.admit_upload(&self.tenants, declared) {
+            Ok(u) => u,
+            Err(r) => return close_if_body(&parts.headers, tenant::refusal(r)),
+        };
         let body = match read_body(body, declared, limit, self.config.body_stall_timeout).await {
             Ok(b) => b,
             Err(e) => return self.body_refusal(e, limit),
         };
+        // A body stops counting toward its bucket's uploads once it is buffered.
+        drop(upload);
         if conceal {
             return reply::concealed_not_found();
         }
@@ -231,6 +292,7 @@ impl Inner {
             // Marked like the concealment 404, which must not stand out from a real one.
             reply::mark_not_found(resp.headers_mut());
         }
+        let resp = ticket.forwarded(&self.tenants, out.body.len() as u64, resp);
         match admitted.and_then(|a| a.expires_at) {
             Some(exp) => expiry::bound_by_expiry(resp, exp),
             None => resp,
@@ -420,6 +482,13 @@ impl Inner {
             "max_request_body_bytes": self.config.max_request_body_bytes,
             "upstreams": upstreams,
         });
+        let text = match (self.tenants.metrics(), text) {
+            (Some(t), serde_json::Value::Object(mut m)) => {
+                m.insert("tenants".into(), t);
+                serde_json::Value::Object(m)
+            }
+            (_, v) => v,
+        };
         let text = match (&self.auth, text) {
             (Some(auth), serde_json::Value::Object(mut m)) => {
                 let a = &self.auth_counters;

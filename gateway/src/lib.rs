@@ -18,6 +18,7 @@
 //! shared body budget, `--connect-timeout`, `--response-header-timeout` and
 //! `--upstream-tcp-user-timeout` (fixed at 5 s, none, 5 s).
 
+pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod expiry;
@@ -25,7 +26,9 @@ pub mod forward;
 pub mod guard;
 pub mod reply;
 pub mod serve;
+pub mod tenant;
 pub mod upstreams;
+pub mod usage;
 
 pub use config::GatewayArgs;
 pub use config::GatewayConfig;
@@ -54,6 +57,10 @@ pub enum GatewayError {
     },
     #[error(transparent)]
     Auth(#[from] auth::AuthConfigError),
+    #[error(transparent)]
+    Tenant(#[from] tenant::TenantConfigError),
+    #[error("{0} needs a Tokio runtime to start the gateway in")]
+    NoRuntime(&'static str),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
 }

@@ -39,6 +39,10 @@ pub enum GatewayRefusal {
     /// concealment `404`, and on every upstream `404` while access control is on, so the two
     /// cannot be told apart.
     NotFound,
+    /// `429`: the bucket's large bodies under way reached its `max_concurrent_uploads`.
+    TenantUploads,
+    /// `429`: the bucket's large bodies under way reached its `max_upload_bytes`.
+    TenantUploadBytes,
 }
 
 impl GatewayRefusal {
@@ -52,6 +56,8 @@ impl GatewayRefusal {
             GatewayRefusal::AuthenticationUnavailable => "AuthenticationUnavailable",
             GatewayRefusal::AuthorizationUnavailable => "AuthorizationUnavailable",
             GatewayRefusal::NotFound => "NotFound",
+            GatewayRefusal::TenantUploads => "TenantUploads",
+            GatewayRefusal::TenantUploadBytes => "TenantUploadBytes",
         }
     }
 
@@ -65,6 +71,9 @@ impl GatewayRefusal {
             | GatewayRefusal::AuthenticationUnavailable
             | GatewayRefusal::AuthorizationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayRefusal::NotFound => StatusCode::NOT_FOUND,
+            GatewayRefusal::TenantUploads | GatewayRefusal::TenantUploadBytes => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
         }
     }
 }
@@ -94,6 +103,33 @@ pub fn refusal(kind: GatewayRefusal, mark: Mark, message: &str) -> Response<Gate
     }
     if mark == Mark::Marked {
         headers.insert(h::NOT_APPLIED, HeaderValue::from_static(kind.token()));
+    }
+    resp
+}
+
+/// A tenant's `429`: `Retry-After` in whole seconds (at least 1), and the reason as the whole
+/// plain-text body, since clients show the body as the refusal's reason (the SQLite
+/// extension's `refused_reason`). Marked only for the upload limits, whose tokens the
+/// refusal table lists; a rate refusal is a `429`, which says "not applied" by itself.
+pub fn too_many_requests(
+    reason: &str,
+    retry_after_secs: u64,
+    mark: Option<GatewayRefusal>,
+) -> Response<GatewayBody> {
+    let mut resp = Response::new(body(reason.to_owned()));
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let hs = resp.headers_mut();
+    hs.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    hs.insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(retry_after_secs.max(1)),
+    );
+    if let Some(kind) = mark {
+        hs.insert(h::NOT_APPLIED, HeaderValue::from_static(kind.token()));
     }
     resp
 }

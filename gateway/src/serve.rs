@@ -44,7 +44,9 @@ pub fn run(args: GatewayArgs) -> Result<(), GatewayError> {
         if let Some((issuer, buckets)) = auth {
             tracing::info!(%issuer, buckets, "access control is on");
         }
-        serve(listener, gateway, wait_for_signal()).await
+        let served = serve(listener, gateway.clone(), wait_for_signal()).await;
+        gateway.shutdown().await;
+        served
     })
 }
 

@@ -165,6 +165,16 @@ pub enum Decision {
     Unavailable(String),
 }
 
+/// The bucket a request path is under, as the nodes decode it; `None` for a path that names
+/// no bucket (the root, internal paths, a malformed name).
+pub fn bucket_of(path: &str) -> Option<String> {
+    match ursula_protocol::path::parse(path) {
+        Ok(Target::Bucket(b)) => Some(b),
+        Ok(Target::Stream { key, .. }) => key.split_once('/').map(|(b, _)| b.to_owned()),
+        _ => None,
+    }
+}
+
 /// The access control of one gateway: shared by every request.
 #[derive(Debug)]
 pub struct Auth {
@@ -213,13 +223,8 @@ impl Auth {
             Ok(p) => p,
             Err(d) => return d,
         };
-        let bucket = match ursula_protocol::path::parse(ask.path) {
-            Ok(Target::Bucket(b)) => b,
-            Ok(Target::Stream { key, .. }) => match key.split_once('/') {
-                Some((b, _)) => b.to_owned(),
-                None => return Decision::Conceal,
-            },
-            _ => return Decision::Conceal,
+        let Some(bucket) = bucket_of(ask.path) else {
+            return Decision::Conceal;
         };
         let access = if *ask.method == Method::GET || *ask.method == Method::HEAD {
             Access::Read

@@ -14,12 +14,13 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use serde::Deserialize;
+use serde::Serialize;
 
 use crate::auth::AuthConfigError;
 
 /// Who a validated token speaks for: the issuer-qualified subject. Subjects are unique only
 /// within their issuer, so an owner always names both.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Principal {
     pub issuer: String,
