@@ -292,11 +292,12 @@ impl Inner {
             // Marked like the concealment 404, which must not stand out from a real one.
             reply::mark_not_found(resp.headers_mut());
         }
-        let resp = ticket.forwarded(&self.tenants, out.body.len() as u64, resp);
-        match admitted.and_then(|a| a.expires_at) {
+        let resp = match admitted.and_then(|a| a.expires_at) {
             Some(exp) => expiry::bound_by_expiry(resp, exp),
             None => resp,
-        }
+        };
+        // Outermost, so egress counts every byte the client is sent, the expiry frame too.
+        ticket.forwarded(&self.tenants, out.body.len() as u64, resp)
     }
 
     fn body_refusal(&self, e: BodyError, limit: u64) -> Response<GatewayBody> {
