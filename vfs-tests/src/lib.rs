@@ -3,10 +3,12 @@
 //! `libsqlite_ursula_vfs.so`.
 //!
 //! - [`server`]: start, stop and restart `ursula server`.
+//! - [`access`]: `ursula gateway` with access control and quotas, and tokens for it.
 //! - [`cluster`]: a 3-voter Raft cluster behind `ursula gateway`.
 //! - [`proxy`]: the fault-injecting proxy.
 //! - [`sqlite`]: connections with the extension loaded, attach and status helpers.
 
+pub mod access;
 pub mod cluster;
 pub mod proxy;
 pub mod server;
