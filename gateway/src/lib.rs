@@ -19,12 +19,15 @@
 //! `--upstream-tcp-user-timeout` (fixed at 5 s, none, 5 s).
 
 pub mod auth;
+pub mod body;
 pub mod config;
 pub mod expiry;
 pub mod forward;
 pub mod guard;
 pub mod reply;
 pub mod serve;
+pub mod timeouts;
+pub mod uploads;
 pub mod upstreams;
 
 pub use config::GatewayArgs;
@@ -45,8 +48,10 @@ pub enum GatewayError {
     DuplicateUpstream(String),
     #[error("--listen {0}: not a socket address such as 127.0.0.1:8080")]
     BadListen(String),
-    #[error("--max-request-body-bytes must be at least 1")]
-    ZeroBodyLimit,
+    #[error(transparent)]
+    Uploads(#[from] uploads::UploadLimitsError),
+    #[error(transparent)]
+    Timeouts(#[from] timeouts::TimeoutError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
