@@ -186,7 +186,11 @@ fn a_spent_budget_is_a_marked_503_with_retry_after_and_every_share_comes_back() 
     let refused = read_answer(&mut big);
     assert_marked(&refused, 503, "UploadBudgetExhausted");
     assert_eq!(refused.header("retry-after"), Some("1"));
-    assert!(refused.body.contains("UploadBudgetExhausted"), "{}", refused.body);
+    assert!(
+        refused.body.contains("UploadBudgetExhausted"),
+        "{}",
+        refused.body
+    );
     assert_eq!(refused.header("connection"), None, "{}", refused.head);
     big.write_all(b"GET /demo/s?offset=-1 HTTP/1.1\r\nhost: gw\r\n\r\n")
         .expect("the next request");
@@ -203,7 +207,10 @@ fn a_spent_budget_is_a_marked_503_with_retry_after_and_every_share_comes_back() 
     }
     let m = metrics(&gw);
     assert_eq!(m["upload_refusals_budget"], 1);
-    assert!(m["refusal_drain_bytes"].as_u64() >= Some(2 * MIB as u64), "{m}");
+    assert!(
+        m["refusal_drain_bytes"].as_u64() >= Some(2 * MIB as u64),
+        "{m}"
+    );
     // The holder goes away mid-body: its share comes back.
     drop(holder);
     wait_counter(&gw, "upload_reserved_bytes", 0);
@@ -401,7 +408,10 @@ fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on(
             !closed_by_peer(s, left.max(Duration::from_millis(10)))
         })
         .count();
-    assert_eq!(still_open, 0, "{still_open} of {count} half heads still open");
+    assert_eq!(
+        still_open, 0,
+        "{still_open} of {count} half heads still open"
+    );
     let a = send("GET", &gw.url("/demo/s?offset=-1"), &[], b"");
     assert_eq!(a.status, 200);
     assert!(a.body.contains("row 19|"), "{}", a.body);
