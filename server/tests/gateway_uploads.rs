@@ -625,3 +625,32 @@ fn a_body_refused_from_its_head_is_read_first_and_the_connection_stays_usable() 
     let a = send("GET", &node.url("/demo/s?offset=-1"), &[], b"");
     assert_eq!(a.body, "");
 }
+
+#[test]
+fn the_binary_invoked_as_ursulagw_is_the_gateway_and_listens_on_4437_by_default() {
+    let scratch = Scratch::new("uploads-ursulagw");
+    let node = node_with_stream(&scratch);
+    let link = scratch.0.join("ursulagw");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ursula"), &link).expect("link");
+    let help = std::process::Command::new(&link)
+        .arg("--help")
+        .output()
+        .expect("ursulagw --help");
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(help.contains("--upstream"), "{help}");
+    assert!(help.contains("[default: 0.0.0.0:4437]"), "{help}");
+    assert!(help.contains("--body-budget-bytes"), "{help}");
+    let port = free_port();
+    let log = scratch.0.join("ursulagw.log");
+    let child = std::process::Command::new(&link)
+        .args(["--upstream", &node.base(), "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn ursulagw");
+    let mut gw = Proc { child, port, log };
+    gw.wait_for("ursulagw", "/__ursula/gateway/metrics");
+    let a = send("POST", &gw.url("/demo/s"), &[TEXT], b"through ursulagw|");
+    assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
+    assert!(a.vouched());
+}
