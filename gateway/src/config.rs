@@ -203,4 +203,58 @@ mod tests {
             Err(GatewayError::BadListen(_))
         ));
     }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    }
+
+    #[test]
+    fn the_flag_defaults_are_the_documented_ones() {
+        use clap::Parser;
+        let cli = Cli::try_parse_from(["ursulagw", "--upstream", "http://a:1"]).expect("parse");
+        let a = cli.gateway;
+        assert_eq!(a.listen, DEFAULT_LISTEN);
+        assert_eq!(
+            format!("{:?}", a.uploads),
+            format!("{:?}", UploadArgs::default())
+        );
+        assert_eq!(
+            format!("{:?}", a.timeouts),
+            format!("{:?}", TimeoutArgs::default())
+        );
+        let c = GatewayConfig::from_args(&a).expect("config");
+        assert_eq!(c.listen, "0.0.0.0:4437".parse().expect("addr"));
+        assert_eq!(c.response_header_timeout, Duration::from_secs(75));
+        assert_eq!(c.request_head_timeout, Duration::from_secs(120));
+        assert_eq!(c.max_connections, 16_384);
+        assert_eq!(c.uploads.budget_bytes(), 256 * 1024 * 1024);
+        let low = Cli::try_parse_from([
+            "ursulagw",
+            "--upstream",
+            "http://a:1",
+            "--body-budget-bytes",
+            "1000",
+        ])
+        .expect("parse");
+        assert!(matches!(
+            GatewayConfig::from_args(&low.gateway),
+            Err(GatewayError::Uploads(
+                crate::uploads::UploadLimitsError::LimitAboveSharedBudget { .. }
+            ))
+        ));
+        let short = Cli::try_parse_from([
+            "ursulagw",
+            "--upstream",
+            "http://a:1",
+            "--upstream-tcp-user-timeout",
+            "500ms",
+        ])
+        .expect("parse");
+        assert!(matches!(
+            GatewayConfig::from_args(&short.gateway),
+            Err(GatewayError::Timeouts(_))
+        ));
+    }
 }
