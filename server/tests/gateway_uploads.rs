@@ -654,3 +654,25 @@ fn the_binary_invoked_as_ursulagw_is_the_gateway_and_listens_on_4437_by_default(
     assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
     assert!(a.vouched());
 }
+
+#[test]
+fn a_body_that_breaks_its_framing_is_a_marked_400_and_nothing_is_forwarded() {
+    let scratch = Scratch::new("uploads-unreadable");
+    let node = node_with_stream(&scratch);
+    let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
+    let mut s = open(
+        gw.port,
+        "POST",
+        "/demo/s",
+        None,
+        "content-type: text/plain\r\ntransfer-encoding: chunked\r\n",
+    );
+    // A first chunk, then a chunk size that is no hex number.
+    s.write_all(b"5\r\nhello\r\nzz\r\n").expect("a broken body");
+    let refused = read_answer(&mut s);
+    assert_marked(&refused, 400, "RequestBodyUnreadable");
+    assert_eq!(refused.header("connection"), Some("close"));
+    wait_counter(&gw, "upload_reserved_bytes", 0);
+    let a = send("GET", &node.url("/demo/s?offset=-1"), &[], b"");
+    assert_eq!(a.body, "");
+}
