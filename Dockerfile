@@ -26,6 +26,8 @@ RUN apt-get update \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/ursula
 
 COPY ${BIN_DIR}/ursula ${BIN_DIR}/ursulactl /usr/local/bin/
+# `ursulagw` runs the gateway (`ursula gateway`): the binary dispatches on its name.
+RUN ln -s ursula /usr/local/bin/ursulagw
 COPY docker/ursula.toml /etc/ursula/ursula.toml
 
 # A named volume mounted here starts out owned by the ursula user: the place for raft.wal.path.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the release artifacts into dist/ (docs/release.md):
 #   ursula, ursulactl                      the server and the operator CLI
+#   ursulagw                               a link to ursula: `ursula gateway` by its own name
 #   libsqlite_ursula_vfs.so                the SQLite extension (ursula_attach, from any
 #                                          SQLite 3.45.3+ that loads extensions)
 #   tonbo-sqlite-ursula-<v>.tgz            @tonbo/sqlite-ursula, optional dependency on:
@@ -79,6 +80,9 @@ for f in ursula ursulactl libsqlite_ursula_vfs.so; do
   objcopy --strip-debug "$built/$f" "$out/$f"
 done
 objcopy --strip-debug "$built/libsqlite_ursula_node.so" "$out/libsqlite_ursula_node.so.tmp"
+# `ursulagw` is `ursula gateway` under the gateway's own name: the binary dispatches on the
+# name it is invoked by, so a relative link ships it without a second copy.
+ln -s ursula "$out/ursulagw"
 nm -D --defined-only "$out/libsqlite_ursula_vfs.so" | grep -w sqlite3_sqliteursulavfs_init >/dev/null \
   || { echo "release.sh: libsqlite_ursula_vfs.so does not export sqlite3_sqliteursulavfs_init" >&2; exit 1; }
 

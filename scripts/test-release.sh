@@ -127,6 +127,7 @@ for sym in napi_register_module_v1 sqlite3_sqliteursulavfs_init; do
   nm -D --defined-only "$addon" | grep -w "$sym" >/dev/null || fail "the addon does not export $sym"
 done
 dist/ursula --version >&2 && dist/ursulactl --version >&2
+dist/ursulagw --version | grep -q '^ursulagw ' || fail "dist/ursulagw does not run the gateway"
 
 # ---------------------------------------------------------------------------------------------
 step "docker: daemon and base image"
@@ -155,8 +156,8 @@ image_size=$(docker image inspect -f '{{.Size}}' "$image")
 echo "  image $image: $((image_size / 1000000)) MB" >&2
 [[ "$(docker image inspect -f '{{.Config.User}}' "$image")" == "10001:10001" ]] || fail "the image's USER is not 10001:10001"
 [[ "$(docker run --rm --network host "$image" id -u)" == 10001 ]] || fail "the image does not run as uid 10001"
-docker run --rm --network host "$image" sh -c 'command -v ursula && command -v ursulactl && ursula --version && ursulactl --version' >&2 \
-  || fail "ursula and ursulactl are not both on the image's PATH"
+docker run --rm --network host "$image" sh -c 'command -v ursula && command -v ursulactl && command -v ursulagw && ursula --version && ursulactl --version && ursulagw --version' >&2 \
+  || fail "ursula, ursulactl and ursulagw are not all on the image's PATH"
 [[ "$(docker image inspect -f '{{json .Config.ExposedPorts}}' "$image")" == '{"4437/tcp":{}}' ]] || fail "the image does not expose 4437"
 [[ "$(docker image inspect -f '{{json .Config.Healthcheck.Test}}' "$image")" == *"ursulactl ready"* ]] || fail "no ursulactl ready health check"
 pass "non-root (10001), ursula and ursulactl on PATH, EXPOSE 4437, health check"

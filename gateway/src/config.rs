@@ -12,9 +12,11 @@ use crate::auth::AuthArgs;
 use crate::auth::AuthConfig;
 use crate::tenant::TenantArgs;
 use crate::tenant::TenantConfig;
-
-/// `--max-request-body-bytes` when not given: 32 MiB, the nodes' own body limit.
-pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 32 * 1024 * 1024;
+use crate::timeouts::DEFAULT_LISTEN;
+use crate::timeouts::TimeoutArgs;
+use crate::uploads::UploadArgs;
+use crate::uploads::UploadLimits;
+use crate::uploads::UploadLimitsSpec;
 
 /// `ursula gateway` flags.
 #[derive(Debug, Clone, Args)]
@@ -23,13 +25,13 @@ pub struct GatewayArgs {
     /// that leader redirects match. Repeat the flag for every voter.
     #[arg(long = "upstream", value_name = "URL", required = true)]
     pub upstreams: Vec<String>,
-    /// Address the gateway listens on, e.g. 127.0.0.1:8080.
-    #[arg(long, value_name = "ADDR")]
+    /// Address the gateway listens on: every interface on the nodes' client port by default.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     pub listen: String,
-    /// Request bodies over this many bytes are refused with `413`, marked
-    /// `RequestBodyTooLarge`, and never forwarded.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUEST_BODY_BYTES)]
-    pub max_request_body_bytes: u64,
+    #[command(flatten)]
+    pub uploads: UploadArgs,
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
@@ -42,17 +44,22 @@ pub struct GatewayConfig {
     /// In configured order: the order the redirect rule walks them in.
     pub upstreams: Vec<UpstreamUrl>,
     pub listen: SocketAddr,
-    pub max_request_body_bytes: u64,
+    /// The body limit, the shared body budget and how fast a body must arrive.
+    pub uploads: UploadLimits,
     /// How long a connect to an upstream may take before it counts as failed (5 s).
     pub connect_timeout: Duration,
     /// Linux `TCP_USER_TIMEOUT` on upstream connections, also the keepalive base (5 s).
     pub upstream_tcp_user_timeout: Duration,
+    /// No response headers from an upstream within this: `504` (75 s).
+    pub response_header_timeout: Duration,
+    /// A client connection without a whole request head within this is closed (120 s).
+    pub request_head_timeout: Duration,
+    /// Client connections served at once (16384).
+    pub max_connections: usize,
     /// Hops after the first redirect (3).
     pub max_redirect_hops: usize,
     /// No hop starts later than this after the first redirect (5 s).
     pub redirect_window: Duration,
-    /// A request body that sends no byte for this long is cut with `408` (30 s).
-    pub body_stall_timeout: Duration,
     /// Access control, `None` without `--auth-issuer`: a trusted pass-through then.
     pub auth: Option<AuthConfig>,
     /// Quotas and usage accounting (`--quota-policy`, `--usage-*`), each optional.
@@ -79,18 +86,20 @@ impl GatewayConfig {
             .listen
             .parse::<SocketAddr>()
             .map_err(|_| GatewayError::BadListen(args.listen.clone()))?;
-        if args.max_request_body_bytes == 0 {
-            return Err(GatewayError::ZeroBodyLimit);
-        }
+        let uploads = UploadLimits::try_from(UploadLimitsSpec::from(&args.uploads))?;
+        let t = &args.timeouts;
+        t.check()?;
         Ok(GatewayConfig {
             upstreams,
             listen,
-            max_request_body_bytes: args.max_request_body_bytes,
-            connect_timeout: Duration::from_secs(5),
-            upstream_tcp_user_timeout: Duration::from_secs(5),
+            uploads,
+            connect_timeout: t.connect_timeout,
+            upstream_tcp_user_timeout: t.upstream_tcp_user_timeout,
+            response_header_timeout: t.response_header_timeout,
+            request_head_timeout: t.request_head_timeout,
+            max_connections: t.max_connections,
             max_redirect_hops: 3,
             redirect_window: Duration::from_secs(5),
-            body_stall_timeout: Duration::from_secs(30),
             auth: AuthConfig::from_args(&args.auth)?,
             tenants: TenantConfig::from_args(&args.tenants)?,
         })
@@ -159,7 +168,8 @@ mod tests {
         GatewayArgs {
             upstreams: upstreams.iter().map(|s| (*s).to_owned()).collect(),
             listen: listen.to_owned(),
-            max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
+            uploads: UploadArgs::default(),
+            timeouts: TimeoutArgs::default(),
             auth: AuthArgs::default(),
             tenants: TenantArgs::default(),
         }
@@ -199,6 +209,60 @@ mod tests {
         assert!(matches!(
             GatewayConfig::from_args(&args(&["http://a:1"], "nowhere")),
             Err(GatewayError::BadListen(_))
+        ));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    }
+
+    #[test]
+    fn the_flag_defaults_are_the_documented_ones() {
+        use clap::Parser;
+        let cli = Cli::try_parse_from(["ursulagw", "--upstream", "http://a:1"]).expect("parse");
+        let a = cli.gateway;
+        assert_eq!(a.listen, DEFAULT_LISTEN);
+        assert_eq!(
+            format!("{:?}", a.uploads),
+            format!("{:?}", UploadArgs::default())
+        );
+        assert_eq!(
+            format!("{:?}", a.timeouts),
+            format!("{:?}", TimeoutArgs::default())
+        );
+        let c = GatewayConfig::from_args(&a).expect("config");
+        assert_eq!(c.listen, "0.0.0.0:4437".parse().expect("addr"));
+        assert_eq!(c.response_header_timeout, Duration::from_secs(75));
+        assert_eq!(c.request_head_timeout, Duration::from_secs(120));
+        assert_eq!(c.max_connections, 16_384);
+        assert_eq!(c.uploads.budget_bytes(), 256 * 1024 * 1024);
+        let low = Cli::try_parse_from([
+            "ursulagw",
+            "--upstream",
+            "http://a:1",
+            "--body-budget-bytes",
+            "1000",
+        ])
+        .expect("parse");
+        assert!(matches!(
+            GatewayConfig::from_args(&low.gateway),
+            Err(GatewayError::Uploads(
+                crate::uploads::UploadLimitsError::LimitAboveSharedBudget { .. }
+            ))
+        ));
+        let short = Cli::try_parse_from([
+            "ursulagw",
+            "--upstream",
+            "http://a:1",
+            "--upstream-tcp-user-timeout",
+            "500ms",
+        ])
+        .expect("parse");
+        assert!(matches!(
+            GatewayConfig::from_args(&short.gateway),
+            Err(GatewayError::Timeouts(_))
         ));
     }
 }

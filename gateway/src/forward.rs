@@ -23,8 +23,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
+use std::pin::Pin;
+
 use bytes::Bytes;
-use bytes::BytesMut;
 use http::HeaderMap;
 use http::HeaderValue;
 use http::Method;
@@ -44,8 +45,12 @@ use hyper_util::rt::TokioTimer;
 use ursula_protocol::headers as h;
 
 use crate::GatewayError;
+use crate::admission::AdmissionRejection;
 use crate::auth::Admitted;
 use crate::auth::Auth;
+use crate::body;
+use crate::body::BodyError;
+use crate::body::Pace;
 use crate::config::GatewayConfig;
 use crate::expiry;
 use crate::guard;
@@ -56,16 +61,15 @@ use crate::reply::BoxError;
 use crate::reply::GatewayBody;
 use crate::reply::GatewayRefusal;
 use crate::reply::Mark;
+use crate::reply::error_chain;
 use crate::tenant;
 use crate::tenant::Tenants;
 use crate::tenant::Ticket;
+use crate::uploads::Budget;
+use crate::uploads::UploadCounters;
 use crate::upstreams::Counters;
 use crate::upstreams::Upstreams;
 use crate::upstreams::route_key;
-
-/// Bodies of at most this many bytes never count toward a bucket's upload limits
-/// (`--small-body-max-bytes` of the spec; fixed here until the upload budget takes the flag).
-const SMALL_BODY_MAX_BYTES: u64 = 1024 * 1024;
 
 /// The gateway's own metrics path.
 pub const METRICS_PATH: &str = "/__ursula/gateway/metrics";
@@ -95,6 +99,9 @@ struct Inner {
     /// `None` without `--auth-issuer`: every request is forwarded as it came.
     auth: Option<Arc<Auth>>,
     auth_counters: AuthCounters,
+    /// The request bodies buffered at once, across requests.
+    budget: Budget,
+    upload_counters: UploadCounters,
     /// Quotas and usage; both off without their flags.
     tenants: Tenants,
     /// Stops the usage log's writer, which then writes its last batch.
@@ -114,6 +121,8 @@ enum Attempt {
     ConnectFailed(String),
     /// The request went out (or may have) and the exchange then failed.
     Broken(String),
+    /// The request went out and no response headers came within `--response-header-timeout`.
+    TimedOut,
 }
 
 /// The request as every hop resends it.
@@ -123,12 +132,6 @@ struct Outgoing {
     target: String,
     headers: HeaderMap,
     body: Bytes,
-}
-
-enum BodyError {
-    TooLarge,
-    TooSlow,
-    Unreadable(String),
 }
 
 impl Gateway {
@@ -150,7 +153,11 @@ impl Gateway {
             Some(a) => Some(Auth::new(a.clone())?),
             None => None,
         };
-        let tenants = Tenants::new(config.tenants.clone(), SMALL_BODY_MAX_BYTES);
+        let budget = Budget::new(&config.uploads);
+        let tenants = Tenants::new(
+            config.tenants.clone(),
+            config.uploads.small_body_max_bytes(),
+        );
         let usage_stop = match &tenants.usage {
             Some(usage) => {
                 let rt = tokio::runtime::Handle::try_current()
@@ -172,6 +179,8 @@ impl Gateway {
                 auth_counters: AuthCounters::default(),
                 tenants,
                 usage_stop: std::sync::Mutex::new(usage_stop),
+                budget,
+                upload_counters: UploadCounters::default(),
             }),
         })
     }
@@ -214,7 +223,13 @@ impl Inner {
         B: Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        let (parts, body) = req.into_parts();
+        let (parts, incoming) = req.into_parts();
+        let mut incoming = std::pin::pin!(incoming);
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let mut admitted: Option<Admitted> = None;
         let mut conceal = false;
         if let Some(auth) = &self.auth {
@@ -222,7 +237,17 @@ impl Inner {
                 Gate::Metrics => return self.metrics(&parts.method),
                 Gate::Forward(a) => admitted = Some(a),
                 Gate::Conceal => conceal = true,
-                Gate::Answer(resp) => return close_if_body(&parts.headers, resp),
+                Gate::Answer(resp) => {
+                    return self
+                        .refuse_after_drain(
+                            incoming.as_mut(),
+                            declared,
+                            0,
+                            resp,
+                            Pace::HEAD_REFUSAL,
+                        )
+                        .await;
+                }
             }
         } else {
             if parts.uri.path() == METRICS_PATH {
@@ -231,10 +256,10 @@ impl Inner {
             if parts.uri.path().starts_with("/__ursula/")
                 && !internal_forwarded(&parts.method, parts.uri.path())
             {
-                return close_if_body(
-                    &parts.headers,
-                    reply::not_found("no such route on the gateway"),
-                );
+                let resp = reply::not_found("no such route on the gateway");
+                return self
+                    .refuse_after_drain(incoming.as_mut(), declared, 0, resp, Pace::HEAD_REFUSAL)
+                    .await;
             }
         }
         let ticket = if conceal {
@@ -242,23 +267,23 @@ impl Inner {
         } else {
             match self.tenants.admit(&parts, admitted.as_ref()) {
                 Ok(t) => t,
-                Err(r) => return close_if_body(&parts.headers, tenant::refusal(r)),
+                Err(r) => return self.tenant_refusal(r, incoming.as_mut(), declared).await,
             }
         };
-        let limit = ticket.body_limit(self.config.max_request_body_bytes);
-        let declared = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
         let upload = match ticket.admit_upload(&self.tenants, declared) {
             Ok(u) => u,
-            Err(r) => return close_if_body(&parts.headers, tenant::refusal(r)),
+            Err(r) => return self.tenant_refusal(r, incoming.as_mut(), declared).await,
         };
-        let body = match read_body(body, declared, limit, self.config.body_stall_timeout).await {
-            Ok(b) => b,
-            Err(e) => return self.body_refusal(e, limit),
-        };
+        let limits = &self.config.uploads;
+        // `share` holds the body's part of the budget until the body was forwarded.
+        let (body, share) =
+            match body::read_body(incoming.as_mut(), declared, limits, &self.budget).await {
+                Ok(b) => b,
+                Err(e) => return self.body_refusal(e, incoming.as_mut(), declared).await,
+            };
+        self.upload_counters
+            .body_bytes_buffered
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
         // A body stops counting toward its bucket's uploads once it is buffered.
         drop(upload);
         if conceal {
@@ -288,6 +313,9 @@ impl Inner {
             body,
         };
         let mut resp = self.forward(&out).await;
+        let ingress = out.body.len() as u64;
+        drop(out);
+        drop(share);
         if self.auth.is_some() && resp.status() == StatusCode::NOT_FOUND {
             // Marked like the concealment 404, which must not stand out from a real one.
             reply::mark_not_found(resp.headers_mut());
@@ -297,11 +325,62 @@ impl Inner {
             None => resp,
         };
         // Outermost, so egress counts every byte the client is sent, the expiry frame too.
-        ticket.forwarded(&self.tenants, out.body.len() as u64, resp)
+        ticket.forwarded(&self.tenants, ingress, resp)
     }
 
-    fn body_refusal(&self, e: BodyError, limit: u64) -> Response<GatewayBody> {
+    /// A tenant's refusal, sent once the body was read and dropped: from the head at the pace
+    /// of any head-decided refusal, or, for the upload limits, at the pace of a forwarded body.
+    async fn tenant_refusal<B>(
+        &self,
+        r: AdmissionRejection,
+        incoming: Pin<&mut B>,
+        declared: Option<u64>,
+    ) -> Response<GatewayBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let pace = match r {
+            AdmissionRejection::UploadsExhausted => {
+                Counters::bump(&self.upload_counters.refusals_tenant_uploads);
+                Pace::forwarded(&self.config.uploads)
+            }
+            AdmissionRejection::UploadBytesExhausted => {
+                Counters::bump(&self.upload_counters.refusals_tenant_bytes);
+                Pace::forwarded(&self.config.uploads)
+            }
+            _ => Pace::HEAD_REFUSAL,
+        };
+        self.refuse_after_drain(incoming, declared, 0, tenant::refusal(r), pace)
+            .await
+    }
+
+    async fn body_refusal<B>(
+        &self,
+        e: BodyError,
+        incoming: Pin<&mut B>,
+        declared: Option<u64>,
+    ) -> Response<GatewayBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let limit = self.config.uploads.max_request_body_bytes();
         let mut resp = match e {
+            BodyError::BudgetExhausted { read } => {
+                Counters::bump(&self.upload_counters.refusals_budget);
+                let resp = reply::refusal(
+                    GatewayRefusal::UploadBudgetExhausted,
+                    Mark::Marked,
+                    "the gateway's request body budget is spent; retry shortly",
+                );
+                // Read at the pace of a forwarded body, so the client that sends its body
+                // first gets the refusal, and the connection stays usable.
+                let pace = Pace::forwarded(&self.config.uploads);
+                return self
+                    .refuse_after_drain(incoming, declared, read, resp, pace)
+                    .await;
+            }
             BodyError::TooLarge => {
                 Counters::bump(&self.upstreams.counters.body_too_large);
                 reply::refusal(
@@ -310,11 +389,14 @@ impl Inner {
                     &format!("the request body is over the gateway's {limit}-byte limit"),
                 )
             }
-            BodyError::TooSlow => reply::refusal(
-                GatewayRefusal::RequestBodyTooSlow,
-                Mark::Marked,
-                "the request body stopped arriving",
-            ),
+            BodyError::TooSlow => {
+                Counters::bump(&self.upload_counters.refusals_too_slow);
+                reply::refusal(
+                    GatewayRefusal::RequestBodyTooSlow,
+                    Mark::Marked,
+                    "the request body stopped arriving, or arrived too slowly",
+                )
+            }
             BodyError::Unreadable(why) => reply::refusal(
                 GatewayRefusal::RequestBodyUnreadable,
                 Mark::Marked,
@@ -324,6 +406,37 @@ impl Inner {
         // The rest of the body stays unread: the connection cannot carry another request.
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        resp
+    }
+
+    /// Sends `resp`, a refusal decided before the body was read, once the rest of the body
+    /// was read and dropped; a body not read to its end closes the connection.
+    async fn refuse_after_drain<B>(
+        &self,
+        incoming: Pin<&mut B>,
+        declared: Option<u64>,
+        read_before: u64,
+        mut resp: Response<GatewayBody>,
+        pace: Pace,
+    ) -> Response<GatewayBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        if incoming.is_end_stream() && read_before == 0 {
+            return resp;
+        }
+        let c = &self.upload_counters;
+        Counters::bump(&c.refusal_drains);
+        let limit = self.config.uploads.max_request_body_bytes();
+        let drained = body::drain(incoming, declared, read_before, limit, pace).await;
+        c.refusal_drain_bytes
+            .fetch_add(drained.bytes, Ordering::Relaxed);
+        if !drained.complete {
+            Counters::bump(&c.refusal_drains_cut);
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         resp
     }
 
@@ -347,6 +460,7 @@ impl Inner {
                 );
             }
             Attempt::Broken(why) => return self.broken(first, &why),
+            Attempt::TimedOut => return self.timed_out(first),
         };
         ups.answered(first);
         drop(held);
@@ -399,6 +513,7 @@ impl Inner {
                     );
                 }
                 Attempt::Broken(why) => return self.broken(next, &why),
+                Attempt::TimedOut => return self.timed_out(next),
             };
             ups.answered(next);
             drop(held);
@@ -434,6 +549,16 @@ impl Inner {
         reply::bad_gateway(&format!("the exchange with {base} failed: {why}"))
     }
 
+    /// No response headers in time. Not a failure of the upstream: one slow Raft group on a
+    /// live node causes it too, so it counts toward no ejection (the hold just gives back a
+    /// probe slot). Unmarked: the request went out and may have been applied.
+    fn timed_out(&self, i: usize) -> Response<GatewayBody> {
+        let base = &self.upstreams.list[i].url.base;
+        let after = self.config.response_header_timeout;
+        tracing::warn!(upstream = %base, ?after, "no response headers from the upstream in time");
+        reply::gateway_timeout(&format!("{base} sent no response headers within {after:?}"))
+    }
+
     async fn send(&self, i: usize, target: &str, out: &Outgoing) -> Attempt {
         let Some(up) = self.upstreams.list.get(i) else {
             return Attempt::ConnectFailed(format!("no upstream #{i}"));
@@ -446,10 +571,12 @@ impl Inner {
         *req.method_mut() = out.method.clone();
         *req.uri_mut() = uri;
         *req.headers_mut() = out.headers.clone();
-        match self.client.request(req).await {
-            Ok(r) => Attempt::Answer(r),
-            Err(e) if e.is_connect() => Attempt::ConnectFailed(error_chain(&e)),
-            Err(e) => Attempt::Broken(error_chain(&e)),
+        let wait = self.config.response_header_timeout;
+        match tokio::time::timeout(wait, self.client.request(req)).await {
+            Err(_) => Attempt::TimedOut,
+            Ok(Ok(r)) => Attempt::Answer(r),
+            Ok(Err(e)) if e.is_connect() => Attempt::ConnectFailed(error_chain(&e)),
+            Ok(Err(e)) => Attempt::Broken(error_chain(&e)),
         }
     }
 
@@ -462,6 +589,7 @@ impl Inner {
             return resp;
         }
         let c = &self.upstreams.counters;
+        let u = &self.upload_counters;
         let now = Instant::now();
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let upstreams: Vec<_> = self
@@ -480,7 +608,19 @@ impl Inner {
             "upstream_unreachable": load(&c.upstream_unreachable),
             "upstream_broken": load(&c.upstream_broken),
             "body_too_large": load(&c.body_too_large),
-            "max_request_body_bytes": self.config.max_request_body_bytes,
+            "max_request_body_bytes": self.config.uploads.max_request_body_bytes(),
+            "upload_refusals_budget": load(&u.refusals_budget),
+            "upload_refusals_tenant_uploads": load(&u.refusals_tenant_uploads),
+            "upload_refusals_tenant_bytes": load(&u.refusals_tenant_bytes),
+            "upload_refusals_too_slow": load(&u.refusals_too_slow),
+            "upload_budget_bytes": self.config.uploads.budget_bytes(),
+            "upload_reserved_bytes": self.budget.reserved_bytes(),
+            // Buckets with a large body under way under an upload limit.
+            "upload_tenants": self.tenants.admission.as_ref().map_or(0, |a| a.upload_tenants()),
+            "body_bytes_buffered": load(&u.body_bytes_buffered),
+            "refusal_drains": load(&u.refusal_drains),
+            "refusal_drains_cut": load(&u.refusal_drains_cut),
+            "refusal_drain_bytes": load(&u.refusal_drain_bytes),
             "upstreams": upstreams,
         });
         let text = match (self.tenants.metrics(), text) {
@@ -518,16 +658,6 @@ impl Inner {
     }
 }
 
-/// An answer given before the request body was read: the connection cannot carry another
-/// request after it, so it is closed.
-fn close_if_body(req: &HeaderMap, mut resp: Response<GatewayBody>) -> Response<GatewayBody> {
-    if req.contains_key(header::CONTENT_LENGTH) || req.contains_key(header::TRANSFER_ENCODING) {
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    resp
-}
-
 fn mark_if(all_marked: bool) -> Mark {
     if all_marked {
         Mark::Marked
@@ -561,50 +691,4 @@ fn pass_through(resp: Response<Incoming>, keep_marker: bool) -> Response<Gateway
     }
     let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
     Response::from_parts(parts, body)
-}
-
-/// Reads a whole request body, refusing one over `limit` as soon as it is known to be.
-async fn read_body<B>(
-    body: B,
-    declared: Option<u64>,
-    limit: u64,
-    stall: Duration,
-) -> Result<Bytes, BodyError>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    if declared.is_some_and(|n| n > limit) {
-        return Err(BodyError::TooLarge);
-    }
-    let mut body = std::pin::pin!(body);
-    let reserve = declared.unwrap_or(0).min(limit).min(1 << 20);
-    let mut buf = BytesMut::with_capacity(usize::try_from(reserve).unwrap_or(0));
-    loop {
-        let frame = match tokio::time::timeout(stall, body.frame()).await {
-            Err(_) => return Err(BodyError::TooSlow),
-            Ok(None) => break,
-            Ok(Some(Err(e))) => return Err(BodyError::Unreadable(error_chain(&*e.into()))),
-            Ok(Some(Ok(frame))) => frame,
-        };
-        if let Ok(data) = frame.into_data() {
-            if buf.len() as u64 + data.len() as u64 > limit {
-                return Err(BodyError::TooLarge);
-            }
-            buf.extend_from_slice(&data);
-        }
-    }
-    Ok(buf.freeze())
-}
-
-/// An error and its sources, on one line.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -24,8 +24,11 @@ pub enum GatewayRefusal {
     RequestBodyTooLarge,
     /// `400`: the body could not be read; nothing was forwarded.
     RequestBodyUnreadable,
-    /// `408`: the body stopped arriving; nothing was forwarded.
+    /// `408`: the body stopped arriving, or arrived too slowly; nothing was forwarded.
     RequestBodyTooSlow,
+    /// `503`: the shared body budget stayed spent for `--body-budget-wait-ms`; nothing was
+    /// forwarded.
+    UploadBudgetExhausted,
     /// `503`: the connection to the upstream failed, so the request was not sent there.
     UpstreamUnreachable,
     /// `503`: no upstream answered without redirecting within the redirect limits.
@@ -51,6 +54,7 @@ impl GatewayRefusal {
             GatewayRefusal::RequestBodyTooLarge => "RequestBodyTooLarge",
             GatewayRefusal::RequestBodyUnreadable => "RequestBodyUnreadable",
             GatewayRefusal::RequestBodyTooSlow => "RequestBodyTooSlow",
+            GatewayRefusal::UploadBudgetExhausted => "UploadBudgetExhausted",
             GatewayRefusal::UpstreamUnreachable => "UpstreamUnreachable",
             GatewayRefusal::LeaderNotFound => "LeaderNotFound",
             GatewayRefusal::AuthenticationUnavailable => "AuthenticationUnavailable",
@@ -67,6 +71,7 @@ impl GatewayRefusal {
             GatewayRefusal::RequestBodyUnreadable => StatusCode::BAD_REQUEST,
             GatewayRefusal::RequestBodyTooSlow => StatusCode::REQUEST_TIMEOUT,
             GatewayRefusal::UpstreamUnreachable
+            | GatewayRefusal::UploadBudgetExhausted
             | GatewayRefusal::LeaderNotFound
             | GatewayRefusal::AuthenticationUnavailable
             | GatewayRefusal::AuthorizationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -209,6 +214,12 @@ pub fn bad_gateway(message: &str) -> Response<GatewayBody> {
     json_error(StatusCode::BAD_GATEWAY, "UpstreamFailed", message)
 }
 
+/// An unmarked `504`: the request went out and no response headers came back within
+/// `--response-header-timeout`, so it may have been applied.
+pub fn gateway_timeout(message: &str) -> Response<GatewayBody> {
+    json_error(StatusCode::GATEWAY_TIMEOUT, "UpstreamTimeout", message)
+}
+
 /// The gateway's own answers: `{"error", "message"}` as JSON, never cached.
 fn json_error(status: StatusCode, error: &str, message: &str) -> Response<GatewayBody> {
     let text = serde_json::json!({ "error": error, "message": message }).to_string();
@@ -258,6 +269,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// An error and its sources, on one line.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 #[cfg(test)]

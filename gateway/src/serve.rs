@@ -1,13 +1,20 @@
 //! The listener: [`run`] for `ursula gateway` (its own Tokio runtime, stops on SIGINT or
 //! SIGTERM), and [`serve`] for programs that embed the gateway on a listener of their own.
+//! It serves at most `--max-connections` connections at once (the rest wait in the kernel's
+//! backlog), and closes a connection that sends no whole request head within
+//! `--request-head-timeout` of opening or of its last answer: a client that sends half a head
+//! and then nothing holds no slot for long.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::GatewayError;
 use crate::config::GatewayArgs;
@@ -33,9 +40,11 @@ pub fn run(args: GatewayArgs) -> Result<(), GatewayError> {
         tracing::info!(
             listen = %config.listen,
             upstreams = ?upstreams,
-            max_request_body_bytes = config.max_request_body_bytes,
+            max_request_body_bytes = config.uploads.max_request_body_bytes(),
+            body_budget_bytes = config.uploads.budget_bytes(),
             "ursula gateway listening"
         );
+        config.uploads.warn_at_startup();
         let auth = config
             .auth
             .as_ref()
@@ -58,7 +67,15 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), GatewayError> {
     let mut shutdown = std::pin::pin!(shutdown);
+    let head_timeout = gateway.config().request_head_timeout;
+    let slots = Arc::new(Semaphore::new(gateway.config().max_connections));
     loop {
+        // A slot before the accept: at the cap, connections wait in the backlog.
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => s,
+            () = &mut shutdown => return Ok(()),
+        };
+        let Ok(slot) = slot else { return Ok(()) };
         let accepted = tokio::select! {
             a = listener.accept() => a,
             () = &mut shutdown => return Ok(()),
@@ -81,10 +98,14 @@ pub async fn serve(
             });
             let conn = http1::Builder::new()
                 .keep_alive(true)
+                .timer(TokioTimer::new())
+                .header_read_timeout(head_timeout)
                 .serve_connection(TokioIo::new(stream), service);
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "client connection ended with an error");
             }
+            // The slot is free once the connection is gone, however it ended.
+            drop(slot);
         });
     }
 }

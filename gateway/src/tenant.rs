@@ -151,15 +151,8 @@ impl Tenants {
                 load(&c.live_reads_refused).into(),
             );
             m.insert("body_too_large".into(), load(&c.body_too_large).into());
-            m.insert("upload_tenants".into(), a.upload_tenants().into());
-            m.insert(
-                "upload_refusals_tenant_uploads".into(),
-                load(&c.uploads_refused).into(),
-            );
-            m.insert(
-                "upload_refusals_tenant_bytes".into(),
-                load(&c.upload_bytes_refused).into(),
-            );
+            // The upload limits' refusals and `upload_tenants` are top-level, beside the
+            // budget's (the names of the spec's upload metrics).
         }
         if let Some(u) = &self.usage {
             m.insert(

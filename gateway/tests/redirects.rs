@@ -111,7 +111,11 @@ fn gateway(upstreams: &[String], limit: u64) -> Gateway {
     let args = GatewayArgs {
         upstreams: upstreams.to_vec(),
         listen: "127.0.0.1:0".into(),
-        max_request_body_bytes: limit,
+        uploads: ursula_gateway::uploads::UploadArgs {
+            max_request_body_bytes: limit,
+            ..Default::default()
+        },
+        timeouts: Default::default(),
         auth: Default::default(),
         tenants: Default::default(),
     };

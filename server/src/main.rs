@@ -1,5 +1,6 @@
 //! The `ursula` binary: `ursula server` (the default) runs a node; `ursula gateway` runs the
-//! stateless front (`ursula-gateway`).
+//! stateless front (`ursula-gateway`). Invoked as `ursulagw` (a link to this binary, which the
+//! release and the image ship), it is `ursula gateway` with the same flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,6 +59,37 @@ enum Command {
     Gateway(ursula_gateway::GatewayArgs),
 }
 
+/// `ursulagw`: the gateway's own name, the flags of `ursula gateway`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ursulagw",
+    version,
+    about = "The stateless gateway in front of Ursula nodes (ursula gateway)"
+)]
+struct GatewayCli {
+    #[command(flatten)]
+    gateway: ursula_gateway::GatewayArgs,
+}
+
+/// Whether this process was started as `ursulagw`, by the name it was invoked by.
+fn invoked_as_gateway() -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_stem().map(|s| s == "ursulagw"))
+        .unwrap_or(false)
+}
+
+fn run_gateway(args: ursula_gateway::GatewayArgs) -> ExitCode {
+    match ursula_gateway::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ursula gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 struct ServerArgs {
     /// TOML config file (default: ./ursula.toml, /etc/ursula/ursula.toml, then the user config dir).
@@ -86,18 +118,13 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    if invoked_as_gateway() {
+        return run_gateway(GatewayCli::parse().gateway);
+    }
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Server(a)) => a,
-        Some(Command::Gateway(a)) => {
-            return match ursula_gateway::run(a) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("ursula gateway: {e}");
-                    ExitCode::FAILURE
-                }
-            };
-        }
+        Some(Command::Gateway(a)) => return run_gateway(a),
         None => cli.server,
     };
     let overrides = config::Overrides {
