@@ -10,6 +10,8 @@ use http::Uri;
 use crate::GatewayError;
 use crate::auth::AuthArgs;
 use crate::auth::AuthConfig;
+use crate::cors::Cors;
+use crate::cors::CorsArgs;
 
 /// `--max-request-body-bytes` when not given: 32 MiB, the nodes' own body limit.
 pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 32 * 1024 * 1024;
@@ -30,6 +32,8 @@ pub struct GatewayArgs {
     pub max_request_body_bytes: u64,
     #[command(flatten)]
     pub auth: AuthArgs,
+    #[command(flatten)]
+    pub cors: CorsArgs,
 }
 
 /// Everything a running gateway needs, checked.
@@ -51,6 +55,8 @@ pub struct GatewayConfig {
     pub body_stall_timeout: Duration,
     /// Access control, `None` without `--auth-issuer`: a trusted pass-through then.
     pub auth: Option<AuthConfig>,
+    /// Allowed browser origins, `None` without `--cors-allowed-origin`: no CORS header then.
+    pub cors: Option<Cors>,
 }
 
 impl GatewayConfig {
@@ -86,6 +92,7 @@ impl GatewayConfig {
             redirect_window: Duration::from_secs(5),
             body_stall_timeout: Duration::from_secs(30),
             auth: AuthConfig::from_args(&args.auth)?,
+            cors: Cors::from_args(&args.cors)?,
         })
     }
 }
@@ -154,6 +161,7 @@ mod tests {
             listen: listen.to_owned(),
             max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
             auth: AuthArgs::default(),
+            cors: CorsArgs::default(),
         }
     }
 

@@ -47,6 +47,7 @@ use crate::GatewayError;
 use crate::auth::Admitted;
 use crate::auth::Auth;
 use crate::config::GatewayConfig;
+use crate::cors;
 use crate::expiry;
 use crate::guard;
 use crate::guard::AuthCounters;
@@ -148,14 +149,26 @@ impl Gateway {
         &self.inner.config
     }
 
-    /// Answers one client request. Every answer carries the vouch.
+    /// Answers one client request. Every answer carries the vouch, and no upstream CORS header.
     pub async fn handle<B>(&self, req: Request<B>) -> Response<GatewayBody>
     where
         B: Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
         Counters::bump(&self.inner.upstreams.counters.requests);
-        let mut resp = self.inner.answer(req).await;
+        let cors = self.inner.config.cors.as_ref();
+        let mut resp = match cors {
+            // Before access control and without the body: one answer for every path.
+            Some(c) if cors::is_preflight(req.method(), req.headers()) => {
+                close_if_body(req.headers(), c.preflight(req.headers()))
+            }
+            _ => {
+                let allowance = cors.map(|c| c.allowance(req.headers()));
+                let mut resp = self.inner.answer(req).await;
+                cors::finish(cors.zip(allowance.as_ref()), resp.headers_mut());
+                resp
+            }
+        };
         reply::vouch(resp.headers_mut());
         resp
     }

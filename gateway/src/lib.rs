@@ -13,13 +13,16 @@
 //! - [`auth`]: opt-in access control (`--auth-*`): RFC 9068 access tokens, the issuer's JWKS,
 //!   the bucket policy and its `404` concealment; [`guard`] applies it to a request, and
 //!   [`expiry`] ends an SSE subscription at its token's `exp`.
+//! - [`cors`]: opt-in CORS (`--cors-allowed-origin`): the one preflight answer, given before
+//!   access control, and the allowed origin's headers; the nodes' own CORS headers never pass.
 //!
-//! Not built yet (flags of the spec this build does not take): quotas, usage logs, CORS, the
+//! Not built yet (flags of the spec this build does not take): quotas, usage logs, the
 //! shared body budget, `--connect-timeout`, `--response-header-timeout` and
 //! `--upstream-tcp-user-timeout` (fixed at 5 s, none, 5 s).
 
 pub mod auth;
 pub mod config;
+pub mod cors;
 pub mod expiry;
 pub mod forward;
 pub mod guard;
@@ -54,6 +57,8 @@ pub enum GatewayError {
     },
     #[error(transparent)]
     Auth(#[from] auth::AuthConfigError),
+    #[error(transparent)]
+    Cors(#[from] cors::CorsConfigError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
 }

@@ -113,6 +113,7 @@ fn gateway(upstreams: &[String], limit: u64) -> Gateway {
         listen: "127.0.0.1:0".into(),
         max_request_body_bytes: limit,
         auth: Default::default(),
+        cors: Default::default(),
     };
     Gateway::new(GatewayConfig::from_args(&args).expect("config")).expect("gateway")
 }
