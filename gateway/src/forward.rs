@@ -17,6 +17,9 @@
 //!
 //! Response bodies are streamed through as they arrive (SSE and long-poll included); request
 //! bodies are buffered, since every hop resends them.
+//!
+//! With `--cors-allowed-origin`, a CORS preflight is answered before all of this ([`cors`]);
+//! every answer, with or without the flag, loses the upstream's `Access-Control-*` headers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
