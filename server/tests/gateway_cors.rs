@@ -470,6 +470,11 @@ fn a_browser_on_an_allowed_origin_reads_public_and_private_streams_and_elsewhere
         "stream-next-offset is not exposed: {seen}"
     );
 
+    // The premise of the last case: the node's own CORS headers would let the page read.
+    let seen = browse(&scratch, "node", &page, &node.base(), &owner);
+    assert_eq!(seen["sse"], "data:hello|", "{seen}");
+    assert_eq!(seen["fetch"]["status"], 200, "{seen}");
+
     // Another origin listed, not the page's: the node's own `*` must not leak through.
     let elsewhere = auth_gateway(
         &scratch,
