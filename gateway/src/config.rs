@@ -10,6 +10,8 @@ use http::Uri;
 use crate::GatewayError;
 use crate::auth::AuthArgs;
 use crate::auth::AuthConfig;
+use crate::cors::Cors;
+use crate::cors::CorsArgs;
 use crate::tenant::TenantArgs;
 use crate::tenant::TenantConfig;
 use crate::timeouts::DEFAULT_LISTEN;
@@ -36,6 +38,8 @@ pub struct GatewayArgs {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub tenants: TenantArgs,
+    #[command(flatten)]
+    pub cors: CorsArgs,
 }
 
 /// Everything a running gateway needs, checked.
@@ -64,6 +68,8 @@ pub struct GatewayConfig {
     pub auth: Option<AuthConfig>,
     /// Quotas and usage accounting (`--quota-policy`, `--usage-*`), each optional.
     pub tenants: TenantConfig,
+    /// Allowed browser origins, `None` without `--cors-allowed-origin`: no CORS header then.
+    pub cors: Option<Cors>,
 }
 
 impl GatewayConfig {
@@ -102,6 +108,7 @@ impl GatewayConfig {
             redirect_window: Duration::from_secs(5),
             auth: AuthConfig::from_args(&args.auth)?,
             tenants: TenantConfig::from_args(&args.tenants)?,
+            cors: Cors::from_args(&args.cors)?,
         })
     }
 }
@@ -172,6 +179,7 @@ mod tests {
             timeouts: TimeoutArgs::default(),
             auth: AuthArgs::default(),
             tenants: TenantArgs::default(),
+            cors: CorsArgs::default(),
         }
     }
 

@@ -17,6 +17,9 @@
 //!
 //! Response bodies are streamed through as they arrive (SSE and long-poll included); request
 //! bodies are buffered, since every hop resends them.
+//!
+//! With `--cors-allowed-origin`, a CORS preflight is answered before all of this ([`cors`]);
+//! every answer, with or without the flag, loses the upstream's `Access-Control-*` headers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -52,6 +55,7 @@ use crate::body;
 use crate::body::BodyError;
 use crate::body::Pace;
 use crate::config::GatewayConfig;
+use crate::cors;
 use crate::expiry;
 use crate::guard;
 use crate::guard::AuthCounters;
@@ -204,14 +208,26 @@ impl Gateway {
         &self.inner.config
     }
 
-    /// Answers one client request. Every answer carries the vouch.
+    /// Answers one client request. Every answer carries the vouch, and no upstream CORS header.
     pub async fn handle<B>(&self, req: Request<B>) -> Response<GatewayBody>
     where
         B: Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
         Counters::bump(&self.inner.upstreams.counters.requests);
-        let mut resp = self.inner.answer(req).await;
+        let cors = self.inner.config.cors.as_ref();
+        let mut resp = match cors {
+            // Before access control and without the body: one answer for every path.
+            Some(c) if cors::is_preflight(req.method(), req.headers()) => {
+                close_if_body(req.headers(), c.preflight(req.headers()))
+            }
+            _ => {
+                let allowance = cors.map(|c| c.allowance(req.headers()));
+                let mut resp = self.inner.answer(req).await;
+                cors::finish(cors.zip(allowance.as_ref()), resp.headers_mut());
+                resp
+            }
+        };
         reply::vouch(resp.headers_mut());
         resp
     }
@@ -656,6 +672,16 @@ impl Inner {
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         resp
     }
+}
+
+/// A preflight answered without reading its body (a preflight carries none in practice): the
+/// connection cannot carry another request after it, so it is closed.
+fn close_if_body(req: &HeaderMap, mut resp: Response<GatewayBody>) -> Response<GatewayBody> {
+    if req.contains_key(header::CONTENT_LENGTH) || req.contains_key(header::TRANSFER_ENCODING) {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 fn mark_if(all_marked: bool) -> Mark {

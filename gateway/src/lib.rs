@@ -19,17 +19,23 @@
 //! - [`auth`]: opt-in access control (`--auth-*`): RFC 9068 access tokens, the issuer's JWKS,
 //!   the bucket policy and its `404` concealment; [`guard`] applies it to a request, and
 //!   [`expiry`] ends an SSE subscription at its token's `exp`.
+//! - [`tenant`]: per-tenant limits and usage around one request (`--quota-policy`,
+//!   `--usage-*`): [`admission`] holds the quota policy and the shares a request takes (rate,
+//!   live reads, uploads), [`usage`] the usage ledger and its JSONL log.
+//! - [`cors`]: opt-in CORS (`--cors-allowed-origin`): the one preflight answer, given before
+//!   access control, and the allowed origin's headers; the nodes' own CORS headers never pass.
 //!
 //! Dependencies run one way: `forward` uses `body`, which uses `uploads`; `config` uses
-//! `uploads` and `timeouts`; `uploads` takes only the duration parser from `timeouts`.
+//! `uploads` and `timeouts`; `uploads` takes only the duration parser from `timeouts`;
+//! `tenant` uses `admission` and `usage`, and `forward` uses `tenant` and `cors`.
 //!
-//! Not built yet (flags of the spec this build does not take): quotas (and the per-bucket
-//! upload limits), usage logs, CORS.
+//! Not built yet: HTTP/2.
 
 pub mod admission;
 pub mod auth;
 pub mod body;
 pub mod config;
+pub mod cors;
 pub mod expiry;
 pub mod forward;
 pub mod guard;
@@ -74,6 +80,8 @@ pub enum GatewayError {
     Tenant(#[from] tenant::TenantConfigError),
     #[error("{0} needs a Tokio runtime to start the gateway in")]
     NoRuntime(&'static str),
+    #[error(transparent)]
+    Cors(#[from] cors::CorsConfigError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
 }

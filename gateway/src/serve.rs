@@ -49,6 +49,9 @@ pub fn run(args: GatewayArgs) -> Result<(), GatewayError> {
             .auth
             .as_ref()
             .map(|a| (a.issuer.clone(), a.policy.len()));
+        if let Some(cors) = &config.cors {
+            tracing::info!(allowed_origins = ?cors, "cross-origin reads (CORS) are on");
+        }
         let gateway = Gateway::new(config)?;
         if let Some((issuer, buckets)) = auth {
             tracing::info!(%issuer, buckets, "access control is on");

@@ -118,6 +118,7 @@ fn gateway(upstreams: &[String], limit: u64) -> Gateway {
         timeouts: Default::default(),
         auth: Default::default(),
         tenants: Default::default(),
+        cors: Default::default(),
     };
     Gateway::new(GatewayConfig::from_args(&args).expect("config")).expect("gateway")
 }

@@ -4,7 +4,6 @@
 //! `401` and never reach the node, an unreachable issuer is a marked `503`, and key rotation
 //! costs one JWKS fetch however many unknown `kid`s arrive.
 
-use std::io::Read;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
@@ -15,105 +14,6 @@ mod auth_common;
 mod gateway_common;
 use auth_common::*;
 use gateway_common::*;
-
-const OWNER: &str = "user-1";
-const STRANGER: &str = "user-2";
-
-/// A policy: `private` owned by user-1, `public` readable by anyone and owned by user-1.
-fn policy(scratch: &Scratch, issuer: &str) -> String {
-    let path = scratch.0.join("policy.toml");
-    let text = format!(
-        "[[bucket]]\nid = \"private\"\nowners = [{{ issuer = \"{issuer}\", subject = \"{OWNER}\" }}]\n\n\
-         [[bucket]]\nid = \"public\"\npublic_read = true\nowners = [{{ issuer = \"{issuer}\", subject = \"{OWNER}\" }}]\n"
-    );
-    std::fs::write(&path, text).expect("policy");
-    path.display().to_string()
-}
-
-fn auth_gateway(scratch: &Scratch, node: &Proc, issuer: &str, extra: &[&str]) -> Proc {
-    let port = free_port();
-    let mut args: Vec<String> = [
-        "gateway",
-        "--upstream",
-        &node.base(),
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--auth-issuer",
-        issuer,
-        "--auth-audience",
-        AUDIENCE,
-        "--auth-policy",
-        &policy(scratch, issuer),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    let mut p = Proc::spawn(scratch, "gateway", port, &args);
-    p.wait_answering("gateway", "/");
-    p
-}
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
-/// A node with `private/s` and `public/s` holding "hello|", created straight on the node.
-fn seeded_node(scratch: &Scratch) -> Proc {
-    let node = memory_node(scratch);
-    for b in ["private", "public"] {
-        let a = send("PUT", &node.url(&format!("/{b}")), &[], b"");
-        assert!(
-            matches!(a.status, 200 | 201 | 204),
-            "bucket {b}: {}",
-            a.status
-        );
-        let a = send("PUT", &node.url(&format!("/{b}/s")), &[TEXT], b"");
-        assert_eq!(a.status, 201, "{}", a.body);
-        let a = send("POST", &node.url(&format!("/{b}/s")), &[TEXT], b"hello|");
-        assert!(matches!(a.status, 200 | 204), "{}", a.body);
-    }
-    node
-}
-
-/// The stream's bytes, read straight from the node.
-fn contents(node: &Proc, path: &str) -> String {
-    send("GET", &node.url(&format!("{path}?offset=-1")), &[], b"").body
-}
-
-/// One raw HTTP/1.1 exchange, the answer's bytes as they came with the `Date` value blanked:
-/// the only header that legitimately differs between two answers a second apart.
-fn raw(port: u16, method: &str, path: &str, auth: Option<&str>, body: &[u8]) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n");
-    if let Some(a) = auth {
-        req.push_str(&format!("authorization: {a}\r\n"));
-    }
-    if !body.is_empty() {
-        req.push_str(&format!(
-            "content-type: text/plain\r\ncontent-length: {}\r\n",
-            body.len()
-        ));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).expect("write");
-    s.write_all(body).expect("body");
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out)
-        .split("\r\n")
-        .map(|l| {
-            if l.to_ascii_lowercase().starts_with("date:") {
-                "date: <blanked>"
-            } else {
-                l
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\r\n")
-}
 
 #[test]
 fn owners_write_and_read_and_the_node_keeps_what_refused_writes_never_sent() {

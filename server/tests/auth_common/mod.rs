@@ -1,7 +1,8 @@
 //! Helpers for the access-control tests: a small issuer on a loopback port that serves RFC 8414
 //! metadata and a JWKS it can swap (key rotation) and counts fetches of, and access tokens
 //! signed by hand with the test keys in `gateway/tests/auth_keys` (generated once with
-//! `openssl genpkey`; their public halves are in `public-jwks.json`).
+//! `openssl genpkey`; their public halves are in `public-jwks.json`). A test that uses it
+//! declares `mod gateway_common;` too: the seeded node and the gateway run through it.
 
 #![allow(dead_code)]
 
@@ -22,6 +23,13 @@ use jsonwebtoken::EncodingKey;
 use jsonwebtoken::Header;
 use serde_json::Value;
 use serde_json::json;
+
+use crate::gateway_common::Proc;
+use crate::gateway_common::Scratch;
+use crate::gateway_common::TEXT;
+use crate::gateway_common::free_port;
+use crate::gateway_common::memory_node;
+use crate::gateway_common::send;
 
 pub const AUDIENCE: &str = "https://streams.example";
 
@@ -241,4 +249,72 @@ fn answer(
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+// The gateway with access control in front of a seeded node, shared by the tests that run
+// one.
+
+pub const OWNER: &str = "user-1";
+pub const STRANGER: &str = "user-2";
+
+/// A policy: `private` owned by user-1, `public` readable by anyone and owned by user-1.
+pub fn policy(scratch: &Scratch, issuer: &str) -> String {
+    let path = scratch.0.join("policy.toml");
+    let text = format!(
+        "[[bucket]]\nid = \"private\"\nowners = [{{ issuer = \"{issuer}\", subject = \"{OWNER}\" }}]\n\n\
+         [[bucket]]\nid = \"public\"\npublic_read = true\nowners = [{{ issuer = \"{issuer}\", subject = \"{OWNER}\" }}]\n"
+    );
+    std::fs::write(&path, text).expect("policy");
+    path.display().to_string()
+}
+
+pub fn auth_gateway(scratch: &Scratch, node: &Proc, issuer: &str, extra: &[&str]) -> Proc {
+    let port = free_port();
+    let mut args: Vec<String> = [
+        "gateway",
+        "--upstream",
+        &node.base(),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--auth-issuer",
+        issuer,
+        "--auth-audience",
+        AUDIENCE,
+        "--auth-policy",
+        &policy(scratch, issuer),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let mut p = Proc::spawn(scratch, "gateway", port, &args);
+    p.wait_answering("gateway", "/");
+    p
+}
+
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// A node with `private/s` and `public/s` holding "hello|", created straight on the node.
+pub fn seeded_node(scratch: &Scratch) -> Proc {
+    let node = memory_node(scratch);
+    for b in ["private", "public"] {
+        let a = send("PUT", &node.url(&format!("/{b}")), &[], b"");
+        assert!(
+            matches!(a.status, 200 | 201 | 204),
+            "bucket {b}: {}",
+            a.status
+        );
+        let a = send("PUT", &node.url(&format!("/{b}/s")), &[TEXT], b"");
+        assert_eq!(a.status, 201, "{}", a.body);
+        let a = send("POST", &node.url(&format!("/{b}/s")), &[TEXT], b"hello|");
+        assert!(matches!(a.status, 200 | 204), "{}", a.body);
+    }
+    node
+}
+
+/// The stream's bytes, read straight from the node.
+pub fn contents(node: &Proc, path: &str) -> String {
+    send("GET", &node.url(&format!("{path}?offset=-1")), &[], b"").body
 }

@@ -261,3 +261,50 @@ pub fn read_until(s: &mut TcpStream, seen: &mut String, want: &str) {
         }
     }
 }
+
+/// One raw HTTP/1.1 exchange, the answer's bytes as they came with the `Date` value blanked:
+/// the only header that legitimately differs between two answers a second apart.
+pub fn raw(port: u16, method: &str, path: &str, auth: Option<&str>, body: &[u8]) -> String {
+    let auth: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
+    raw_with(port, method, path, &auth, body)
+}
+
+/// [`raw`] with any request headers.
+pub fn raw_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> String {
+    use std::io::Write;
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() {
+        req.push_str(&format!(
+            "content-type: text/plain\r\ncontent-length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("write");
+    s.write_all(body).expect("body");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out)
+        .split("\r\n")
+        .map(|l| {
+            if l.to_ascii_lowercase().starts_with("date:") {
+                "date: <blanked>"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
