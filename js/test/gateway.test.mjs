@@ -1,0 +1,208 @@
+// The package through `ursula gateway` with access control and quotas on: setToken and the
+// token file (rotated mid-run) carry the owner's access tokens; a stranger's token meets the
+// concealing 404 (not_applied, NotFound), an expired one is unauthorized, and a bucket past its
+// request rate is rate_limited with the spec's reason. Tokens are RFC 9068 access tokens signed
+// here with the gateway tests' Ed25519 key (gateway/tests/auth_keys).
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { createPrivateKey, sign } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { open, setToken, status, UrsulaError, UrsulaWriteRefusedError } from "../index.js";
+import { tempDir, thrown } from "./helpers/kit.mjs";
+import { detach, freePort, repoRoot, startServer, ursulaBin } from "./helpers/server.mjs";
+
+// Read once, when the extension loads (the first open below).
+const tokenFile = join(tempDir(), "token");
+writeFileSync(tokenFile, "");
+process.env.URSULA_VFS_RETRY_MS = "800";
+process.env.URSULA_VFS_TOKEN_FILE = tokenFile;
+
+const AUDIENCE = "https://streams.example";
+const BUCKET = "tenant-js";
+const RATED = "tenant-rated";
+const keys = join(repoRoot, "gateway", "tests", "auth_keys");
+const privateKey = createPrivateKey({
+  key: readFileSync(join(keys, "issuer-ed25519.pk8")),
+  format: "der",
+  type: "pkcs8",
+});
+
+let server;
+let jwks;
+let issuer;
+let gateway;
+let gatewayBase;
+
+const b64 = (v) => Buffer.from(typeof v === "string" ? v : JSON.stringify(v)).toString("base64url");
+let jti = 0;
+function token(subject, ttlSecs = 600) {
+  const now = Math.floor(Date.now() / 1000);
+  const exp = now + ttlSecs;
+  const header = b64({ alg: "EdDSA", typ: "at+jwt", kid: "ed1" });
+  jti += 1;
+  const claims = b64({
+    iss: issuer,
+    aud: AUDIENCE,
+    sub: subject,
+    client_id: "js-tests",
+    iat: Math.min(now, exp),
+    exp,
+    jti: `js-${process.pid}-${jti}`,
+  });
+  const signature = sign(null, Buffer.from(`${header}.${claims}`), privateKey).toString("base64url");
+  return `${header}.${claims}.${signature}`;
+}
+
+before(async () => {
+  server = await startServer();
+  for (const b of [BUCKET, RATED]) {
+    const r = await fetch(`${server.base}/${b}`, { method: "PUT" });
+    assert.ok([200, 201, 204].includes(r.status), `bucket ${b}: ${r.status}`);
+  }
+  const all = JSON.parse(readFileSync(join(keys, "public-jwks.json"), "utf8"));
+  const body = JSON.stringify({ keys: [{ ...all.ed, kid: "ed1" }] });
+  jwks = createServer((_req, res) => {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(body);
+  });
+  await new Promise((ok) => jwks.listen(0, "127.0.0.1", ok));
+  issuer = `http://127.0.0.1:${jwks.address().port}`;
+  const dir = tempDir();
+  const owners = `owners = [{ issuer = "${issuer}", subject = "owner-1" }]`;
+  writeFileSync(
+    join(dir, "policy.toml"),
+    `[[bucket]]\nid = "${BUCKET}"\n${owners}\n\n[[bucket]]\nid = "${RATED}"\n${owners}\n`,
+  );
+  writeFileSync(join(dir, "quotas.toml"), `[[bucket]]\nid = "${RATED}"\nrequests_per_sec = 6\n`);
+  const port = await freePort();
+  gatewayBase = `http://127.0.0.1:${port}`;
+  gateway = detach(
+    spawn(
+      ursulaBin(),
+      [
+        "gateway",
+        "--upstream",
+        server.base,
+        "--listen",
+        `127.0.0.1:${port}`,
+        "--auth-issuer",
+        issuer,
+        "--auth-audience",
+        AUDIENCE,
+        "--auth-jwks-url",
+        `${issuer}/jwks`,
+        "--auth-policy",
+        join(dir, "policy.toml"),
+        "--quota-policy",
+        join(dir, "quotas.toml"),
+      ],
+      { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, RUST_LOG: "warn" } },
+    ),
+  );
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    try {
+      await fetch(`${gatewayBase}/`);
+      break;
+    } catch {
+      if (Date.now() > deadline) throw new Error("the gateway did not start");
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+});
+
+after(async () => {
+  gateway?.kill("SIGKILL");
+  jwks?.close();
+  await server?.stop();
+});
+
+let n = 0;
+const url = (bucket) => `${gatewayBase}/${bucket}/db${process.pid}x${++n}`;
+const insert = (db, body) => db.prepare("INSERT INTO notes(body) VALUES (?)").run(body);
+const rows = (db) => db.prepare("SELECT body FROM notes ORDER BY id").all().map((r) => r.body);
+
+function refusedAs(e, kind, reason) {
+  assert.ok(e instanceof UrsulaWriteRefusedError, e?.stack);
+  assert.ok(e instanceof UrsulaError);
+  assert.equal(e.kind, kind);
+  assert.equal(e.errcode, 7178);
+  if (reason !== undefined) assert.equal(e.reason, reason);
+}
+
+test("setToken carries the owner's token; a stranger's meets the concealing 404, an expired one is unauthorized", () => {
+  setToken(token("owner-1"));
+  const db = open(url(BUCKET), { dir: tempDir() });
+  db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
+  insert(db, "mine");
+
+  setToken(token("stranger-1"));
+  refusedAs(
+    thrown(() => insert(db, "theirs")),
+    "not_applied",
+    "NotFound",
+  );
+  setToken(token("owner-1", -60));
+  refusedAs(
+    thrown(() => insert(db, "expired")),
+    "unauthorized",
+  );
+  assert.equal(status(db.location()).refused_kind, "unauthorized");
+
+  setToken(token("owner-1"));
+  insert(db, "mine again");
+  assert.deepEqual(rows(db), ["mine", "mine again"]);
+  db.close();
+});
+
+test("the token file rotated mid-run keeps commits going without a new open", () => {
+  setToken(null);
+  writeFileSync(tokenFile, `${token("owner-1")}\n`);
+  const db = open(url(BUCKET), { dir: tempDir() });
+  db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
+  insert(db, "first file token");
+  writeFileSync(tokenFile, `${token("owner-1", 900)}\n`);
+  insert(db, "rotated file token");
+  writeFileSync(tokenFile, `${token("stranger-1")}\n`);
+  refusedAs(
+    thrown(() => insert(db, "stranger in the file")),
+    "not_applied",
+    "NotFound",
+  );
+  writeFileSync(tokenFile, `${token("owner-1")}\n`);
+  insert(db, "owner again");
+  assert.deepEqual(rows(db), ["first file token", "rotated file token", "owner again"]);
+  db.close();
+});
+
+test("a bucket past its request rate refuses a commit as rate_limited with the gateway's reason", async () => {
+  setToken(token("owner-1"));
+  let db;
+  const deadline = Date.now() + 20_000;
+  // The open itself takes several requests; retry it past the rate.
+  for (;;) {
+    try {
+      db = open(url(RATED), { dir: tempDir() });
+      break;
+    } catch (e) {
+      if (Date.now() > deadline) throw e;
+      await new Promise((r) => setTimeout(r, 1100));
+    }
+  }
+  let refusal;
+  for (let i = 0; i < 60 && refusal === undefined; i++) {
+    try {
+      db.exec(`CREATE TABLE IF NOT EXISTS t(x); INSERT INTO t VALUES (${i})`);
+    } catch (e) {
+      refusal = e;
+    }
+  }
+  assert.ok(refusal !== undefined, "60 commits stayed within 6 requests a second");
+  refusedAs(refusal, "rate_limited", "tenant request rate limit exceeded");
+  await new Promise((r) => setTimeout(r, 1500));
+  db.exec("CREATE TABLE IF NOT EXISTS t(x); INSERT INTO t VALUES (100)");
+  db.close();
+});
