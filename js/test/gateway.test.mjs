@@ -112,6 +112,13 @@ before(async () => {
       await new Promise((r) => setTimeout(r, 25));
     }
   }
+  // The JWKS server lives in this process, whose event loop a synchronous open() blocks: have
+  // the gateway fetch and cache the key now, while this process can answer.
+  const warm = await fetch(`${gatewayBase}/${BUCKET}`, {
+    method: "HEAD",
+    headers: { authorization: `Bearer ${token("owner-1")}` },
+  });
+  assert.notEqual(warm.status, 503, "the gateway could not fetch the JWKS");
 });
 
 after(async () => {
