@@ -286,22 +286,30 @@ impl Inner {
                 Err(r) => return self.tenant_refusal(r, incoming.as_mut(), declared).await,
             }
         };
+        let limits = &self.config.uploads;
+        // A body declared over the gateway's limit gets its final 413 before any tenant share
+        // is taken: a retryable 429 would have the client send it again for ever.
+        if declared.is_some_and(|n| n > limits.max_request_body_bytes()) {
+            return self
+                .body_refusal(BodyError::TooLarge, incoming.as_mut(), declared)
+                .await;
+        }
         let upload = match ticket.admit_upload(&self.tenants, declared) {
             Ok(u) => u,
             Err(r) => return self.tenant_refusal(r, incoming.as_mut(), declared).await,
         };
-        let limits = &self.config.uploads;
         // `share` holds the body's part of the budget until the body was forwarded.
-        let (body, share) =
-            match body::read_body(incoming.as_mut(), declared, limits, &self.budget).await {
-                Ok(b) => b,
-                Err(e) => return self.body_refusal(e, incoming.as_mut(), declared).await,
-            };
+        let read = body::read_body(incoming.as_mut(), declared, limits, &self.budget).await;
+        // A body stops counting toward its bucket's uploads once it is buffered, or refused:
+        // a refused body's drain must not hold the bucket's upload slot.
+        drop(upload);
+        let (body, share) = match read {
+            Ok(b) => b,
+            Err(e) => return self.body_refusal(e, incoming.as_mut(), declared).await,
+        };
         self.upload_counters
             .body_bytes_buffered
             .fetch_add(body.len() as u64, Ordering::Relaxed);
-        // A body stops counting toward its bucket's uploads once it is buffered.
-        drop(upload);
         if conceal {
             return reply::concealed_not_found();
         }
@@ -328,8 +336,13 @@ impl Inner {
             headers,
             body,
         };
-        let mut resp = self.forward(&out).await;
-        let ingress = out.body.len() as u64;
+        // Armed before the request goes out: a request dropped mid-forward (client gone) may
+        // have been applied, and is counted.
+        let mut ticket = ticket.sending(&self.tenants, out.body.len() as u64);
+        let (mut resp, sent) = self.forward(&out).await;
+        if !sent {
+            ticket.not_sent();
+        }
         drop(out);
         drop(share);
         if self.auth.is_some() && resp.status() == StatusCode::NOT_FOUND {
@@ -341,7 +354,7 @@ impl Inner {
             None => resp,
         };
         // Outermost, so egress counts every byte the client is sent, the expiry frame too.
-        ticket.forwarded(&self.tenants, ingress, resp)
+        ticket.forwarded(resp)
     }
 
     /// A tenant's refusal, sent once the body was read and dropped: from the head at the pace
@@ -456,7 +469,9 @@ impl Inner {
         resp
     }
 
-    async fn forward(&self, out: &Outgoing) -> Response<GatewayBody> {
+    /// The answer, and whether the request reached any node: only a failed connect to the
+    /// first upstream sent nothing anywhere.
+    async fn forward(&self, out: &Outgoing) -> (Response<GatewayBody>, bool) {
         let ups = &self.upstreams;
         let route = route_key(out.target.split('?').next().unwrap_or_default());
         // The hold gives a probe slot back if this future is dropped before an outcome.
@@ -469,19 +484,20 @@ impl Inner {
                 ups.failed(first, Instant::now());
                 let base = &ups.list[first].url.base;
                 tracing::warn!(upstream = %base, error = %why, "cannot connect to the upstream");
-                return reply::refusal(
+                let resp = reply::refusal(
                     GatewayRefusal::UpstreamUnreachable,
                     Mark::Marked,
                     &format!("cannot connect to {base}: {why}"),
                 );
+                return (resp, false);
             }
-            Attempt::Broken(why) => return self.broken(first, &why),
-            Attempt::TimedOut => return self.timed_out(first),
+            Attempt::Broken(why) => return (self.broken(first, &why), true),
+            Attempt::TimedOut => return (self.timed_out(first), true),
         };
         ups.answered(first);
         drop(held);
         let Some(location) = leader_location(&resp) else {
-            return pass_through(resp, true);
+            return (pass_through(resp, true), true);
         };
         Counters::bump(&ups.counters.leader_searches);
         let first_redirect = Instant::now();
@@ -522,14 +538,15 @@ impl Inner {
                     ups.failed(next, Instant::now());
                     let base = &ups.list[next].url.base;
                     tracing::warn!(upstream = %base, error = %why, "cannot connect to the redirect target");
-                    return reply::refusal(
+                    let resp = reply::refusal(
                         GatewayRefusal::UpstreamUnreachable,
                         mark_if(all_marked),
                         &format!("cannot connect to {base} after a leader redirect: {why}"),
                     );
+                    return (resp, true);
                 }
-                Attempt::Broken(why) => return self.broken(next, &why),
-                Attempt::TimedOut => return self.timed_out(next),
+                Attempt::Broken(why) => return (self.broken(next, &why), true),
+                Attempt::TimedOut => return (self.timed_out(next), true),
             };
             ups.answered(next);
             drop(held);
@@ -545,16 +562,17 @@ impl Inner {
                     {
                         ups.learn(r, next);
                     }
-                    return pass_through(resp, all_marked);
+                    return (pass_through(resp, all_marked), true);
                 }
             }
         }
         Counters::bump(&ups.counters.leader_not_found);
-        reply::refusal(
+        let resp = reply::refusal(
             GatewayRefusal::LeaderNotFound,
             mark_if(all_marked),
             "no upstream answered without a leader redirect",
-        )
+        );
+        (resp, true)
     }
 
     fn broken(&self, i: usize, why: &str) -> Response<GatewayBody> {

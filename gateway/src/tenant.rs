@@ -123,6 +123,8 @@ pub struct Ticket {
     bucket: Option<String>,
     key: Option<UsageKey>,
     pass: Option<Pass>,
+    /// Armed by [`Ticket::sending`].
+    record: Option<Record>,
 }
 
 impl Tenants {
@@ -203,19 +205,12 @@ impl Tenants {
             bucket: Some(bucket),
             key,
             pass,
+            record: None,
         })
     }
 }
 
 impl Ticket {
-    /// The bucket's own body limit, if lower than `gateway_limit`.
-    pub fn body_limit(&self, gateway_limit: u64) -> u64 {
-        self.pass
-            .as_ref()
-            .and_then(|p| p.limits.max_request_body_bytes)
-            .map_or(gateway_limit, |l| l.min(gateway_limit))
-    }
-
     /// Counts a body of `bytes` against the bucket's upload limits while it is read.
     pub fn admit_upload(
         &self,
@@ -228,24 +223,52 @@ impl Ticket {
         adm.admit_upload(bucket, n)
     }
 
-    /// Counts the forwarded request and its `ingress` bytes, and wraps the response so its
-    /// body counts as egress while it streams and a live read keeps its share until it ends.
-    pub fn forwarded(
-        self,
-        tenants: &Tenants,
-        ingress: u64,
-        resp: Response<GatewayBody>,
-    ) -> Response<GatewayBody> {
-        let meter = match (&tenants.usage, self.key) {
-            (Some(u), Some(k)) => {
-                u.record_request(&k, ingress);
-                Some((u.clone(), k))
-            }
-            _ => None,
-        };
-        let live = self.pass.and_then(|p| p.live);
+    /// Arms the count of this request, about to be forwarded with an `ingress`-byte body: it
+    /// is counted when the ticket ends, also when the client goes mid-forward (the request may
+    /// have been applied), unless [`Ticket::not_sent`] says nothing went out.
+    pub fn sending(mut self, tenants: &Tenants, ingress: u64) -> Ticket {
+        if let (Some(u), Some(k)) = (&tenants.usage, self.key.take()) {
+            self.record = Some(Record {
+                usage: u.clone(),
+                key: k,
+                ingress,
+            });
+        }
+        self
+    }
+
+    /// Nothing of the request reached a node (the first upstream refused the connection): the
+    /// gateway's own refusal is not counted.
+    pub fn not_sent(&mut self) {
+        self.record = None;
+    }
+
+    /// Counts the forwarded request, and wraps the response so its body counts as egress while
+    /// it streams and a live read keeps its share until it ends.
+    pub fn forwarded(mut self, resp: Response<GatewayBody>) -> Response<GatewayBody> {
+        let meter = self.record.take().map(|r| {
+            r.usage.record_request(&r.key, r.ingress);
+            (r.usage.clone(), r.key.clone())
+        });
+        let live = self.pass.take().and_then(|p| p.live);
         let (parts, body) = resp.into_parts();
         Response::from_parts(parts, Metered::wrap(body, meter, live))
+    }
+}
+
+/// A request's usage, counted once: by [`Ticket::forwarded`], or when dropped mid-forward.
+#[derive(Debug)]
+struct Record {
+    usage: Arc<Usage>,
+    key: UsageKey,
+    ingress: u64,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(r) = self.record.take() {
+            r.usage.record_request(&r.key, r.ingress);
+        }
     }
 }
 

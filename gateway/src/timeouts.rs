@@ -62,6 +62,8 @@ pub enum TimeoutError {
     TcpUserTimeoutBelowOneSecond,
     #[error("--max-connections must be at least 1")]
     NoConnections,
+    #[error("--max-connections must be at most {0}")]
+    TooManyConnections(usize),
 }
 
 impl TimeoutArgs {
@@ -80,6 +82,12 @@ impl TimeoutArgs {
         }
         if self.max_connections == 0 {
             return Err(TimeoutError::NoConnections);
+        }
+        // The listener's semaphore holds at most this many permits, and panics above it.
+        if self.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(TimeoutError::TooManyConnections(
+                tokio::sync::Semaphore::MAX_PERMITS,
+            ));
         }
         Ok(())
     }

@@ -300,16 +300,37 @@ fn render(unsent: &Unsent, to_ms: u64, chunks: bool) -> std::io::Result<String> 
 
 /// Appends one line and syncs it: a batch counts as reported only once it is on disk. The
 /// file is opened for each batch, so a log rotated by renaming it is picked up at once.
+///
+/// A write or sync that fails takes the file back to its length before it, so a batch written
+/// again later is never doubled or glued to a torn copy of itself.
 fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
+        .read(true)
         .append(true)
         .open(path)?;
-    let mut buf = Vec::with_capacity(line.len() + 1);
+    let start = f.metadata()?.len();
+    let mut buf = Vec::with_capacity(line.len() + 2);
+    // A file left without its final newline (a torn write we could not take back) still gets
+    // this batch on a line of its own.
+    if start > 0 && !ends_with_newline(&mut f, start)? {
+        buf.push(b'\n');
+    }
     buf.extend_from_slice(line.as_bytes());
     buf.push(b'\n');
-    f.write_all(&buf)?;
-    f.sync_data()
+    let written = f.write_all(&buf).and_then(|()| f.sync_data());
+    if let Err(e) = written {
+        let _ = f.set_len(start);
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn ends_with_newline(f: &mut std::fs::File, len: u64) -> std::io::Result<bool> {
+    f.seek(std::io::SeekFrom::Start(len - 1))?;
+    let mut last = [0u8; 1];
+    f.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
 }
 
 /// The sequence number of the log's last batch, to continue the numbering after a restart.
@@ -485,11 +506,28 @@ mod tests {
         assert_eq!(got[0]["records"][0]["requests"], 2);
         assert_eq!(got[0]["records"][0]["ingress_bytes"], 150);
         assert_eq!(got[1]["seq"], 2);
+        // A torn line left by a crash does not swallow the next batch.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(b"{\"v\":1,\"seq\":2,\"tor"))
+            .expect("tear");
+        u.record_request(&k, 1);
+        assert!(u.flush().await.expect("after the tear"));
+        let text = std::fs::read_to_string(&path).expect("log");
+        assert!(
+            text.lines()
+                .last()
+                .is_some_and(|l| l.starts_with("{\"v\":1,\"seq\":3")),
+            "{text}"
+        );
+        let keep: Vec<&str> = text.lines().filter(|l| !l.ends_with("\"tor")).collect();
+        std::fs::write(&path, keep.join("\n") + "\n").expect("untear");
         // A restart continues the numbering.
         let again = Usage::new(cfg);
         again.record_request(&k, 1);
-        assert!(again.flush().await.expect("third"));
-        assert_eq!(lines(&path)[2]["seq"], 3);
+        assert!(again.flush().await.expect("fourth"));
+        assert_eq!(lines(&path)[3]["seq"], 4);
         assert_eq!(u.stats.sink_failures.load(Ordering::Relaxed), 2);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -226,6 +226,14 @@ fn large_bodies_count_against_the_buckets_upload_limits_while_they_are_read() {
         "{text}"
     );
     drop(held);
+    // One body over the whole allowance can never fit: the final 413, not a 429 to retry.
+    let mut s = raw_request(gw.port, "POST", "/bytes/s", 4 * mib, 4 * mib);
+    let (status, text) = read_answer(&mut s);
+    assert_eq!(status, 413, "{text}");
+    assert!(
+        text.contains("x-ursula-not-applied: requestbodytoolarge"),
+        "{text}"
+    );
     // Given back once the holder went: the same upload now passes.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -188,6 +188,13 @@ impl Admission {
             return Ok(None);
         }
         let tenant = self.tenant(bucket);
+        // A body that could never fit is refused for good (413), not told to come back (429).
+        if let Some(cap) = tenant.limits.max_upload_bytes
+            && bytes > cap
+        {
+            self.counters.body_too_large.fetch_add(1, Ordering::Relaxed);
+            return Err(AdmissionRejection::BodyTooLarge { limit: cap });
+        }
         if !take_one(&tenant.uploads, tenant.limits.max_concurrent_uploads) {
             self.counters
                 .uploads_refused
@@ -346,6 +353,11 @@ mod tests {
         );
         drop((one, two));
         assert_eq!(a.upload_tenants(), 0);
+        // More than the whole allowance can never fit: a 413, not a 429 to retry.
+        assert_eq!(
+            a.admit_upload("t", 5001).map(|_| ()),
+            Err(AdmissionRejection::BodyTooLarge { limit: 5000 })
+        );
         // Everything came back, the refused byte attempt included.
         let again = a
             .admit_upload("t", 5000)
