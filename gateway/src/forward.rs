@@ -64,6 +64,7 @@ use crate::reply;
 use crate::reply::BoxError;
 use crate::reply::GatewayBody;
 use crate::reply::GatewayRefusal;
+pub use crate::reply::METRICS_PATH;
 use crate::reply::Mark;
 use crate::reply::error_chain;
 use crate::tenant;
@@ -74,9 +75,6 @@ use crate::uploads::UploadCounters;
 use crate::upstreams::Counters;
 use crate::upstreams::Upstreams;
 use crate::upstreams::route_key;
-
-/// The gateway's own metrics path.
-pub const METRICS_PATH: &str = "/__ursula/gateway/metrics";
 
 /// The nodes' internal paths the gateway forwards, for `GET` and `HEAD` only: the read-only
 /// views the nodes serve on their client plane too. Every other `/__ursula/*` path (peer RPCs,

@@ -10,10 +10,10 @@ use crate::auth::Admitted;
 use crate::auth::Ask;
 use crate::auth::Auth;
 use crate::auth::Decision;
-use crate::forward::METRICS_PATH;
 use crate::reply;
 use crate::reply::GatewayBody;
 use crate::reply::GatewayRefusal;
+use crate::reply::METRICS_PATH;
 use crate::reply::Mark;
 use crate::upstreams::Counters;
 

@@ -12,6 +12,9 @@ use http_body_util::Full;
 use http_body_util::combinators::UnsyncBoxBody;
 use ursula_protocol::headers as h;
 
+/// The gateway's own metrics path.
+pub const METRICS_PATH: &str = "/__ursula/gateway/metrics";
+
 /// Errors a response body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every response body the gateway returns: its own, or an upstream's streamed through.
