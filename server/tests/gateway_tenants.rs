@@ -277,7 +277,7 @@ fn total(batches: &[Value], class: &str, counter: &str) -> u64 {
     batches
         .iter()
         .flat_map(|b| b["records"].as_array().cloned().unwrap_or_default())
-        .filter(|r| r["class"] == class && r["bucket"] == "metered")
+        .filter(|r| r["class"] == class && r["bucket"] == "private")
         .map(|r| r[counter].as_u64().expect("counter"))
         .sum()
 }
@@ -286,45 +286,27 @@ fn total(batches: &[Value], class: &str, counter: &str) -> u64 {
 fn usage_sums_match_what_was_sent_through_a_failing_sink_and_a_shutdown() {
     let scratch = Scratch::new("tenant-usage");
     let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = node_with(&scratch, &["metered"]);
-    let policy = write_file(
-        &scratch,
-        "policy.toml",
-        &format!(
-            "[[bucket]]\nid = \"metered\"\nowners = [{{ issuer = \"{}\", subject = \"user-1\" }}]\n",
-            issuer.url
-        ),
-    );
+    // `private`, owned by user-1 (the shared access-control fixture).
+    let node = seeded_node(&scratch);
     // The log's directory does not exist yet: every write fails until the test makes it.
     let log_dir = scratch.0.join("usage");
     let log = log_dir.join("usage.jsonl");
-    let port = free_port();
-    let args: Vec<String> = [
-        "gateway",
-        "--upstream",
-        &node.base(),
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--auth-issuer",
+    let log_arg = log.display().to_string();
+    let mut gw = auth_gateway(
+        &scratch,
+        &node,
         &issuer.url,
-        "--auth-audience",
-        AUDIENCE,
-        "--auth-policy",
-        &policy,
-        "--auth-public-metrics",
-        "--usage-log",
-        &log.display().to_string(),
-        "--usage-flush-secs",
-        "1",
-        "--usage-chunk-bytes",
-        "10240",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let mut gw = Proc::spawn(&scratch, "gateway", port, &args);
-    gw.wait_answering("gateway", "/");
-    let owner = format!("Bearer {}", token(&issuer.url, "user-1"));
+        &[
+            "--auth-public-metrics",
+            "--usage-log",
+            &log_arg,
+            "--usage-flush-secs",
+            "1",
+            "--usage-chunk-bytes",
+            "10240",
+        ],
+    );
+    let owner = bearer(&token(&issuer.url, OWNER));
     let auth = ("authorization", owner.as_str());
 
     let kib = 1024;
@@ -334,14 +316,14 @@ fn usage_sums_match_what_was_sent_through_a_failing_sink_and_a_shutdown() {
     for size in [5 * kib, 25 * kib, 10 * kib, 20 * kib] {
         let a = send(
             "POST",
-            &gw.url("/metered/s"),
+            &gw.url("/private/s"),
             &[TEXT, auth],
             &vec![b'a'; size],
         );
         assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
         ingress += size as u64;
     }
-    let a = send("GET", &gw.url("/metered/s?offset=-1"), &[auth], b"");
+    let a = send("GET", &gw.url("/private/s?offset=-1"), &[auth], b"");
     assert_eq!(a.status, 200);
     egress += a.body.len() as u64;
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -354,7 +336,7 @@ fn usage_sums_match_what_was_sent_through_a_failing_sink_and_a_shutdown() {
         std::thread::sleep(Duration::from_millis(200));
     }
     // Counted while the sink is down, merged into the queued batch.
-    let a = send("POST", &gw.url("/metered/s"), &[TEXT, auth], b"b");
+    let a = send("POST", &gw.url("/private/s"), &[TEXT, auth], b"b");
     assert!(matches!(a.status, 200 | 204));
     ingress += 1;
     std::fs::create_dir_all(&log_dir).expect("log dir");
@@ -367,7 +349,7 @@ fn usage_sums_match_what_was_sent_through_a_failing_sink_and_a_shutdown() {
         std::thread::sleep(Duration::from_millis(200));
     }
     // One more read, reported only by the batch written at shutdown.
-    let a = send("GET", &gw.url("/metered/s?offset=-1"), &[auth], b"");
+    let a = send("GET", &gw.url("/private/s?offset=-1"), &[auth], b"");
     egress += a.body.len() as u64;
     let pid = gw.child.id().to_string();
     let status = std::process::Command::new("kill")
@@ -406,5 +388,5 @@ fn usage_sums_match_what_was_sent_through_a_failing_sink_and_a_shutdown() {
     );
     let principal = &got[0]["records"][0]["principal"];
     assert_eq!(principal["issuer"], issuer.url.as_str());
-    assert_eq!(principal["subject"], "user-1");
+    assert_eq!(principal["subject"], OWNER);
 }
