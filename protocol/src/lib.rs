@@ -13,7 +13,9 @@
 //! - [`incarnation`]: stream and process incarnations, 16 hex digits.
 //! - [`format`]: the format epoch and the Raft protocol version.
 //! - [`metrics`]: the `/__ursula/metrics` document the server writes and `ursulactl` reads.
+//! - [`admin`]: the admin plane's answers (drain mark, transfer, quorum proof, membership).
 
+pub mod admin;
 pub mod content_type;
 pub mod cursor;
 pub mod format;

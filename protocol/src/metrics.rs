@@ -46,6 +46,37 @@ pub struct NodeMetrics {
     /// Config keys this build parses but does not act on yet (named at start as well).
     #[serde(default)]
     pub config_ignored_keys: Vec<String>,
+    /// The node's leadership-shed state (the maintenance drain mark).
+    #[serde(default)]
+    pub leadership_shed: crate::admin::ShedState,
+    /// What keeps this node or its replicas from full redundancy; absent on the in-memory
+    /// engine. Readers treat a missing report as unavailable evidence.
+    #[serde(default)]
+    pub raft_maintenance: Option<RaftMaintenance>,
+}
+
+/// The spec's `raft_maintenance` report: empty lists mean every local replica is a healthy
+/// voter of a complete voter set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RaftMaintenance {
+    /// Node-wide issues (`format_epoch_mismatch`, `wal_disk_pressure`, `recovery_stalled`,
+    /// `recovery_gate_closed`).
+    #[serde(default)]
+    pub node_issues: Vec<String>,
+    /// One entry per group and issue (`incomplete_voter_set`, `joint_membership`,
+    /// `local_replica_not_voter`, `membership_not_applied`, `not_applied`, `apply_lag`,
+    /// `leader_unknown`).
+    #[serde(default)]
+    pub group_issues: Vec<GroupIssue>,
+    /// The voters `[[raft.peers]]` configures for every group.
+    #[serde(default)]
+    pub configured_voter_ids: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupIssue {
+    pub raft_group_id: u32,
+    pub issue: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -105,6 +136,9 @@ pub struct RaftGroupView {
     pub last_log_term: Option<u64>,
     #[serde(default)]
     pub voter_ids: Vec<u64>,
+    /// Non-voting members (a replica being rebuilt, or one added by the learners route).
+    #[serde(default)]
+    pub learner_ids: Vec<u64>,
 }
 
 /// Closed recovery gates, by group id (as text: JSON object keys).

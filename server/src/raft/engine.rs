@@ -189,6 +189,7 @@ impl GroupEngine for RaftEngine {
                     last_log_index: v.last_log_index,
                     last_log_term: v.last_log_term,
                     voter_ids: v.voter_ids,
+                    learner_ids: v.learner_ids,
                 })
             })
             .collect();

@@ -58,6 +58,7 @@ pub struct GroupView {
     pub last_log_index: Option<u64>,
     pub last_log_term: Option<u64>,
     pub voter_ids: Vec<u64>,
+    pub learner_ids: Vec<u64>,
 }
 
 impl std::fmt::Debug for Replicas {
@@ -121,6 +122,7 @@ impl Replicas {
             last_log_index: log.last.map(|l| l.index),
             last_log_term: log.last.map(|l| l.leader_id.term),
             voter_ids: m.membership_config.voter_ids().collect(),
+            learner_ids: m.membership_config.membership().learner_ids().collect(),
         })
     }
 

@@ -1,0 +1,129 @@
+//! The admin plane's request and answer shapes, shared by the server and `ursulactl` (the
+//! spec's "shared admin protocol types"): the leadership-shed state, leader transfer,
+//! self-election, the quorum proof, learners and membership. Field names are wire names.
+//!
+//! Routes (admin plane, every mutation and the quorum proof behind
+//! `x-ursula-process-incarnation`):
+//! - `POST`/`DELETE /__ursula/leadership-shed/maintenance` -> [`ShedState`]
+//!   (`GET /__ursula/leadership-shed` on the cluster plane reads it).
+//! - `POST /__ursula/raft/{g}/leader/transfer/{node}` -> [`Transferred`]; `409` when this node
+//!   does not lead the group or the target may not take it now (recovering, drained, behind,
+//!   silent, or it did not take over in time), `400` for a target that is no voter of the
+//!   group or is this node, `404` for a group this node does not host, `500` for a stopped Raft.
+//! - `POST /__ursula/raft/{g}/self-election` -> [`Elected`]; `409` on the leader or a drained
+//!   or gated replica, `503` on a stopped Raft.
+//! - `GET /__ursula/raft/{g}/quorum` -> [`QuorumProof`]; only on the group's leader (`409`
+//!   naming the leader otherwise).
+//! - `POST /__ursula/raft/{g}/snapshot`, `POST /__ursula/raft/{g}/purge` -> [`LogAction`].
+//! - `POST /__ursula/raft/{g}/learners/{node}?addr=&blocking=` and
+//!   `POST /__ursula/raft/{g}/membership?voters=1,2,3` -> [`MembershipChanged`]; leader only
+//!   (`409` naming the leader), `400` for a missing or bad parameter.
+
+use serde::Deserialize;
+use serde::Serialize;
+
+/// The maintenance drain bit of [`ShedState::bits`].
+pub const SHED_MAINTENANCE: u64 = 1;
+
+/// A node's leadership-shed state: what the drain mark makes it do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShedState {
+    pub bits: u64,
+    /// `maintenance-drain` while the mark is set, `none` otherwise.
+    pub state: String,
+    pub should_accept_transfer: bool,
+    pub should_campaign: bool,
+    pub should_shed_current_leaders: bool,
+}
+
+impl ShedState {
+    pub fn of_bits(bits: u64) -> ShedState {
+        let drained = bits & SHED_MAINTENANCE != 0;
+        ShedState {
+            bits,
+            state: if drained { "maintenance-drain" } else { "none" }.to_owned(),
+            should_accept_transfer: !drained,
+            should_campaign: !drained,
+            should_shed_current_leaders: drained,
+        }
+    }
+
+    pub fn drained(&self) -> bool {
+        self.bits & SHED_MAINTENANCE != 0
+    }
+}
+
+/// A leader transfer that took effect: `to` leads the group now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transferred {
+    pub raft_group_id: u32,
+    pub from: u64,
+    pub to: u64,
+    /// The term the new leader leads in.
+    pub term: u64,
+    /// How long the handoff took, from the request to the new leader's first heartbeat seen.
+    pub elapsed_ms: u64,
+}
+
+/// A self-election that made this node the group's leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Elected {
+    pub raft_group_id: u32,
+    pub leader: u64,
+    pub term: u64,
+}
+
+/// A fresh ReadIndex round of the group's leader: every replica that applies `read_index`
+/// under `term` holds the prefix a quorum confirmed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumProof {
+    pub raft_group_id: u32,
+    pub leader: u64,
+    pub term: u64,
+    /// The confirmed prefix (`null` for an empty log).
+    pub read_index: Option<u64>,
+    pub voter_ids: Vec<u64>,
+    pub learner_ids: Vec<u64>,
+}
+
+/// A manual snapshot or purge of one group's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogAction {
+    pub raft_group_id: u32,
+    /// The last index the group's snapshot covers after the action.
+    pub snapshot_index: Option<u64>,
+    /// The last index purged from the log after the action.
+    pub purged_index: Option<u64>,
+}
+
+/// A membership change (a learner added, or the voter set replaced) and the log index at
+/// which it was committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipChanged {
+    pub raft_group_id: u32,
+    pub log_index: u64,
+    pub voter_ids: Vec<u64>,
+    pub learner_ids: Vec<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_mark_reads_as_the_spec_shows_it() {
+        let v = serde_json::to_value(ShedState::of_bits(SHED_MAINTENANCE)).expect("encode");
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "bits": 1,
+                "state": "maintenance-drain",
+                "should_accept_transfer": false,
+                "should_campaign": false,
+                "should_shed_current_leaders": true
+            })
+        );
+        let clear = ShedState::of_bits(0);
+        assert!(!clear.drained() && clear.should_campaign && clear.state == "none");
+    }
+}
