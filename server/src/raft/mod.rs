@@ -9,6 +9,8 @@
 //! - [`batch`]: group commit of client writes into log entries.
 //! - [`routes`]: the engine's own HTTP surface: peer RPCs (the cluster plane) and the admin
 //!   mutation `accept-unsynced-loss`.
+//! - [`maintenance`]: the maintenance report and the replica readiness read from it.
+//! - [`walmetrics`]: the `wal_*` metrics: journal counters, logs in memory, the opening.
 //! - [`replicas`]: this node's replicas of its groups, shared by everything below.
 //! - [`snapdrive`]: snapshots by log bytes against `raft.snapshot_log_budget`.
 //! - [`recovery`]: the WAL root's files, recovery gates, vote floors, the bootstrap.
@@ -18,6 +20,7 @@
 
 pub mod batch;
 pub mod engine;
+pub mod maintenance;
 pub mod peer;
 pub mod recovery;
 pub mod replicas;
@@ -26,6 +29,7 @@ pub mod snapdrive;
 mod start;
 pub mod stats;
 pub mod storage;
+pub mod walmetrics;
 
 pub use start::RaftOptions;
 pub use start::StartError;
