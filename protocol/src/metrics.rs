@@ -445,6 +445,37 @@ mod tests {
     }
 
     #[test]
+    fn the_wal_sections_flatten_under_the_spec_names_and_read_back() {
+        let m = NodeMetrics {
+            engine: "raft".into(),
+            wal: Some(WalMetrics {
+                wal_physical_bytes: 9,
+                wal_recovery: WalRecovery {
+                    previous_run: "clean".into(),
+                    ..WalRecovery::default()
+                },
+                ..WalMetrics::default()
+            }),
+            wal_disk: Some(WalDiskMetrics {
+                wal_available_bytes: Some(5),
+                ..WalDiskMetrics::default()
+            }),
+            ..NodeMetrics::default()
+        };
+        let v: serde_json::Value = serde_json::to_value(&m).expect("encode");
+        assert_eq!(v["wal_physical_bytes"], 9);
+        assert_eq!(v["wal_recovery"]["previous_run"], "clean");
+        assert_eq!(v["wal_available_bytes"], 5);
+        assert_eq!(v["wal_disk_pressure"], false);
+        let back: NodeMetrics = serde_json::from_value(v).expect("decode");
+        assert_eq!(back, m);
+        let empty = serde_json::to_string(&NodeMetrics::default()).expect("encode");
+        assert!(!empty.contains("wal_"), "{empty}");
+        let back: NodeMetrics = serde_json::from_str(&empty).expect("decode");
+        assert_eq!((back.wal, back.wal_disk), (None, None));
+    }
+
+    #[test]
     fn a_document_with_unknown_fields_still_reads() {
         let m: NodeMetrics = serde_json::from_str(
             r#"{"node_id":2,"engine":"raft","future_field":{"x":1},
