@@ -361,7 +361,7 @@ impl Writer {
         let started = Instant::now();
         let c = self.counters.clone();
         let purged = &self.purged;
-        let behind = |g: &u32, max: &u64| !purged.get(g).is_some_and(|p| p >= max);
+        let behind = |g: &u32, max: &u64| purged.get(g).is_none_or(|p| p < max);
         let (gone, mut keep): (Vec<_>, Vec<_>) = self
             .sealed
             .drain(..)
