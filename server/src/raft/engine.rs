@@ -196,7 +196,7 @@ impl GroupEngine for RaftEngine {
                     last_log_term: v.last_log_term,
                     voter_ids: v.voter_ids,
                     learner_ids: v.learner_ids,
-                    // Apply-failure isolation is not built: a failed apply stops the process.
+                    // Apply-failure isolation is not built: nothing records a failed entry.
                     apply_failure: None,
                     maintenance: metrics::GroupMaintenance {
                         running: v.running,
