@@ -39,7 +39,13 @@ fn ursulactl(args: &[&str]) -> (Option<i32>, String) {
     (out.status.code(), text)
 }
 
+static PHASES: std::sync::Mutex<Vec<(String, Instant)>> = std::sync::Mutex::new(Vec::new());
+
 fn ctl_ok(manifest: &PathBuf, verb: &str, node: Option<usize>) {
+    PHASES
+        .lock()
+        .expect("phases")
+        .push((format!("{verb} {node:?}"), Instant::now()));
     let m = manifest.to_str().expect("utf8");
     let id = node.map(|i| (i + 1).to_string());
     let mut args = vec![verb, "--config", m];
@@ -71,8 +77,11 @@ fn agent() -> ureq::Agent {
 /// One append of the producer: its seq, how long it took, and the status it got.
 struct Sample {
     seq: u64,
+    at: Instant,
     took: Duration,
     status: u16,
+    /// A failure's headers and body, to say which refusal it was.
+    why: String,
 }
 
 /// Appends `r{seq}|` every 10 ms through the gateway until stopped. A write that fails is
@@ -94,11 +103,21 @@ fn producer(url: String, stop: Arc<AtomicBool>) -> JoinHandle<Vec<Sample>> {
                 .header("producer-seq", seq.to_string())
                 .body(format!("r{seq:06}|").into_bytes())
                 .expect("request");
-            let status = agent.run(req).map_or(0, |r| r.status().as_u16());
+            let (status, why) = match agent.run(req) {
+                Ok(mut r) if r.status().as_u16() >= 300 => {
+                    let hs = format!("{:?}", r.headers().get("x-ursula-not-applied"));
+                    let body = r.body_mut().read_to_string().unwrap_or_default();
+                    (r.status().as_u16(), format!("{hs} {body}"))
+                }
+                Ok(r) => (r.status().as_u16(), String::new()),
+                Err(e) => (0, e.to_string()),
+            };
             samples.push(Sample {
                 seq,
+                at: started,
                 took: started.elapsed(),
                 status,
+                why,
             });
             if status == 200 || status == 204 {
                 seq += 1;
@@ -241,12 +260,32 @@ fn a_rolling_restart_and_a_wiped_node_lose_no_write_of_a_producer_or_a_sqlite_ow
     let (db, acked, failed) = commits.join().expect("committer");
 
     // No client-visible failure: every append and every commit was acknowledged first time.
-    let failures: Vec<(u64, u16)> = samples
+    let t0 = roll_started;
+    let failures: Vec<String> = samples
         .iter()
         .filter(|s| s.status != 200 && s.status != 204)
-        .map(|s| (s.seq, s.status))
+        .map(|s| {
+            format!(
+                "seq {} {} at {:?} after {:?}: {}",
+                s.seq,
+                s.status,
+                s.at.saturating_duration_since(t0),
+                s.took,
+                s.why
+            )
+        })
         .collect();
-    assert!(failures.is_empty(), "appends that failed: {failures:?}");
+    let failures: Vec<&String> = failures.iter().take(4).collect();
+    let phases: Vec<(String, String)> = PHASES
+        .lock()
+        .expect("phases")
+        .iter()
+        .map(|(p, at)| (p.clone(), format!("{:?}", at.saturating_duration_since(t0))))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "appends that failed (seq, status, since the roll began): {failures:?}; phases: {phases:?}"
+    );
     assert!(failed.is_empty(), "commits that failed: {failed:?}");
     let sent = samples.len() as u64;
     assert!(
@@ -293,15 +332,27 @@ fn a_rolling_restart_and_a_wiped_node_lose_no_write_of_a_producer_or_a_sqlite_ow
     assert!(integrity_ok(&c));
     assert_eq!(bodies(&c), acked, "a fresh rebuild equals the owner");
 
-    let mut lat: Vec<Duration> = samples.iter().map(|s| s.took).collect();
-    lat.sort();
+    // Appends sent while the nodes were rolled (9 leader moves per node, 4 groups), against
+    // the steady state before it.
+    let latencies = |f: &dyn Fn(&Sample) -> bool| {
+        let mut l: Vec<Duration> = samples.iter().filter(|s| f(s)).map(|s| s.took).collect();
+        l.sort();
+        l
+    };
+    let roll_end = roll_started + roll_took;
+    let during = latencies(&|s| s.at >= roll_started && s.at < roll_end);
+    let before = latencies(&|s| s.at < roll_started);
+    for (name, l) in [("steady", &before), ("during the roll", &during)] {
+        println!(
+            "rolling restart, appends {name}: n={} p50={:?} p99={:?} max={:?}",
+            l.len(),
+            percentile(l, 0.5),
+            percentile(l, 0.99),
+            l.last().copied().unwrap_or_default()
+        );
+    }
     println!(
-        "rolling restart: {} appends and {} commits in {:?} of roll; append latency p50 {:?} p99 {:?} max {:?}",
-        sent,
-        acked.len(),
-        roll_took,
-        percentile(&lat, 0.5),
-        percentile(&lat, 0.99),
-        lat.last().copied().unwrap_or_default()
+        "rolling restart: {sent} appends, {} commits; the roll of 3 nodes took {roll_took:?}",
+        acked.len()
     );
 }
