@@ -1,0 +1,242 @@
+//! One invocation's view of the cluster. The first process incarnation seen of each node (or
+//! the one the manifest pins with `expected_process_incarnation`) is kept for the whole
+//! invocation: a later observation naming another process fails with
+//! [`CtlError::ProcessChanged`], and every mutation carries the pinned identity in
+//! `x-ursula-process-incarnation`, so a plan made against one process is never applied to its
+//! replacement (the server answers `412`, reported as [`CtlError::ProcessChangedRefused`]).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use ursula_protocol::headers::PROCESS_INCARNATION;
+
+use crate::CtlError;
+use crate::manifest::Manifest;
+use crate::manifest::NodeEntry;
+use crate::observe;
+use crate::observe::Metrics;
+use crate::observe::Readiness;
+
+pub struct Session {
+    agent: ureq::Agent,
+    pub nodes: Vec<NodeEntry>,
+    pins: Mutex<BTreeMap<u64, String>>,
+}
+
+/// What a mutation or an admin read answered, when it was not refused outright.
+#[derive(Debug)]
+pub struct Answer {
+    pub url: String,
+    pub status: u16,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, CtlError> {
+        serde_json::from_str(&self.body).map_err(|source| CtlError::BadJson {
+            url: self.url.clone(),
+            source,
+        })
+    }
+}
+
+impl Session {
+    /// A session pinned to the manifest's saved incarnations, except `forget`'s (the node
+    /// `pin-incarnations --replace-node` rebinds).
+    pub fn new(manifest: &Manifest, timeout: Duration, forget: Option<u64>) -> Session {
+        let pins = manifest
+            .nodes
+            .iter()
+            .filter(|n| Some(n.id) != forget)
+            .filter_map(|n| Some((n.id, n.expected_process_incarnation.clone()?)))
+            .collect();
+        Session {
+            agent: observe::agent(timeout),
+            nodes: manifest.nodes.clone(),
+            pins: Mutex::new(pins),
+        }
+    }
+
+    pub fn node(&self, id: u64) -> Result<&NodeEntry, CtlError> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or(CtlError::UnknownNode { id })
+    }
+
+    /// The incarnation `node` is pinned to, if one was seen or saved.
+    pub fn pin(&self, node: u64) -> Option<String> {
+        self.pins
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&node)
+            .cloned()
+    }
+
+    /// Every pin, by node.
+    pub fn pins(&self) -> BTreeMap<u64, String> {
+        self.pins
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Pins a first sighting, or checks a later one against the pin.
+    fn check(&self, node: u64, seen: &str) -> Result<(), CtlError> {
+        if seen.is_empty() {
+            return Err(CtlError::NoIncarnation { node });
+        }
+        let mut pins = self
+            .pins
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match pins.get(&node) {
+            Some(expected) if expected != seen => Err(CtlError::ProcessChanged {
+                node,
+                expected: expected.clone(),
+                seen: seen.to_owned(),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                pins.insert(node, seen.to_owned());
+                Ok(())
+            }
+        }
+    }
+
+    /// `node`'s metrics, its process checked against (or pinned as) the invocation's.
+    pub fn metrics(&self, node: &NodeEntry) -> Result<Metrics, CtlError> {
+        let m = self.metrics_unchecked(node)?;
+        self.check(node.id, &m.process_incarnation)?;
+        Ok(m)
+    }
+
+    /// `node`'s metrics without looking at its process (`pin-incarnations` compares itself).
+    pub fn metrics_unchecked(&self, node: &NodeEntry) -> Result<Metrics, CtlError> {
+        let base = node.metrics_base();
+        let (url, status, body) = observe::get(&self.agent, &format!("{base}/__ursula/metrics"))?;
+        if status != 200 {
+            return Err(CtlError::Status {
+                url,
+                status,
+                body: observe::snippet(&body),
+            });
+        }
+        serde_json::from_str::<Metrics>(&body).map_err(|source| CtlError::BadJson { url, source })
+    }
+
+    /// Every node's metrics (checked), read in parallel, in manifest order.
+    pub fn metrics_all(&self) -> Vec<(u64, Result<Metrics, CtlError>)> {
+        self.each(|n| self.metrics(n))
+    }
+
+    /// `f` on every node of the manifest, one thread each, in manifest order.
+    pub fn each<T: Send>(
+        &self,
+        f: impl Fn(&NodeEntry) -> Result<T, CtlError> + Sync,
+    ) -> Vec<(u64, Result<T, CtlError>)> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|n| (n.id, s.spawn(|| f(n))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|(id, h)| {
+                    let r = h.join().unwrap_or_else(|_| {
+                        Err(CtlError::Unexpected {
+                            what: "observe",
+                            why: format!("the thread observing node {id} panicked"),
+                        })
+                    });
+                    (id, r)
+                })
+                .collect()
+        })
+    }
+
+    /// `node`'s `/__ursula/ready`, read where its metrics are.
+    pub fn ready(&self, node: &NodeEntry) -> Result<Readiness, CtlError> {
+        observe::readiness(&self.agent, &node.metrics_base())
+    }
+
+    /// A request to `node`'s admin plane carrying its pinned incarnation (pinned now from its
+    /// metrics when nothing was seen of it yet). A `412` is the process having changed; `428`
+    /// and any other status are returned for the caller to judge.
+    pub fn admin(
+        &self,
+        node: &NodeEntry,
+        method: &'static str,
+        path: &str,
+    ) -> Result<Answer, CtlError> {
+        let expected = match self.pin(node.id) {
+            Some(p) => p,
+            None => {
+                self.metrics(node)?;
+                self.pin(node.id)
+                    .ok_or(CtlError::NoIncarnation { node: node.id })?
+            }
+        };
+        let url = format!("{}{path}", node.admin_url());
+        let req = ureq::http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header(PROCESS_INCARNATION, &expected)
+            .body(Vec::new())
+            .map_err(|e| CtlError::Unexpected {
+                what: "request",
+                why: format!("{method} {url}: {e}"),
+            })?;
+        let transport = |source| CtlError::Request {
+            method,
+            url: url.clone(),
+            source,
+        };
+        let mut resp = self.agent.run(req).map_err(transport)?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(16 * 1024 * 1024)
+            .read_to_string()
+            .map_err(transport)?;
+        if status == 412 {
+            return Err(CtlError::ProcessChangedRefused {
+                node: node.id,
+                method,
+                url,
+                expected,
+                body: observe::snippet(&body),
+            });
+        }
+        Ok(Answer { url, status, body })
+    }
+
+    /// [`Session::admin`] expecting `200` with a JSON `T`; anything else is
+    /// [`CtlError::Refused`].
+    pub fn admin_ok<T: DeserializeOwned>(
+        &self,
+        node: &NodeEntry,
+        method: &'static str,
+        path: &str,
+    ) -> Result<T, CtlError> {
+        let a = self.admin(node, method, path)?;
+        if a.status != 200 {
+            return Err(refused(method, a));
+        }
+        a.json()
+    }
+}
+
+/// An answer that was not the one wanted, as an error.
+pub fn refused(method: &'static str, a: Answer) -> CtlError {
+    CtlError::Refused {
+        method,
+        url: a.url,
+        status: a.status,
+        body: observe::snippet(&a.body),
+    }
+}
