@@ -298,13 +298,22 @@ fn verbs_this_build_does_not_run_say_so_in_one_line_with_exit_code_1() {
     // Exit 2 is the spec's safe abort; a verb that does not run is an error like any other.
     for argv in [
         &["backup-verify", "--location", "/tmp/nowhere"][..],
-        &["restore", "--config", "m.json", "--location", "/tmp/nowhere"],
+        &[
+            "restore",
+            "--config",
+            "m.json",
+            "--location",
+            "/tmp/nowhere",
+        ],
         &["activate-maintenance-fence", "--config", "m.json"],
     ] {
         let (code, out, err) = run(argv);
         assert_eq!(code, Some(1), "{argv:?} stdout: {out}\nstderr: {err}");
         assert!(
-            err.starts_with(&format!("ursulactl: {}: not supported by this build", argv[0])),
+            err.starts_with(&format!(
+                "ursulactl: {}: not supported by this build",
+                argv[0]
+            )),
             "{err}"
         );
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -376,14 +385,14 @@ fn ready_exits_0_for_a_ready_node_and_1_with_the_reason_otherwise() {
     assert_eq!(code, Some(1), "stdout: {out}\nstderr: {err}");
     assert!(
         err.starts_with(&format!(
-            "ursulactl: GET http://127.0.0.1:{dead}/__ursula/ready: "
+            "ursulactl: ready: GET http://127.0.0.1:{dead}/__ursula/ready: "
         )),
         "{err}"
     );
     let (code, _, err) = run(&["ready", "--url", "not a url"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.starts_with("ursulactl: GET not a url/__ursula/ready: "),
+        err.starts_with("ursulactl: ready: GET not a url/__ursula/ready: "),
         "{err}"
     );
 
