@@ -19,10 +19,16 @@ use crate::observe;
 use crate::observe::Metrics;
 use crate::observe::Readiness;
 
+/// The spec's maintenance-executor header, `reservation_id:generation:executor_id`. This
+/// build's server has no fence, so it ignores the header; it is sent whenever the manifest
+/// carries a fence so a fenced server sees the token the plan was admitted with.
+pub const MAINTENANCE_FENCE: &str = "x-ursula-maintenance-fence";
+
 pub struct Session {
     agent: ureq::Agent,
     pub nodes: Vec<NodeEntry>,
     pins: Mutex<BTreeMap<u64, String>>,
+    fence: Option<String>,
 }
 
 /// What a mutation or an admin read answered, when it was not refused outright.
@@ -56,6 +62,10 @@ impl Session {
             agent: observe::agent(timeout),
             nodes: manifest.nodes.clone(),
             pins: Mutex::new(pins),
+            fence: manifest
+                .maintenance_fence
+                .as_ref()
+                .map(|f| format!("{}:{}:{}", f.reservation_id, f.generation, f.executor_id)),
         }
     }
 
@@ -181,15 +191,17 @@ impl Session {
             }
         };
         let url = format!("{}{path}", node.admin_url());
-        let req = ureq::http::Request::builder()
+        let mut req = ureq::http::Request::builder()
             .method(method)
             .uri(&url)
-            .header(PROCESS_INCARNATION, &expected)
-            .body(Vec::new())
-            .map_err(|e| CtlError::Unexpected {
-                what: "request",
-                why: format!("{method} {url}: {e}"),
-            })?;
+            .header(PROCESS_INCARNATION, &expected);
+        if let Some(f) = &self.fence {
+            req = req.header(MAINTENANCE_FENCE, f);
+        }
+        let req = req.body(Vec::new()).map_err(|e| CtlError::Unexpected {
+            what: "request",
+            why: format!("{method} {url}: {e}"),
+        })?;
         let transport = |source| CtlError::Request {
             method,
             url: url.clone(),
@@ -238,5 +250,50 @@ pub fn refused(method: &'static str, a: Answer) -> CtlError {
         url: a.url,
         status: a.status,
         body: observe::snippet(&a.body),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest;
+
+    fn session(forget: Option<u64>) -> Session {
+        let m = manifest::parse(
+            "c.json",
+            r#"{"nodes": [{"id": 1, "expected_process_incarnation": "saved-1"}, {"id": 2}]}"#,
+        )
+        .expect("manifest");
+        Session::new(&m, Duration::from_secs(1), forget)
+    }
+
+    #[test]
+    fn the_first_process_seen_is_pinned_and_another_one_refused() {
+        let s = session(None);
+        // The manifest's pin holds from the start.
+        assert!(matches!(
+            s.check(1, "other"),
+            Err(CtlError::ProcessChanged { node: 1, .. })
+        ));
+        assert!(s.check(1, "saved-1").is_ok());
+        // Node 2 is pinned by its first sighting.
+        assert_eq!(s.pin(2), None);
+        assert!(s.check(2, "first").is_ok());
+        assert_eq!(s.pin(2).as_deref(), Some("first"));
+        assert!(matches!(
+            s.check(2, "second"),
+            Err(CtlError::ProcessChanged { node: 2, .. })
+        ));
+        assert!(matches!(
+            s.check(2, ""),
+            Err(CtlError::NoIncarnation { node: 2 })
+        ));
+    }
+
+    #[test]
+    fn a_replaced_node_forgets_its_saved_pin_and_binds_the_new_process() {
+        let s = session(Some(1));
+        assert!(s.check(1, "replacement").is_ok());
+        assert_eq!(s.pins().get(&1).map(String::as_str), Some("replacement"));
     }
 }
