@@ -26,7 +26,7 @@ use serde::Serialize;
 pub const SHED_MAINTENANCE: u64 = 1;
 
 /// A node's leadership-shed state: what the drain mark makes it do.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShedState {
     pub bits: u64,
     /// `maintenance-drain` while the mark is set, `none` otherwise.
@@ -34,6 +34,12 @@ pub struct ShedState {
     pub should_accept_transfer: bool,
     pub should_campaign: bool,
     pub should_shed_current_leaders: bool,
+}
+
+impl Default for ShedState {
+    fn default() -> ShedState {
+        ShedState::of_bits(0)
+    }
 }
 
 impl ShedState {

@@ -99,6 +99,13 @@ pub trait GroupEngine: Send + Sync + Debug {
     /// index, the Raft groups, the recovery gates and the Raft log.
     fn report(&self, out: &mut NodeMetrics);
 
+    /// The first step of a graceful stop, while the listeners still serve: the node marks
+    /// itself drained and hands off the leaderships it holds, within `within`.
+    fn hand_off(&self, within: std::time::Duration) -> BoxFuture<'_, ()> {
+        let _ = within;
+        Box::pin(async {})
+    }
+
     /// Stops the engine: for Raft, its groups stop, its journals sync and a clean run is
     /// recorded.
     fn shutdown(&self) -> BoxFuture<'_, ()>;

@@ -159,6 +159,12 @@ fn main() -> ExitCode {
         tokio::spawn(async move {
             wait_for_signal().await;
             let _ = tx.send(true);
+            // A second signal: the operator wants out now, whatever the shutdown is doing.
+            tokio::spawn(async {
+                wait_for_signal().await;
+                tracing::warn!("a second signal: exiting at once, without recording a clean shutdown");
+                std::process::exit(1);
+            });
             // On its own thread: a shutdown stuck on the runtime must not hold the deadline up.
             std::thread::spawn(move || {
                 std::thread::sleep(deadline);

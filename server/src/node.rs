@@ -184,8 +184,11 @@ fn bind(key: &'static str, addr: std::net::SocketAddr) -> Result<std::net::TcpLi
     std::net::TcpListener::bind(addr).map_err(|source| NodeError::Listen { key, addr, source })
 }
 
-/// Runs the node until `shutdown` flips to `true`.
-pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+/// How long a graceful stop waits for its leaderships to move (the spec's five seconds).
+const HANDOFF_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs the node until `signal` flips to `true`.
+pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<(), NodeError> {
     if !config.ignored_keys.is_empty() {
         tracing::warn!(
             "config keys this build does not act on, which change nothing (docs/configuration.md): {}",
@@ -204,6 +207,8 @@ pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<
         admin_routes,
         temp_wal,
     } = start_state(&config).await?;
+    // The listeners stop on this one, after the leaderships were handed off over them.
+    let (stop_listeners, shutdown) = watch::channel(false);
     state.ignored_keys = Arc::from(config.ignored_keys.clone());
     attach_cold(&mut state, &config).await?;
     // Every listener is bound before any serves, so a taken port refuses the start whole.
@@ -254,9 +259,11 @@ pub async fn run(config: Config, mut shutdown: watch::Receiver<bool>) -> Result<
     loop {
         tokio::select! {
             _ = sweep.tick() => sweep_expired(&state).await,
-            _ = shutdown.changed() => break,
+            _ = signal.changed() => break,
         }
     }
+    state.engine.hand_off(HANDOFF_WITHIN).await;
+    let _ = stop_listeners.send(true);
     state.engine.shutdown().await;
     if let Some(TempWal(dir)) = temp_wal {
         let _ = std::fs::remove_dir_all(&dir);

@@ -3,7 +3,7 @@
 //! `/__ursula/metrics` (the [`NodeMetrics`] document) and `/__ursula/ready` are served on
 //! every plane. The admin plane ([`router`], `server.admin_listen`) also serves the admin
 //! mutations: `POST /__ursula/flush-cold/{bucket}/{stream}` and the engine's own
-//! (`accept-unsynced-loss`). Every mutation there first needs `x-ursula-process-incarnation`,
+//! (`accept-unsynced-loss`, and the operator routes of `crate::raft::operate`). Every mutation there first needs `x-ursula-process-incarnation`,
 //! the `process_incarnation` the metrics reported: `428` without it, `412` when it names
 //! another process, before anything changes.
 
@@ -229,10 +229,12 @@ async fn ready_route(State(st): State<AppState>) -> Response {
     ready(&st).into_response()
 }
 
-/// Every admin mutation is bound to the process the operator observed.
+/// Every admin mutation is bound to the process the operator observed, and so is the quorum
+/// proof (a `GET`), whose answer certifies that process.
 async fn incarnation_layer(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if req.method() != Method::GET
-        && req.method() != Method::HEAD
+    let mutation = req.method() != Method::GET && req.method() != Method::HEAD;
+    let proof = req.uri().path().ends_with("/quorum");
+    if (mutation || proof)
         && let Err(e) = require_incarnation(&st, req.headers())
     {
         return e.into_response();

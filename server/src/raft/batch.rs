@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use super::GroupRaft;
 use super::Writes;
+use super::pause::WriteHolds;
 use crate::admission::GroupCharge;
 use crate::engine::EngineError;
 use crate::runtime::GroupId;
@@ -53,6 +54,8 @@ pub struct Batcher {
     queues: Vec<Mutex<Queue>>,
     /// node id -> base URL, to name the leader in a redirect.
     urls: Arc<BTreeMap<u64, String>>,
+    /// A group being handed off proposes nothing until the handoff ends.
+    holds: Arc<WriteHolds>,
 }
 
 fn lock(q: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
@@ -61,10 +64,15 @@ fn lock(q: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
 }
 
 impl Batcher {
-    pub fn new(groups: usize, urls: Arc<BTreeMap<u64, String>>) -> Arc<Batcher> {
+    pub fn new(
+        groups: usize,
+        urls: Arc<BTreeMap<u64, String>>,
+        holds: Arc<WriteHolds>,
+    ) -> Arc<Batcher> {
         Arc::new(Batcher {
             queues: (0..groups).map(|_| Mutex::new(Queue::default())).collect(),
             urls,
+            holds,
         })
     }
 
@@ -115,6 +123,8 @@ impl Batcher {
             return;
         };
         loop {
+            // Held writes stay queued, still counted in flight, so none overtakes the hold.
+            self.holds.wait_open(group).await;
             let batch = {
                 let mut q = lock(queue);
                 if q.waiting.is_empty() {

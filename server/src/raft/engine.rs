@@ -168,6 +168,7 @@ impl GroupEngine for RaftEngine {
 
     fn report(&self, out: &mut NodeMetrics) {
         let node = &self.node;
+        out.leadership_shed = node.shed.state();
         for g in &mut out.groups {
             if let Some(raft) = node.raft(g.group) {
                 let m = raft.metrics().borrow().clone();
@@ -218,6 +219,30 @@ impl GroupEngine for RaftEngine {
             wiped,
         };
         out.raft_log = Some(node.snap_stats.report(&node.log_bytes));
+    }
+
+    fn hand_off(&self, within: std::time::Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let node = &self.node;
+            node.shed.mark_stopping();
+            for r in node.rafts() {
+                r.runtime_config().elect(false);
+            }
+            let led = (0..node.group_count())
+                .filter(|g| node.is_leader(*g))
+                .count();
+            if led == 0 || node.peers.urls.is_empty() {
+                return;
+            }
+            let started = std::time::Instant::now();
+            let kept = super::handoff::shed_all(node, within).await;
+            tracing::info!(
+                handed_off = led - kept.len(),
+                still_led = kept.len(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "shutdown: leaderships handed off"
+            );
+        })
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

@@ -7,9 +7,18 @@
 //!   starts every group, as a sequence of steps with typed results.
 //! - [`engine`]: `RaftEngine`, the [`GroupEngine`](crate::engine::GroupEngine) the node runs.
 //! - [`batch`]: group commit of client writes into log entries.
+//! - [`operate`]: the admin plane's operator routes (drain mark, transfer, self-election,
+//!   quorum proof, snapshot, purge, learners, voter set), over the modules below.
+//! - [`handoff`]: leader transfer, self-election, shedding leaderships, the drain balancer.
+//! - [`membership`]: learners, the voter set, and the leader's keeper of configured voters
+//!   (the rebuild of a voter that lost entries).
+//! - [`logops`]: manual snapshot and purge, the quorum proof.
 //! - [`routes`]: the engine's own HTTP surface: peer RPCs (the cluster plane) and the admin
 //!   mutation `accept-unsynced-loss`.
 //! - [`replicas`]: this node's replicas of its groups, shared by everything below.
+//! - [`shed`]: the leadership-shed state (the maintenance drain mark).
+//! - [`pause`]: holds on a group's client writes while it is handed off.
+//! - [`rebuilds`]: replicas that reported lost entries to their leader.
 //! - [`snapdrive`]: snapshots by log bytes against `raft.snapshot_log_budget`.
 //! - [`recovery`]: the WAL root's files, recovery gates, vote floors, the bootstrap.
 //! - [`peer`]: peer traffic: wire format, protocol version, lanes, client and server.
@@ -18,10 +27,17 @@
 
 pub mod batch;
 pub mod engine;
+pub mod handoff;
+pub mod logops;
+pub mod membership;
+pub mod operate;
+pub mod pause;
 pub mod peer;
+pub mod rebuilds;
 pub mod recovery;
 pub mod replicas;
 pub mod routes;
+pub mod shed;
 pub mod snapdrive;
 mod start;
 pub mod stats;

@@ -8,9 +8,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 
 use super::GroupRaft;
+use super::pause::WriteHolds;
 use super::peer::client::Peers;
+use super::rebuilds::LostReports;
 use super::recovery::gates::Gates;
 use super::recovery::vote_hold::VoteHold;
+use super::shed::Shed;
 use super::stats::NodeLog;
 use super::stats::SnapStats;
 use super::storage::log_store::LogStore;
@@ -31,6 +34,13 @@ pub struct Replicas {
     pub log_bytes: Arc<NodeLog>,
     /// The snapshot driver's counters and each group's last snapshot size.
     pub snap_stats: Arc<SnapStats>,
+    /// The maintenance drain mark.
+    pub shed: Shed,
+    /// Groups whose client writes wait for a handoff to end (shared with the batcher).
+    pub holds: Arc<WriteHolds>,
+    /// Replicas that asked this node, as their leader, for a barrier: they may have lost
+    /// entries and are rebuilt.
+    pub lost: LostReports,
     stopping: AtomicBool,
     rt: Runtime,
 }
@@ -45,6 +55,8 @@ pub struct Parts {
     pub vote_hold: VoteHold,
     pub log_bytes: Arc<NodeLog>,
     pub snap_stats: Arc<SnapStats>,
+    pub shed: Shed,
+    pub holds: Arc<WriteHolds>,
     pub rt: Runtime,
 }
 
@@ -81,6 +93,9 @@ impl Replicas {
             vote_hold: p.vote_hold,
             log_bytes: p.log_bytes,
             snap_stats: p.snap_stats,
+            shed: p.shed,
+            holds: p.holds,
+            lost: LostReports::default(),
             stopping: AtomicBool::new(false),
             rt: p.rt,
         }
@@ -140,6 +155,17 @@ impl Replicas {
 
     pub fn is_leader(&self, group: GroupId) -> bool {
         self.leader_of(group) == Some(self.node_id)
+    }
+
+    /// Lets `group`'s replica campaign again, unless the node is drained or the group's gate
+    /// is closed: both keep it from taking leadership.
+    pub fn resume_elections(&self, group: GroupId) {
+        if let Some(raft) = self.raft(group)
+            && !self.shed.drained()
+            && !self.gates.is_closed(group)
+        {
+            raft.runtime_config().elect(true);
+        }
     }
 
     /// Set once the node began to stop: background tasks end.

@@ -75,6 +75,7 @@ pub fn peer_router(node: Arc<Replicas>) -> Router {
         .route(protocol::PATH, get(raft_protocol))
         .route("/__ursula/raft-rpc/{group}/{kind}", post(rpc))
         .route(BATCH_PATH, post(rpc_batch))
+        .route("/__ursula/leadership-shed", get(super::operate::shed_state))
         .with_state(node)
 }
 
@@ -133,7 +134,8 @@ async fn rpc(
         Ok(b) => b,
         Err(resp) => return with_protocol(resp),
     };
-    with_protocol(match server::serve(&node, group, kind, &body).await {
+    let from = server::sender(&headers);
+    with_protocol(match server::serve(&node, group, kind, &body, from).await {
         Ok(out) => msgpack(out),
         Err(e) => serve_error(e),
     })
@@ -160,7 +162,8 @@ pub fn admin_router(node: Arc<Replicas>) -> Router {
             "/__ursula/raft/{group}/recovery/accept-unsynced-loss",
             post(accept_unsynced_loss),
         )
-        .with_state(node)
+        .with_state(node.clone())
+        .merge(super::operate::router(node))
 }
 
 #[derive(Debug, serde::Deserialize)]

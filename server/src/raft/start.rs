@@ -24,6 +24,9 @@ use super::GroupRaft;
 use super::batch::Batcher;
 use super::engine::EngineParts;
 use super::engine::RaftEngine;
+use super::handoff;
+use super::membership;
+use super::pause::WriteHolds;
 use super::peer::client::Factory;
 use super::peer::client::Peers;
 use super::peer::protocol;
@@ -38,6 +41,7 @@ use super::recovery::watch;
 use super::replicas::Parts;
 use super::replicas::Replicas;
 use super::routes;
+use super::shed::Shed;
 use super::snapdrive;
 use super::stats::NodeLog;
 use super::stats::SnapStats;
@@ -394,7 +398,8 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
     let (committed, locks) = commit(rt, &root, &opts, inspected)?;
     let journals = open_journals(rt, &root, &opts, &committed.logs)?;
     let gated: BTreeSet<u32> = committed.gate_records.keys().copied().collect();
-    let peers = Peers::new(opts.peers.clone(), opts.node_id);
+    let peers = Peers::new(opts.peers.clone(), opts.node_id, rt.group_count());
+    let shed = Shed::load(Some(root.clone())).map_err(StartError::Files)?;
     let log_bytes = Arc::new(NodeLog::default());
     let snap_stats = Arc::new(SnapStats::new(rt.group_count()));
     let parts = GroupParts {
@@ -405,7 +410,8 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
         snap_stats: &snap_stats,
     };
     let groups = spawn_groups(rt, &root, &opts, committed.logs, parts).await?;
-    let batcher = Batcher::new(groups.rafts.len(), peers.urls.clone());
+    let holds = Arc::new(WriteHolds::new(rt.group_count()));
+    let batcher = Batcher::new(groups.rafts.len(), peers.urls.clone(), holds.clone());
     let node = Arc::new(Replicas::new(Parts {
         node_id: opts.node_id,
         rafts: groups.rafts,
@@ -419,10 +425,24 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
         },
         log_bytes,
         snap_stats,
+        shed,
+        holds,
         rt: rt.clone(),
     }));
     for group in &gated {
         node.spawn_on_core(*group, watch::watch(Arc::downgrade(&node), *group));
+    }
+    if node.shed.drained() {
+        tracing::warn!(
+            "this node is drained (the maintenance mark is recorded): it takes no leadership until DELETE /__ursula/leadership-shed/maintenance"
+        );
+        for r in node.rafts() {
+            r.runtime_config().elect(false);
+        }
+    }
+    if !opts.peers.is_empty() {
+        tokio::spawn(membership::keep(Arc::downgrade(&node)));
+        tokio::spawn(handoff::balance(Arc::downgrade(&node)));
     }
     if !opts.snapshot.interval.is_zero() {
         tokio::spawn(snapdrive::run(Arc::downgrade(&node), opts.snapshot));

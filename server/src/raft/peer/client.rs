@@ -37,11 +37,14 @@ use serde::de::DeserializeOwned;
 
 use ursula_protocol::headers as h;
 
+use super::acks::AckClock;
 use super::lanes::Lane;
 use super::lanes::SendFn;
 use super::protocol;
 use super::wire::BATCH_PATH;
 use super::wire::Barrier;
+use super::wire::ElectAnswer;
+use super::wire::ElectRequest;
 use super::wire::PeerError;
 use super::wire::Probe;
 use super::wire::RPC_PREFIX;
@@ -62,6 +65,8 @@ pub struct Peers {
     pub urls: Arc<BTreeMap<u64, String>>,
     /// node id -> the lane its `append` RPCs share ([`super::lanes`]).
     lanes: Arc<BTreeMap<u64, Lane>>,
+    /// When each peer last acknowledged each group's appends.
+    pub acks: Arc<AckClock>,
 }
 
 /// POSTs `body` from node `me` to node `target` at `url` and returns the answer's body; `503`
@@ -125,7 +130,7 @@ async fn post(
 }
 
 impl Peers {
-    pub fn new(urls: BTreeMap<u64, String>, me: u64) -> Peers {
+    pub fn new(urls: BTreeMap<u64, String>, me: u64, groups: u32) -> Peers {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
@@ -148,6 +153,10 @@ impl Peers {
                 (*id, Lane::start(*id, send))
             })
             .collect();
+        let acks = Arc::new(AckClock::new(
+            urls.keys().copied().filter(|id| *id != me),
+            groups,
+        ));
         Peers {
             client,
             me,
@@ -155,6 +164,7 @@ impl Peers {
             warned: Arc::default(),
             urls: Arc::new(urls),
             lanes: Arc::new(lanes),
+            acks,
         }
     }
 
@@ -249,6 +259,18 @@ impl Peers {
             .await
     }
 
+    /// Asks `target` to campaign for `group` now (a leader handing it off), or with
+    /// `dry_run` only whether it would.
+    pub async fn elect(
+        &self,
+        target: u64,
+        group: u32,
+        req: &ElectRequest,
+    ) -> Result<ElectAnswer, PeerError> {
+        self.ask(target, group, RpcKind::Elect, req, RPC_TIMEOUT)
+            .await
+    }
+
     /// Asks `node` whether it holds anything of `group` and whom it sees leading it.
     pub async fn probe(&self, node: u64, group: u32) -> Result<Probe, PeerError> {
         self.ask(node, group, RpcKind::Probe, &(), RPC_TIMEOUT)
@@ -294,7 +316,8 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.peers
+        let answer = self
+            .peers
             .call(
                 self.target,
                 self.group,
@@ -302,7 +325,15 @@ impl RaftNetwork<TypeConfig> for Connection {
                 &rpc,
                 option.hard_ttl(),
             )
-            .await
+            .await;
+        // Any answer but a higher vote acknowledges this leader (a conflict only says where
+        // the logs part).
+        if let Ok(a) = &answer
+            && !matches!(a, AppendEntriesResponse::HigherVote(_))
+        {
+            self.peers.acks.record(self.target, self.group);
+        }
+        answer
     }
 
     async fn install_snapshot(

@@ -14,6 +14,8 @@ use super::protocol;
 use super::wire::Answer;
 use super::wire::Barrier;
 use super::wire::Confirmed;
+use super::wire::ElectAnswer;
+use super::wire::ElectRequest;
 use super::wire::Item;
 use super::wire::Probe;
 use super::wire::RpcKind;
@@ -66,12 +68,22 @@ pub fn admit(
     Err((hyper::StatusCode::MISDIRECTED_REQUEST, why))
 }
 
-/// Answers a peer's RPC for `group` with this node's Raft.
+/// The sender a peer RPC names, if it names one.
+pub fn sender(headers: &hyper::HeaderMap) -> Option<u64> {
+    headers
+        .get(h::RAFT_FROM)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Answers a peer's RPC for `group` with this node's Raft; `from` is the sender
+/// [`admit`] let in.
 pub async fn serve(
     node: &Replicas,
     group: u32,
     kind: RpcKind,
     body: &[u8],
+    from: Option<u64>,
 ) -> Result<Vec<u8>, ServeError> {
     let raft = node
         .raft(group)
@@ -122,6 +134,33 @@ pub async fn serve(
             } else {
                 confirm_barrier(node.node_id, raft).await
             };
+            // Only a gated replica asks: it may lack entries it acknowledged, and the leader
+            // rebuilds it ([`crate::raft::membership`]).
+            if let (Ok(_), Some(from)) = (&answer, from) {
+                node.lost.report(group, from);
+            }
+            rmp_serde::to_vec(&answer)
+        }
+        RpcKind::Elect => {
+            let req: ElectRequest = rmp_serde::from_slice(body).map_err(invalid)?;
+            let answer: ElectAnswer = if node.shed.drained() {
+                Err(format!("node {} is drained", node.node_id))
+            } else if node.gates.is_closed(group) || node.vote_hold.holds(group) {
+                Err(format!(
+                    "node {}'s replica of group {group} is recovering",
+                    node.node_id
+                ))
+            } else if req.dry_run {
+                Ok(())
+            } else {
+                tracing::info!(
+                    group,
+                    leader = req.leader,
+                    term = req.term,
+                    "campaigning at the leader's handoff"
+                );
+                raft.trigger().elect().await.map_err(|e| e.to_string())
+            };
             rmp_serde::to_vec(&answer)
         }
         RpcKind::Probe => {
@@ -149,7 +188,7 @@ pub async fn serve_batch(node: &Replicas, body: &[u8]) -> Result<Vec<u8>, ServeE
         rmp_serde::from_slice(body).map_err(|e| ServeError::Invalid(e.to_string()))?;
     let runs = items
         .iter()
-        .map(|i| serve(node, i.group, RpcKind::Append, &i.body));
+        .map(|i| serve(node, i.group, RpcKind::Append, &i.body, None));
     let answers: Vec<Answer> = futures_util::future::join_all(runs)
         .await
         .into_iter()

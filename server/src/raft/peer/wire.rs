@@ -22,6 +22,8 @@ pub enum RpcKind {
     Barrier,
     /// The bootstrap asks a voter whether it holds the group and sees a leader.
     Probe,
+    /// A leader handing the group off asks its target to campaign now ([`ElectRequest`]).
+    Elect,
 }
 
 impl RpcKind {
@@ -33,6 +35,7 @@ impl RpcKind {
             RpcKind::Snapshot => "snapshot",
             RpcKind::Barrier => "barrier",
             RpcKind::Probe => "probe",
+            RpcKind::Elect => "elect",
         }
     }
 
@@ -43,11 +46,27 @@ impl RpcKind {
             RpcKind::Snapshot,
             RpcKind::Barrier,
             RpcKind::Probe,
+            RpcKind::Elect,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
     }
 }
+
+/// A leader's request that the addressee campaign for a group now: the leader stopped
+/// proposing and the addressee holds its whole log, so it wins unless another node's lease
+/// or log says otherwise.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ElectRequest {
+    /// The leader that asks, and its term.
+    pub leader: u64,
+    pub term: u64,
+    /// Only say whether the addressee would campaign (not drained, gate open).
+    pub dry_run: bool,
+}
+
+/// `Err` names why the addressee will not campaign.
+pub type ElectAnswer = Result<(), String>;
 
 /// One RPC in a batch request: its group and its MessagePack body.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -112,6 +131,7 @@ mod tests {
             RpcKind::Snapshot,
             RpcKind::Barrier,
             RpcKind::Probe,
+            RpcKind::Elect,
         ] {
             assert_eq!(RpcKind::parse(k.as_str()), Some(k));
         }

@@ -31,11 +31,14 @@ const EPOCH_FILE: &str = "FORMAT_EPOCH";
 const TOPOLOGY_FILE: &str = "topology.bin";
 const RUN_STATE_FILE: &str = "run-state.bin";
 const GATES_FILE: &str = "recovery-gates.bin";
+const SHED_FILE: &str = "leadership-shed.bin";
 const LOCK_FILE: &str = "journal.lock";
 
 const TOPOLOGY_MAGIC: &[u8; 4] = b"URST";
 const RUN_STATE_MAGIC: &[u8; 4] = b"URSR";
 const GATES_MAGIC: &[u8; 4] = b"URSG";
+const SHED_MAGIC: &[u8; 4] = b"URSD";
+const SHED_VERSION: u8 = 1;
 const TOPOLOGY_VERSION: u8 = 1;
 const RUN_STATE_VERSION: u8 = 1;
 /// Version 1 listed the gated groups only; version 2 adds, per group, whether the replica
@@ -424,6 +427,30 @@ impl Root {
         replace(
             &self.log_dir.join(GATES_FILE),
             &seal(GATES_MAGIC, GATES_VERSION, &fields),
+        )
+    }
+}
+
+impl Root {
+    /// The operator's leadership-shed bits (the maintenance drain mark), `0` when none were
+    /// recorded. A corrupt record reads as drained: a node that cannot tell keeps away from
+    /// leadership until the operator clears the mark.
+    pub fn read_shed(&self) -> Result<u64, FilesError> {
+        let Some(bytes) = read_opt(&self.log_dir.join(SHED_FILE))? else {
+            return Ok(0);
+        };
+        Ok(match unseal_any(SHED_MAGIC, &bytes) {
+            Ok((SHED_VERSION, fields)) => u64_at(fields, 0).unwrap_or(1),
+            _ => 1,
+        })
+    }
+
+    /// Records the operator's leadership-shed bits, replacing the previous record.
+    pub fn write_shed(&self, bits: u64) -> Result<(), FilesError> {
+        std::fs::create_dir_all(&self.log_dir).map_err(io(&self.log_dir))?;
+        replace(
+            &self.log_dir.join(SHED_FILE),
+            &seal(SHED_MAGIC, SHED_VERSION, &bits.to_le_bytes()),
         )
     }
 }

@@ -31,7 +31,7 @@ pub async fn watch(engine: Weak<Replicas>, group: u32) {
             return;
         }
         if !e.gates.is_closed(group) {
-            raft.runtime_config().elect(true);
+            e.resume_elections(group);
             return;
         }
         for leader in leaders(&e, &raft, group).await {
@@ -129,7 +129,7 @@ async fn barrier_opens(e: &Replicas, raft: &GroupRaft, group: u32, leader: u64) 
     }
     match e.gates.open(group) {
         Ok(_) => {
-            raft.runtime_config().elect(true);
+            e.resume_elections(group);
             tracing::info!(
                 group,
                 leader,
@@ -187,7 +187,7 @@ pub fn accept_unsynced_loss(
 ) -> Result<(Accepted, GroupView), AcceptError> {
     let this = node;
     {
-        let raft = this.raft(group).ok_or(AcceptError::NoGroup(group))?;
+        this.raft(group).ok_or(AcceptError::NoGroup(group))?;
         let view = this.group_view(group).ok_or(AcceptError::NoGroup(group))?;
         let status = this.gates.status(group);
         if status == GateStatus::Open {
@@ -214,7 +214,7 @@ pub fn accept_unsynced_loss(
         if !this.gates.open(group)? {
             return Ok((Accepted::AlreadyOpen, view));
         }
-        raft.runtime_config().elect(true);
+        this.resume_elections(group);
         tracing::warn!(
             group,
             last_log_index = ?view.last_log_index,

@@ -1,0 +1,338 @@
+//! Leadership handoffs, built from what openraft 0.9 has (it has no transfer call): the leader
+//! checks its target, holds the group's client writes ([`super::pause`]), waits until the
+//! target holds its whole log and its own vote is past openraft's leader lease, then asks the
+//! target to campaign (the `elect` peer RPC). The target's vote request wins the leader's vote,
+//! which makes the leader step down; with it the target has a majority of a 3-voter group.
+//!
+//! The spec's rules: the target is a voter that kept its log (gate open), is not drained,
+//! acknowledged the leader within the last 1.5 s and holds every committed entry; a handoff
+//! whose target has not taken over within 6 s is abandoned, and the old leader campaigns again.
+//!
+//! Also here: self-election, and shedding every leadership (a drain, a graceful shutdown).
+
+use std::time::Duration;
+use std::time::Instant;
+
+use openraft::ServerState;
+use ursula_protocol::admin::Elected;
+use ursula_protocol::admin::Transferred;
+
+use super::GroupRaft;
+use super::peer::wire::ElectRequest;
+use super::replicas::Replicas;
+
+/// A target must have acknowledged the leader this recently (the minimum election timeout).
+pub const ACK_WINDOW: Duration = Duration::from_millis(1500);
+/// A handoff not taken over within this long is abandoned (two maximum election timeouts).
+pub const DEADLINE: Duration = Duration::from_secs(6);
+/// How often a handoff looks at the group's state while it waits.
+const POLL: Duration = Duration::from_millis(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    #[error("this node hosts no group {0}")]
+    NoGroup(u32),
+    #[error("group {group}'s Raft is stopped: {why}")]
+    Stopped { group: u32, why: String },
+    #[error("this node does not lead group {group}; its leader is {}", leader.map_or("unknown".to_owned(), |l| format!("node {l}")))]
+    NotLeader { group: u32, leader: Option<u64> },
+    #[error("node {target} is not a voter of group {group}")]
+    NotVoter { group: u32, target: u64 },
+    #[error("node {0} already leads the group: a transfer needs another voter")]
+    ToSelf(u64),
+    #[error("node {target} cannot take group {group} now: {why}")]
+    Ineligible {
+        group: u32,
+        target: u64,
+        why: String,
+    },
+    #[error("the handoff of group {group} to node {target} was abandoned: {why}")]
+    Abandoned {
+        group: u32,
+        target: u64,
+        why: String,
+    },
+    #[error("this node may not campaign for group {group}: {why}")]
+    MayNotCampaign { group: u32, why: String },
+}
+
+fn raft_of(node: &Replicas, group: u32) -> Result<&GroupRaft, HandoffError> {
+    let raft = node.raft(group).ok_or(HandoffError::NoGroup(group))?;
+    if let Err(e) = &raft.metrics().borrow().running_state {
+        return Err(HandoffError::Stopped {
+            group,
+            why: e.to_string(),
+        });
+    }
+    Ok(raft)
+}
+
+/// Why `target` may not take `group` from this leader now, checked on this side.
+fn check_target(node: &Replicas, raft: &GroupRaft, group: u32, target: u64) -> Result<(), String> {
+    let m = raft.metrics().borrow().clone();
+    if m.membership_config.membership().get_joint_config().len() > 1 {
+        return Err("the group's membership is changing".into());
+    }
+    match node.peers.acks.since(target, group) {
+        Some(d) if d <= ACK_WINDOW => {}
+        Some(d) => return Err(format!("it last acknowledged the leader {d:?} ago")),
+        None => return Err("it never acknowledged this leader".into()),
+    }
+    let committed = node.log_view(group).committed.map(|l| l.index);
+    let matched = m
+        .replication
+        .as_ref()
+        .and_then(|r| r.get(&target).copied().flatten())
+        .map(|l| l.index);
+    if matched < committed {
+        return Err(format!(
+            "it holds entries up to {matched:?}, the group committed {committed:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// The voters other than this node that could take `group` now, best first (most recent ack).
+pub async fn candidates(node: &Replicas, group: u32) -> Vec<u64> {
+    let Some(raft) = node.raft(group) else {
+        return Vec::new();
+    };
+    let voters: Vec<u64> = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .voter_ids()
+        .filter(|v| *v != node.node_id)
+        .collect();
+    let mut out = Vec::new();
+    for v in voters {
+        if check_target(node, raft, group, v).is_ok() && asks_ok(node, raft, group, v, true).await {
+            out.push(v);
+        }
+    }
+    out.sort_by_key(|v| node.peers.acks.since(*v, group));
+    out
+}
+
+async fn asks_ok(
+    node: &Replicas,
+    raft: &GroupRaft,
+    group: u32,
+    target: u64,
+    dry_run: bool,
+) -> bool {
+    elect_rpc(node, raft, group, target, dry_run).await.is_ok()
+}
+
+async fn elect_rpc(
+    node: &Replicas,
+    raft: &GroupRaft,
+    group: u32,
+    target: u64,
+    dry_run: bool,
+) -> Result<(), String> {
+    let req = ElectRequest {
+        leader: node.node_id,
+        term: raft.metrics().borrow().current_term,
+        dry_run,
+    };
+    match node.peers.elect(target, group, &req).await {
+        Ok(answer) => answer,
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Hands `group`'s leadership to `target`.
+pub async fn transfer(
+    node: &Replicas,
+    group: u32,
+    target: u64,
+) -> Result<Transferred, HandoffError> {
+    let started = Instant::now();
+    let raft = raft_of(node, group)?;
+    let m = raft.metrics().borrow().clone();
+    if m.current_leader != Some(node.node_id) || m.state != ServerState::Leader {
+        return Err(HandoffError::NotLeader {
+            group,
+            leader: m.current_leader,
+        });
+    }
+    if target == node.node_id {
+        return Err(HandoffError::ToSelf(target));
+    }
+    if !m.membership_config.voter_ids().any(|v| v == target) {
+        return Err(HandoffError::NotVoter { group, target });
+    }
+    let ineligible = |why| HandoffError::Ineligible { group, target, why };
+    check_target(node, raft, group, target).map_err(ineligible)?;
+    elect_rpc(node, raft, group, target, true)
+        .await
+        .map_err(ineligible)?;
+    // openraft's voters refuse a candidate while the vote they granted is younger than the
+    // lease; this leader's own vote must be past it, or its own vote goes to nobody.
+    let lease = Duration::from_millis(raft.config().election_timeout_max);
+    if let Ok(Some(at)) = raft.with_raft_state(|st| st.vote_last_modified()).await {
+        tokio::time::sleep_until(at + lease).await;
+    }
+    let held = node.holds.hold(group);
+    let abandoned = |why: String| HandoffError::Abandoned { group, target, why };
+    // Every entry proposed before the hold must reach the target, or the leader's own
+    // log check refuses its vote request.
+    loop {
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader != Some(node.node_id) {
+            return Err(HandoffError::NotLeader {
+                group,
+                leader: m.current_leader,
+            });
+        }
+        let matched = m
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&target).copied().flatten())
+            .map(|l| l.index);
+        if matched.is_some() && matched >= m.last_log_index {
+            break;
+        }
+        if started.elapsed() >= DEADLINE {
+            return Err(abandoned(format!(
+                "it reached {matched:?} of the leader's {:?}",
+                m.last_log_index
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    elect_rpc(node, raft, group, target, false)
+        .await
+        .map_err(ineligible)?;
+    loop {
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader == Some(target) {
+            drop(held);
+            let t = Transferred {
+                raft_group_id: group,
+                from: node.node_id,
+                to: target,
+                term: m.current_term,
+                elapsed_ms: started.elapsed().as_millis() as u64,
+            };
+            tracing::info!(
+                group,
+                to = target,
+                term = t.term,
+                elapsed_ms = t.elapsed_ms,
+                "leadership handed off"
+            );
+            return Ok(t);
+        }
+        if started.elapsed() >= DEADLINE {
+            drop(held);
+            // The spec's rule: step down and campaign again. A leader that never lost its
+            // leadership still holds it; one left without a leader campaigns.
+            if m.current_leader.is_none() && !node.shed.drained() {
+                let _ = raft.trigger().elect().await;
+            }
+            return Err(abandoned(format!(
+                "it did not take over within {DEADLINE:?}"
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Campaigns for `group` now.
+pub async fn self_elect(node: &Replicas, group: u32) -> Result<Elected, HandoffError> {
+    let raft = raft_of(node, group)?;
+    let m = raft.metrics().borrow().clone();
+    if m.current_leader == Some(node.node_id) {
+        return Err(HandoffError::MayNotCampaign {
+            group,
+            why: "it leads the group already".into(),
+        });
+    }
+    let why = if node.shed.drained() {
+        Some("the node is drained".to_owned())
+    } else if node.gates.is_closed(group) {
+        Some("its recovery gate is closed".to_owned())
+    } else if !m.membership_config.voter_ids().any(|v| v == node.node_id) {
+        Some("it is not a voter of the group".to_owned())
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(HandoffError::MayNotCampaign { group, why });
+    }
+    raft.trigger()
+        .elect()
+        .await
+        .map_err(|e| HandoffError::Stopped {
+            group,
+            why: e.to_string(),
+        })?;
+    let started = Instant::now();
+    loop {
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader == Some(node.node_id) {
+            return Ok(Elected {
+                raft_group_id: group,
+                leader: node.node_id,
+                term: m.current_term,
+            });
+        }
+        if started.elapsed() >= DEADLINE {
+            return Err(HandoffError::MayNotCampaign {
+                group,
+                why: format!(
+                    "it did not win within {DEADLINE:?} (the voters granted their vote to a live leader's lease, or to another candidate)"
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Hands every group this node leads to the best eligible voter, all at once, within
+/// `within`. Returns the groups still led at the end.
+pub async fn shed_all(node: &Replicas, within: Duration) -> Vec<u32> {
+    let led: Vec<u32> = (0..node.group_count())
+        .filter(|g| node.is_leader(*g))
+        .collect();
+    let runs = led.iter().map(|g| async move {
+        for target in candidates(node, *g).await {
+            match transfer(node, *g, target).await {
+                Ok(_) => return,
+                Err(e) => tracing::info!(group = *g, target, error = %e, "handoff failed; trying the next voter"),
+            }
+        }
+    });
+    let _ = tokio::time::timeout(within, futures_util::future::join_all(runs)).await;
+    (0..node.group_count())
+        .filter(|g| node.is_leader(*g))
+        .collect()
+}
+
+/// A drained node's balancer: one handoff per tick, while the mark is set and it leads a
+/// group (the spec's "the background leadership balancer migrates its current leaderships").
+pub async fn balance(node: std::sync::Weak<Replicas>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        if node.stopping() {
+            return;
+        }
+        if !node.shed.operator_drained() {
+            continue;
+        }
+        let Some(group) = (0..node.group_count()).find(|g| node.is_leader(*g)) else {
+            continue;
+        };
+        for target in candidates(&node, group).await {
+            if transfer(&node, group, target).await.is_ok() {
+                break;
+            }
+        }
+    }
+}

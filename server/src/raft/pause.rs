@@ -1,0 +1,115 @@
+//! Write holds: a leader handing a group off stops proposing its clients' writes until the
+//! target took over (or the handoff was given up), so the target's log can equal the leader's
+//! when it asks for votes. The writes wait in the group's queue ([`super::batch`]) and then
+//! meet the new leader's redirect.
+//!
+//! A hold is an RAII [`Held`]: a handoff that fails, times out or whose caller goes away
+//! releases it by being dropped, so no group stays paused.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// The longest a write waits behind a hold: past a handoff's own deadline, so a hold that was
+/// somehow never released costs a pause, not a stuck queue.
+const MAX_WAIT: Duration = Duration::from_secs(8);
+
+struct Slot {
+    holds: AtomicU32,
+    released: Notify,
+}
+
+/// One slot per group.
+pub struct WriteHolds(Vec<Slot>);
+
+impl std::fmt::Debug for WriteHolds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteHolds")
+            .field("groups", &self.0.len())
+            .finish()
+    }
+}
+
+/// A group's writes are held while this lives.
+#[must_use]
+pub struct Held<'a> {
+    slot: &'a Slot,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.slot.holds.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.slot.released.notify_waiters();
+        }
+    }
+}
+
+impl WriteHolds {
+    pub fn new(groups: u32) -> WriteHolds {
+        WriteHolds(
+            (0..groups)
+                .map(|_| Slot {
+                    holds: AtomicU32::new(0),
+                    released: Notify::new(),
+                })
+                .collect(),
+        )
+    }
+
+    /// Holds `group`'s writes until the answer is dropped.
+    pub fn hold(&self, group: u32) -> Option<Held<'_>> {
+        let slot = self.0.get(group as usize)?;
+        slot.holds.fetch_add(1, Ordering::AcqRel);
+        Some(Held { slot })
+    }
+
+    pub fn is_held(&self, group: u32) -> bool {
+        self.0
+            .get(group as usize)
+            .is_some_and(|s| s.holds.load(Ordering::Acquire) > 0)
+    }
+
+    /// Waits while `group`'s writes are held, at most [`MAX_WAIT`].
+    pub async fn wait_open(&self, group: u32) {
+        let Some(slot) = self.0.get(group as usize) else {
+            return;
+        };
+        let _ = tokio::time::timeout(MAX_WAIT, async {
+            loop {
+                let released = slot.released.notified();
+                if slot.holds.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                released.await;
+            }
+        })
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_held_group_waits_until_the_hold_is_dropped_and_others_do_not() {
+        let holds = std::sync::Arc::new(WriteHolds::new(2));
+        let held = holds.hold(0).expect("group 0");
+        assert!(holds.is_held(0) && !holds.is_held(1));
+        tokio::time::timeout(Duration::from_millis(100), holds.wait_open(1))
+            .await
+            .expect("group 1 is not held");
+        let h2 = holds.clone();
+        let waiter = tokio::spawn(async move { h2.wait_open(0).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "a held group's writes wait");
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("released")
+            .expect("join");
+        assert!(!holds.is_held(0));
+    }
+}
