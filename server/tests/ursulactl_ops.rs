@@ -384,7 +384,6 @@ fn pin_incarnations_pins_every_node_and_a_later_verb_refuses_a_restarted_one() {
 }
 
 #[test]
-#[ignore = "TEMP: needs the drain-mark route, landing on main"]
 fn a_mutation_planned_against_a_restarted_process_is_refused_by_its_412() {
     let mut c = Cluster::start("ctl-pin-412");
     let pinned_text = ctl_expect(0, &["pin-incarnations", "--config", &c.manifest]);
@@ -406,7 +405,6 @@ fn a_mutation_planned_against_a_restarted_process_is_refused_by_its_412() {
 }
 
 #[test]
-#[ignore = "TEMP: needs the drain-mark and transfer routes, landing on main"]
 fn drain_moves_every_leadership_away_keeps_it_away_and_undrain_clears_the_mark() {
     let c = Cluster::start("ctl-drain");
     // The cluster elects freely: drain whichever node leads most, so the drain has work.
@@ -471,7 +469,6 @@ fn drain_moves_every_leadership_away_keeps_it_away_and_undrain_clears_the_mark()
 }
 
 #[test]
-#[ignore = "TEMP: needs the drain-mark and transfer routes, landing on main"]
 fn drain_aborts_with_2_when_no_voter_could_take_the_groups() {
     let c = Cluster::start("ctl-drain-abort");
     // Drain two nodes' worth: the first drain leaves one other voter, the second has none.
