@@ -53,6 +53,153 @@ pub struct NodeMetrics {
     /// engine. Readers treat a missing report as unavailable evidence.
     #[serde(default)]
     pub raft_maintenance: Option<RaftMaintenance>,
+    /// The journals' work; only on the Raft engine.
+    #[serde(flatten, default)]
+    pub wal: Option<WalMetrics>,
+    /// WAL free-space admission; on a node with a WAL directory.
+    #[serde(flatten, default)]
+    pub wal_disk: Option<WalDiskMetrics>,
+    /// SSE responses that started (`200`), in all and per core.
+    #[serde(default)]
+    pub sse_streams_opened: u64,
+    #[serde(default)]
+    pub per_core_sse_streams_opened: Vec<u64>,
+    /// `event: error` events written to SSE responses, in all and per core.
+    #[serde(default)]
+    pub sse_error_events: u64,
+    #[serde(default)]
+    pub per_core_sse_error_events: Vec<u64>,
+    /// What each group's replicated state holds, indexed by group.
+    #[serde(default)]
+    pub group_state_gauges: Vec<GroupStateGauges>,
+}
+
+/// One group's replicated state, as sizes (Operations: "Memory without retention").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupStateGauges {
+    pub group: u32,
+    /// Streams, expired ones not yet swept included.
+    #[serde(default)]
+    pub streams: u64,
+    /// Producers with state kept, across the group's streams.
+    #[serde(default)]
+    pub producers: u64,
+    /// Streams with a published snapshot.
+    #[serde(default)]
+    pub snapshots: u64,
+    /// Stream payload bytes held in memory.
+    #[serde(default)]
+    pub held_bytes: u64,
+    /// Payload bytes not yet flushed to the cold tier.
+    #[serde(default)]
+    pub hot_bytes: u64,
+    /// Cold objects released and waiting out their grace before deletion.
+    #[serde(default)]
+    pub cold_garbage_objects: u64,
+}
+
+/// The per-core journals (Observability: "WAL operations"). Node totals at the top level,
+/// `per_core_*` indexed by core, `per_group_*` by group. Counters count since the process
+/// started; gauges are now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WalMetrics {
+    /// Segment files' bytes on disk.
+    pub wal_physical_bytes: u64,
+    pub per_core_wal_physical_bytes: Vec<u64>,
+    pub wal_segments: u64,
+    pub per_core_wal_segments: Vec<u64>,
+    pub wal_rotations: u64,
+    pub per_core_wal_rotations: Vec<u64>,
+    /// Segments deleted, their bytes, the time reclaim passes took, deletions that failed.
+    pub wal_reclaims: u64,
+    pub per_core_wal_reclaims: Vec<u64>,
+    pub wal_reclaimed_bytes: u64,
+    pub per_core_wal_reclaimed_bytes: Vec<u64>,
+    pub wal_reclaim_ns: u64,
+    pub per_core_wal_reclaim_ns: Vec<u64>,
+    pub wal_reclaim_failures: u64,
+    pub per_core_wal_reclaim_failures: Vec<u64>,
+    /// Live entry bytes copied out of old segments: always 0 here (see docs/observability.md).
+    pub wal_rewritten_bytes: u64,
+    pub per_core_wal_rewritten_bytes: Vec<u64>,
+    /// Vote, purge and commit records restated at the start of each new segment.
+    pub wal_restated_bytes: u64,
+    pub per_core_wal_restated_bytes: Vec<u64>,
+    /// Groups whose unpurged entries keep a sealed segment, and those segments, as of the
+    /// last reclaim pass.
+    pub wal_lagging_groups: u64,
+    pub per_core_wal_lagging_groups: Vec<u64>,
+    pub wal_pinned_segments: u64,
+    pub per_core_wal_pinned_segments: Vec<u64>,
+    /// Entries served to Raft from memory, and from disk (none: see docs/observability.md).
+    pub wal_cache_hits: u64,
+    pub per_core_wal_cache_hits: Vec<u64>,
+    pub per_group_wal_cache_hits: Vec<u64>,
+    pub wal_cache_misses: u64,
+    pub per_core_wal_cache_misses: Vec<u64>,
+    pub per_group_wal_cache_misses: Vec<u64>,
+    pub wal_disk_reads: u64,
+    pub per_core_wal_disk_reads: Vec<u64>,
+    pub per_group_wal_disk_reads: Vec<u64>,
+    pub wal_disk_read_bytes: u64,
+    pub per_core_wal_disk_read_bytes: Vec<u64>,
+    pub per_group_wal_disk_read_bytes: Vec<u64>,
+    /// Bytes and entries of each group's log held in memory now.
+    pub wal_cache_bytes: u64,
+    pub per_group_wal_cache_bytes: Vec<u64>,
+    pub wal_indexed_entries: u64,
+    pub per_group_wal_indexed_entries: Vec<u64>,
+    /// How the WAL opened at this start.
+    pub wal_recovery: WalRecovery,
+    /// The startup scan: its time, the frames and bytes it read, the entries left live.
+    pub wal_recovery_ns: u64,
+    pub per_core_wal_recovery_ns: Vec<u64>,
+    pub wal_recovery_records: u64,
+    pub per_core_wal_recovery_records: Vec<u64>,
+    pub wal_recovery_bytes: u64,
+    pub per_core_wal_recovery_bytes: Vec<u64>,
+    pub wal_recovery_live_entries: u64,
+    pub per_core_wal_recovery_live_entries: Vec<u64>,
+    /// Apply-failure archives (not built: always 0).
+    pub wal_stopped_rewritten_bytes: u64,
+    pub wal_frozen_reference_rewritten_bytes: u64,
+}
+
+/// How the WAL opened: what the run state said of the previous run, and what this start did
+/// about it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WalRecovery {
+    /// `fresh` (nothing held), `clean` (graceful shutdown), `process_crash` (no clean end,
+    /// same host boot), `host_crash` (no clean end, another boot), `io_error` (a journal write
+    /// failed), `run_state_missing` or `run_state_corrupt` (journals hold records).
+    pub previous_run: String,
+    /// Whether a group entered its recovery gate at this start (the `ursula.wal.recovering`
+    /// condition): the journals may have lost an unsynced tail, or a gate was still closed.
+    pub recovering: bool,
+    /// The groups gated at start.
+    #[serde(default)]
+    pub gated_groups: Vec<u32>,
+    /// Cores whose newest segment ended in a complete frame that failed verification.
+    #[serde(default)]
+    pub damaged_tail_cores: Vec<u64>,
+    /// Bytes cut from the newest segments' tails.
+    #[serde(default)]
+    pub cut_bytes: u64,
+}
+
+/// Free-space admission of the WAL filesystem (`raft.wal.min_available_size` and
+/// `raft.wal.resume_available_size`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WalDiskMetrics {
+    /// Free bytes at the last check; `None` before the first successful check.
+    pub wal_available_bytes: Option<u64>,
+    /// Below this, writes are refused (0: the guard is off).
+    pub wal_min_available_bytes: u64,
+    /// Refused writes pass again at or above this.
+    pub wal_resume_available_bytes: u64,
+    pub wal_disk_pressure: bool,
+    /// Free-space checks that failed (each counts as pressure).
+    pub wal_disk_stat_errors: u64,
 }
 
 /// The spec's `raft_maintenance` report: empty lists mean every local replica is a healthy
@@ -139,6 +286,32 @@ pub struct RaftGroupView {
     /// Non-voting members (a replica being rebuilt, or one added by the learners route).
     #[serde(default)]
     pub learner_ids: Vec<u64>,
+    /// A committed command that failed to apply and stopped the group. Apply-failure
+    /// isolation is not built, so this is always `null`.
+    #[serde(default)]
+    pub apply_failure: Option<ApplyFailure>,
+    #[serde(default)]
+    pub maintenance: GroupMaintenance,
+}
+
+/// The spec's `raft_groups[].apply_failure` shape.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ApplyFailure {
+    pub term: u64,
+    pub index: u64,
+    pub kind: String,
+    pub message: String,
+}
+
+/// Whether the group runs on this replica (`maintenance.running`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupMaintenance {
+    /// The group's Raft runs: it did not stop on a fatal error.
+    #[serde(default)]
+    pub running: bool,
+    /// The group's recovery gate on this replica is open.
+    #[serde(default)]
+    pub recovery_ready: bool,
 }
 
 /// Closed recovery gates, by group id (as text: JSON object keys).
@@ -269,6 +442,37 @@ mod tests {
         assert_eq!(v["cold_flushes"], 3);
         let back: NodeMetrics = serde_json::from_value(v).expect("decode");
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn the_wal_sections_flatten_under_the_spec_names_and_read_back() {
+        let m = NodeMetrics {
+            engine: "raft".into(),
+            wal: Some(WalMetrics {
+                wal_physical_bytes: 9,
+                wal_recovery: WalRecovery {
+                    previous_run: "clean".into(),
+                    ..WalRecovery::default()
+                },
+                ..WalMetrics::default()
+            }),
+            wal_disk: Some(WalDiskMetrics {
+                wal_available_bytes: Some(5),
+                ..WalDiskMetrics::default()
+            }),
+            ..NodeMetrics::default()
+        };
+        let v: serde_json::Value = serde_json::to_value(&m).expect("encode");
+        assert_eq!(v["wal_physical_bytes"], 9);
+        assert_eq!(v["wal_recovery"]["previous_run"], "clean");
+        assert_eq!(v["wal_available_bytes"], 5);
+        assert_eq!(v["wal_disk_pressure"], false);
+        let back: NodeMetrics = serde_json::from_value(v).expect("decode");
+        assert_eq!(back, m);
+        let empty = serde_json::to_string(&NodeMetrics::default()).expect("encode");
+        assert!(!empty.contains("wal_"), "{empty}");
+        let back: NodeMetrics = serde_json::from_str(&empty).expect("decode");
+        assert_eq!((back.wal, back.wal_disk), (None, None));
     }
 
     #[test]

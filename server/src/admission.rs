@@ -196,16 +196,19 @@ impl Admission {
     }
 
     /// Samples the WAL filesystem's free space and moves the pressure flag with hysteresis.
+    /// With the guard off (a minimum of 0) the free space is still read, for the metrics, but
+    /// nothing is refused.
     pub fn sample_disk(&self) {
         let Some(dir) = &self.limits.wal_dir else {
             return;
         };
-        if self.limits.min_available == 0 {
-            return;
-        }
+        let guard = self.limits.min_available > 0;
         match fs4::available_space(dir) {
             Ok(free) => {
                 self.available.store(free, Ordering::Release);
+                if !guard {
+                    return;
+                }
                 let pressured = self.disk_pressure();
                 if !pressured && free < self.limits.min_available {
                     tracing::warn!(
@@ -220,12 +223,28 @@ impl Admission {
                 }
             }
             Err(e) => {
-                // A failed check counts as pressure: the node cannot tell it has room.
                 self.disk_stat_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "cannot read the WAL filesystem's free space");
-                self.disk_pressure.store(true, Ordering::Release);
+                // A failed check counts as pressure: the node cannot tell it has room.
+                if guard {
+                    self.disk_pressure.store(true, Ordering::Release);
+                }
             }
         }
+    }
+
+    /// The `wal_*` free-space metrics; `None` on a node without a WAL directory.
+    pub fn wal_disk(&self) -> Option<ursula_protocol::metrics::WalDiskMetrics> {
+        self.limits.wal_dir.as_ref()?;
+        // `u64::MAX` is the value before the first successful check.
+        let available = self.available.load(Ordering::Acquire);
+        Some(ursula_protocol::metrics::WalDiskMetrics {
+            wal_available_bytes: (available != u64::MAX).then_some(available),
+            wal_min_available_bytes: self.limits.min_available,
+            wal_resume_available_bytes: self.limits.resume_available,
+            wal_disk_pressure: self.disk_pressure(),
+            wal_disk_stat_errors: self.disk_stat_errors.load(Ordering::Relaxed),
+        })
     }
 
     /// Samples the disk every second until the process ends.

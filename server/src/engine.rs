@@ -60,8 +60,8 @@ pub enum NotReady {
     RecoveryStalled(Vec<GroupId>),
     /// A recovery gate is closed.
     RecoveryGateClosed,
-    /// Groups with no known leader.
-    LeaderUnknown(Vec<GroupId>),
+    /// A local replica is not a healthy voter: the groups and issues that say why.
+    ReplicaUnready(Vec<ursula_protocol::metrics::GroupIssue>),
 }
 
 pub trait GroupEngine: Send + Sync + Debug {

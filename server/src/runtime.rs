@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
@@ -132,6 +133,10 @@ impl Group {
 #[derive(Debug, Default)]
 pub struct CoreStats {
     pub live_waiters: AtomicUsize,
+    /// SSE responses that started on this core's groups.
+    pub sse_streams_opened: AtomicU64,
+    /// `event: error` events those responses wrote.
+    pub sse_error_events: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -215,6 +220,11 @@ impl Runtime {
 
     pub fn stats(&self, core: usize) -> Option<&CoreStats> {
         self.inner.stats.get(core)
+    }
+
+    /// The counters of the core `group` runs on.
+    pub fn group_stats(&self, group: GroupId) -> Option<&CoreStats> {
+        self.stats(self.core_of(group))
     }
 
     pub fn group_of(&self, key: &str) -> GroupId {

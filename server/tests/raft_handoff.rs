@@ -408,3 +408,94 @@ fn a_voter_dropped_by_the_membership_route_is_restored_by_its_leader() {
         plain(&c.node(leader).log_text()).contains("promoting a caught-up learner back to voter")
     );
 }
+
+#[test]
+fn a_wiped_voter_is_removed_re_added_as_a_learner_and_promoted_by_its_leaders() {
+    let mut c = Cluster::start("rebuild");
+    let bases = c.bases();
+    create_when_led(&bases, "/demo/rebuild");
+    producer_load(&bases, "/demo/rebuild", 0, 30, |_| {});
+    c.nodes[2].kill9();
+    std::fs::remove_dir_all(cluster_wal(&c.dir, 2)).expect("wipe");
+    producer_load(&bases[..2], "/demo/rebuild", 30, 10, |_| {});
+    c.nodes[2].spawn();
+    // Every group of the survivors went through the rebuild: the wiped voter was removed and
+    // promoted again, and the voter set is whole on every node.
+    wait_for(90, "every group whole again on every node", || {
+        c.nodes
+            .iter()
+            .all(|n| {
+                metrics(&n.base())["raft_groups"]
+                    .as_array()
+                    .is_some_and(|gs| {
+                        gs.len() == 4
+                            && gs.iter().all(|g| {
+                                g["voter_ids"] == serde_json::json!([1, 2, 3])
+                                    && g["learner_ids"] == serde_json::json!([])
+                            })
+                    })
+            })
+            .then_some(())
+    });
+    let logs: String = c.nodes[..2].iter().map(|n| plain(&n.log_text())).collect();
+    assert!(
+        logs.contains("rebuilding a voter that lost entries") && logs.contains("node=3"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("promoting a caught-up learner back to voter"),
+        "{logs}"
+    );
+    c.nodes[2].wait_ready_until(Duration::from_secs(60), |s, _| s == 200);
+    producer_load(&bases, "/demo/rebuild", 40, 5, |_| {});
+    let all = expected(45);
+    assert_eq!(read_all(&bases, "/demo/rebuild"), all);
+    // A read short of the tail is served by the replica itself.
+    let short = &all[..all.len() - 1];
+    wait_for(30, "the rebuilt voter holds every write", || {
+        (local_prefix(&bases[2], "/demo/rebuild", short.len()).as_deref() == Some(short))
+            .then_some(())
+    });
+}
+
+#[test]
+fn a_second_signal_exits_at_once_without_recording_a_clean_run() {
+    let dir = tempfile_dir("second-signal");
+    let port = free_port();
+    // The shutdown stalls far past the test: only the second signal can end it early.
+    let toml = "[raft]\ngroup_count = 2\n[server]\nshutdown_deadline = \"60s\"\n\
+                [testing]\nshutdown_stall = \"60s\"";
+    let args = single_node_args(&dir, port, toml, "");
+    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let mut child = node.child.take().expect("running");
+    let kill = |pid: u32| {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    };
+    kill(child.id());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "the first signal's shutdown stalls"
+    );
+    let second = Instant::now();
+    kill(child.id());
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            second.elapsed() < Duration::from_secs(10),
+            "no exit after the second signal"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "{status:?}");
+    let log = plain(&node.log_text());
+    assert!(log.contains("a second signal: exiting at once"), "{log}");
+    assert!(!log.contains("clean shutdown recorded"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -15,6 +15,18 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     nodes: Vec<Option<Child>>,
     gateway: Option<Child>,
+    /// Set by [`Cluster::start_operable`]: each node's admin plane port; `None` runs none.
+    admin_ports: Option<Vec<u16>>,
+    /// `raft.wal.fsync = "always"`.
+    fsync_always: bool,
+}
+
+/// How [`Cluster::start_with`] runs the nodes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Admin planes on ports of their own, and logs kept in the cluster's directory.
+    pub operable: bool,
+    pub fsync_always: bool,
 }
 
 fn bin() -> PathBuf {
@@ -29,6 +41,18 @@ fn bin() -> PathBuf {
 
 impl Cluster {
     pub fn start() -> Cluster {
+        Cluster::start_with(Options::default())
+    }
+
+    /// A cluster an operator can drain and restart: admin planes, durable journals, logs.
+    pub fn start_operable() -> Cluster {
+        Cluster::start_with(Options {
+            operable: true,
+            fsync_always: true,
+        })
+    }
+
+    pub fn start_with(opts: Options) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let ports: Vec<u16> = (0..3).map(|_| crate::free_port()).collect();
         let mut c = Cluster {
@@ -37,6 +61,10 @@ impl Cluster {
             dir,
             nodes: vec![None, None, None],
             gateway: None,
+            admin_ports: opts
+                .operable
+                .then(|| (0..3).map(|_| crate::free_port()).collect()),
+            fsync_always: opts.fsync_always,
         };
         for i in 0..3 {
             c.spawn_node(i);
@@ -71,12 +99,77 @@ impl Cluster {
         }
     }
 
+    /// Node `i`'s WAL directory (0-based).
+    pub fn wal_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("wal{}", i + 1))
+    }
+
+    /// Node `i`'s log, for an operable cluster.
+    pub fn log_path(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("n{}.log", i + 1))
+    }
+
+    /// The node's own client URL (not the gateway).
+    pub fn node_base(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[i])
+    }
+
+    /// An `ursulactl` manifest of the cluster (JSON), for an operable cluster.
+    pub fn manifest(&self) -> PathBuf {
+        let admin = self.admin_ports.as_ref().expect("an operable cluster");
+        let nodes: Vec<serde_json::Value> = (0..3)
+            .map(|i| {
+                serde_json::json!({
+                    "id": i + 1,
+                    "admin_url": format!("http://127.0.0.1:{}", admin[i]),
+                    "http_url": self.node_base(i),
+                })
+            })
+            .collect();
+        let path = self.dir.path().join("manifest.json");
+        std::fs::write(&path, serde_json::json!({ "nodes": nodes }).to_string()).expect("manifest");
+        path
+    }
+
+    /// Starts node `i` again on its WAL.
+    pub fn restart(&mut self, i: usize) {
+        assert!(self.nodes[i].is_none(), "node {} still runs", i + 1);
+        self.spawn_node(i);
+    }
+
+    /// Stops node `i` with SIGTERM and waits for it to exit; `true` for a clean exit.
+    pub fn sigterm(&mut self, i: usize) -> bool {
+        let Some(mut child) = self.nodes[i].take() else {
+            return false;
+        };
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn spawn_node(&mut self, i: usize) {
         let mut t = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
         t.push_str(&format!(
             "[raft.wal]\npath = \"{}\"\n",
-            self.dir.path().join(format!("wal{}", i + 1)).display()
+            self.wal_dir(i).display()
         ));
+        if self.fsync_always {
+            t.push_str("fsync = \"always\"\n");
+        }
         for (j, p) in self.ports.iter().enumerate() {
             t.push_str(&format!(
                 "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
@@ -85,6 +178,22 @@ impl Cluster {
         }
         let config = self.dir.path().join(format!("n{}.toml", i + 1));
         std::fs::write(&config, t).expect("toml");
+        // Nodes of one host need admin planes apart; most tests use none.
+        let admin = match &self.admin_ports {
+            Some(ports) => format!("127.0.0.1:{}", ports[i]),
+            None => "off".to_owned(),
+        };
+        let (out, err) = match &self.admin_ports {
+            Some(_) => {
+                let log = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.log_path(i))
+                    .expect("log");
+                (Stdio::from(log.try_clone().expect("log")), Stdio::from(log))
+            }
+            None => (Stdio::null(), Stdio::null()),
+        };
         let child = Command::new(bin())
             .args(["server", "--config"])
             .arg(&config)
@@ -93,13 +202,13 @@ impl Cluster {
                 &(i + 1).to_string(),
                 "--listen",
                 &format!("127.0.0.1:{}", self.ports[i]),
-                // Nodes of one host need admin planes apart; these tests use none.
                 "--admin-listen",
-                "off",
+                &admin,
             ])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .env("RUST_LOG", "warn,ursula::raft=info")
+            .env("NO_COLOR", "1")
+            .stdout(out)
+            .stderr(err)
             .spawn()
             .expect("spawn node");
         self.nodes[i] = Some(child);

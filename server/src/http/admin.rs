@@ -20,6 +20,8 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
 use axum::routing::post;
+use std::sync::atomic::Ordering::Relaxed;
+
 use serde_json::json;
 use ursula_protocol::headers::PROCESS_INCARNATION;
 use ursula_protocol::ids;
@@ -51,6 +53,7 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
             .groups_of(core)
             .filter_map(|id| {
                 st.rt.with_group_now(id, |g| {
+                    m.group_state_gauges.push(state_gauges(id, &g.state));
                     (
                         id,
                         g.state.len() as u64,
@@ -62,9 +65,13 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
                 })
             })
             .collect();
-        let live = st.rt.stats(core).map_or(0, |s| {
-            s.live_waiters.load(std::sync::atomic::Ordering::Relaxed) as u64
-        });
+        let stats = st.rt.stats(core);
+        let load = |f: fn(&crate::runtime::CoreStats) -> u64| stats.map_or(0, f);
+        let live = load(|s| s.live_waiters.load(Relaxed) as u64);
+        m.per_core_sse_streams_opened
+            .push(load(|s| s.sse_streams_opened.load(Relaxed)));
+        m.per_core_sse_error_events
+            .push(load(|s| s.sse_error_events.load(Relaxed)));
         let mut c = metrics::CoreMetrics {
             core: core as u64,
             groups: groups.len() as u64,
@@ -93,6 +100,11 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
         m.streams += c.streams;
         m.cores.push(c);
     }
+    m.group_state_gauges.sort_by_key(|g| g.group);
+    m.sse_streams_opened = m.per_core_sse_streams_opened.iter().sum();
+    m.sse_error_events = m.per_core_sse_error_events.iter().sum();
+    // Before the engine's part: its maintenance report reads the disk pressure from here.
+    m.wal_disk = st.admission.wal_disk();
     let held = st.admission.held();
     m.admission = metrics::AdmissionMetrics {
         inflight_body_bytes: held.inflight_body_bytes,
@@ -119,6 +131,23 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
     }
     st.engine.report(&mut m);
     m
+}
+
+/// What one group's replicated state holds (`group_state_gauges`).
+fn state_gauges(group: u32, state: &crate::stream::GroupState) -> metrics::GroupStateGauges {
+    let mut g = metrics::GroupStateGauges {
+        group,
+        streams: state.len() as u64,
+        held_bytes: state.held_bytes(),
+        hot_bytes: state.hot_bytes(),
+        cold_garbage_objects: state.cold_garbage().len() as u64,
+        ..metrics::GroupStateGauges::default()
+    };
+    for (_, s) in state.streams() {
+        g.producers += s.producers.as_ref().map_or(0, |p| p.len() as u64);
+        g.snapshots += u64::from(s.snapshot.is_some());
+    }
+    g
 }
 
 fn json_reply(status: StatusCode, body: String) -> Reply {
@@ -153,11 +182,7 @@ pub fn ready(st: &AppState) -> Reply {
             Some(NotReady::RecoveryGateClosed) => {
                 json!({ "ready": false, "reason": "recovery_gate_closed" })
             }
-            Some(NotReady::LeaderUnknown(groups)) => {
-                let issues: Vec<_> = groups
-                    .iter()
-                    .map(|g| json!({ "group": g, "issue": "leader_unknown" }))
-                    .collect();
+            Some(NotReady::ReplicaUnready(issues)) => {
                 json!({
                     "ready": false,
                     "reason": "raft_replica_unready",

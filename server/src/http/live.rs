@@ -292,9 +292,11 @@ pub async fn sse(
         done: false,
         _slot: slot,
     };
+    count(st, group, |c| &c.sse_streams_opened);
     if let Err(tail) = start {
         // Past the tail: reported from the first read as an error event, not a status.
         session.done = true;
+        count(st, group, |c| &c.sse_error_events);
         let event = error_event(416, "OffsetBeyondTail", tail);
         return Ok(reply.body(Body::from(event)));
     }
@@ -305,12 +307,29 @@ pub async fn sse(
     Ok(reply.body(Body::from_stream(events)))
 }
 
+/// Adds one to a counter of the core that runs `group`: a relaxed atomic, no lock.
+fn count(
+    st: &AppState,
+    group: crate::runtime::GroupId,
+    which: impl Fn(&crate::runtime::CoreStats) -> &std::sync::atomic::AtomicU64,
+) {
+    if let Some(c) = st.rt.group_stats(group) {
+        which(c).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 fn error_event(status: u16, error: &str, next: u64) -> String {
     let data = serde_json::json!({ "status": status, "error": error, "streamNextOffset": Offset(next).to_string() });
     format!("event: error\ndata:{data}\n\n")
 }
 
 impl Session {
+    fn count_error(&self) {
+        count(&self.st, self.st.rt.group_of(&self.sp.key), |c| {
+            &c.sse_error_events
+        });
+    }
+
     /// The next batch of events to write; `None` ends the response.
     async fn next_events(&mut self) -> Option<Bytes> {
         if self.done {
@@ -340,6 +359,7 @@ impl Session {
                     } else {
                         "StreamRecreated"
                     };
+                    self.count_error();
                     return Some(Bytes::from(error_event(e.status.as_u16(), token, self.at)));
                 }
             };
@@ -405,6 +425,7 @@ impl Session {
                     Err(e) if e.status == StatusCode::NOT_FOUND => (404, "StreamNotFound"),
                     _ => (412, "StreamRecreated"),
                 };
+                self.count_error();
                 return Some(Bytes::from(error_event(status, token, self.at)));
             }
             self.fresh = Some(rx.borrow_and_update().clone());

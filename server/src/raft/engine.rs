@@ -1,7 +1,8 @@
 //! `RaftEngine`: the [`GroupEngine`] of a node that runs Raft. Writes go through the group
 //! commit ([`super::batch`]) into the group's log; leadership, readiness and metrics are read
-//! from this node's replicas ([`super::replicas`]); shutdown syncs the journals and records a
-//! clean run.
+//! from this node's replicas ([`super::replicas`]), readiness and the maintenance report
+//! through the same assessment ([`super::maintenance`]); shutdown syncs the journals and
+//! records a clean run.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,9 +12,11 @@ use ursula_protocol::metrics;
 use ursula_protocol::metrics::NodeMetrics;
 
 use super::batch::Batcher;
+use super::maintenance;
 use super::recovery::files::Root;
 use super::replicas::Replicas;
 use super::storage::wal::Journal;
+use super::walmetrics;
 use crate::admission::GroupCharge;
 use crate::engine::EngineError;
 use crate::engine::GroupEngine;
@@ -33,6 +36,8 @@ pub struct RaftEngine {
     shutdown_stall: Option<std::time::Duration>,
     /// The cores' `journal.lock`s, held until the process ends.
     _locks: Vec<std::fs::File>,
+    /// How the WAL opened at start.
+    opening: walmetrics::Opening,
 }
 
 /// What [`RaftEngine::new`] takes: the parts [`super::start()`] built.
@@ -44,6 +49,7 @@ pub struct EngineParts {
     pub fsync_always: bool,
     pub shutdown_stall: Option<std::time::Duration>,
     pub locks: Vec<std::fs::File>,
+    pub opening: walmetrics::Opening,
 }
 
 impl std::fmt::Debug for RaftEngine {
@@ -64,6 +70,7 @@ impl RaftEngine {
             fsync_always: p.fsync_always,
             shutdown_stall: p.shutdown_stall,
             _locks: p.locks,
+            opening: p.opening,
         }
     }
 }
@@ -157,11 +164,10 @@ impl GroupEngine for RaftEngine {
         if !node.gates.closed().is_empty() {
             out.push(NotReady::RecoveryGateClosed);
         }
-        let leaderless: Vec<GroupId> = (0..node.group_count())
-            .filter(|g| node.leader_of(*g).is_none())
-            .collect();
-        if !leaderless.is_empty() {
-            out.push(NotReady::LeaderUnknown(leaderless));
+        // Disk pressure is admission's to report; only the group issues are read here.
+        let unready = maintenance::unready(&maintenance::gather(node, false));
+        if !unready.is_empty() {
+            out.push(NotReady::ReplicaUnready(unready));
         }
         out
     }
@@ -191,6 +197,12 @@ impl GroupEngine for RaftEngine {
                     last_log_term: v.last_log_term,
                     voter_ids: v.voter_ids,
                     learner_ids: v.learner_ids,
+                    // Apply-failure isolation is not built: nothing records a failed entry.
+                    apply_failure: None,
+                    maintenance: metrics::GroupMaintenance {
+                        running: v.running,
+                        recovery_ready: !node.gates.is_closed(id),
+                    },
                 })
             })
             .collect();
@@ -219,6 +231,10 @@ impl GroupEngine for RaftEngine {
             wiped,
         };
         out.raft_log = Some(node.snap_stats.report(&node.log_bytes));
+        // Admission filled `wal_disk` before the engine's part.
+        let pressure = out.wal_disk.as_ref().is_some_and(|d| d.wal_disk_pressure);
+        out.raft_maintenance = Some(maintenance::gather(node, pressure));
+        out.wal = Some(walmetrics::report(&self.journals, node, &self.opening));
     }
 
     fn hand_off(&self, within: std::time::Duration) -> BoxFuture<'_, ()> {

@@ -15,6 +15,8 @@
 //! - [`logops`]: manual snapshot and purge, the quorum proof.
 //! - [`routes`]: the engine's own HTTP surface: peer RPCs (the cluster plane) and the admin
 //!   mutation `accept-unsynced-loss`.
+//! - [`maintenance`]: the maintenance report and the replica readiness read from it.
+//! - [`walmetrics`]: the `wal_*` metrics: journal counters, logs in memory, the opening.
 //! - [`replicas`]: this node's replicas of its groups, shared by everything below.
 //! - [`shed`]: the leadership-shed state (the maintenance drain mark).
 //! - [`pause`]: holds on a group's client writes while it is handed off.
@@ -29,6 +31,7 @@ pub mod batch;
 pub mod engine;
 pub mod handoff;
 pub mod logops;
+pub mod maintenance;
 pub mod membership;
 pub mod operate;
 pub mod pause;
@@ -42,6 +45,7 @@ pub mod snapdrive;
 mod start;
 pub mod stats;
 pub mod storage;
+pub mod walmetrics;
 
 pub use start::RaftOptions;
 pub use start::StartError;

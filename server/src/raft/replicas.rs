@@ -3,6 +3,7 @@
 //! (gate watchers, bootstrap, snapshot driver) and the peer server share, and nothing of how
 //! writes are proposed or the journals are run.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
@@ -16,6 +17,7 @@ use super::recovery::vote_hold::VoteHold;
 use super::shed::Shed;
 use super::stats::NodeLog;
 use super::stats::SnapStats;
+use super::storage::log_store::CacheView;
 use super::storage::log_store::LogStore;
 use super::storage::log_store::LogView;
 use crate::runtime::GroupId;
@@ -71,6 +73,12 @@ pub struct GroupView {
     pub last_log_term: Option<u64>,
     pub voter_ids: Vec<u64>,
     pub learner_ids: Vec<u64>,
+    /// Each voter configuration of the effective membership: two while it is joint.
+    pub configs: Vec<BTreeSet<u64>>,
+    /// The log index of the entry that holds the effective membership.
+    pub membership_index: Option<u64>,
+    /// The group's Raft runs: it did not stop on a fatal error.
+    pub running: bool,
 }
 
 impl std::fmt::Debug for Replicas {
@@ -138,7 +146,30 @@ impl Replicas {
             last_log_term: log.last.map(|l| l.leader_id.term),
             voter_ids: m.membership_config.voter_ids().collect(),
             learner_ids: m.membership_config.membership().learner_ids().collect(),
+            configs: m.membership_config.membership().get_joint_config().clone(),
+            membership_index: m.membership_config.log_id().map(|l| l.index),
+            running: m.running_state.is_ok(),
         })
+    }
+
+    /// What `group`'s log holds in memory and the reads it served.
+    pub fn cache_view(&self, group: GroupId) -> CacheView {
+        self.logs
+            .get(group as usize)
+            .map(LogStore::cache_view)
+            .unwrap_or_default()
+    }
+
+    /// The core `group` runs on.
+    pub fn core_of(&self, group: GroupId) -> usize {
+        self.rt.core_of(group)
+    }
+
+    /// The voters `[[raft.peers]]` configures for every group: this node and its peers.
+    pub fn configured_voters(&self) -> BTreeSet<u64> {
+        let mut out: BTreeSet<u64> = self.peers.urls.keys().copied().collect();
+        out.insert(self.node_id);
+        out
     }
 
     /// The base URL of the group's leader, if known and not this node.

@@ -45,10 +45,12 @@ use super::shed::Shed;
 use super::snapdrive;
 use super::stats::NodeLog;
 use super::stats::SnapStats;
+use super::storage::counters::ScanWork;
 use super::storage::log_store::LogData;
 use super::storage::log_store::LogStore;
 use super::storage::state_machine::StateMachine;
 use super::storage::wal;
+use super::walmetrics;
 use crate::engine::GroupEngine;
 use crate::runtime::Runtime;
 
@@ -119,6 +121,8 @@ struct Inspected {
     scans: Vec<wal::Recovered>,
     /// The groups to gate, with the reason to log.
     gated: BTreeMap<u32, &'static str>,
+    /// How the WAL opened, for the metrics.
+    opening: walmetrics::Opening,
 }
 
 /// Step 1: the root's checks, the journals read, the gate decision.
@@ -133,19 +137,30 @@ fn inspect(rt: &Runtime, root: &Root) -> Result<Inspected, StartError> {
     let mut logs: Vec<LogData> = (0..groups).map(|_| LogData::default()).collect();
     let mut scans = Vec::new();
     let mut damaged = BTreeSet::new();
+    let mut work = Vec::new();
     for core in 0..rt.core_count() {
+        let started = std::time::Instant::now();
         let mut r = wal::scan(&root.core_dir(core))?;
+        let mut w = ScanWork {
+            records: r.records.len() as u64,
+            bytes: r.bytes,
+            ..ScanWork::default()
+        };
         let mut by_group = wal::by_group(std::mem::take(&mut r.records));
         for group in (0..groups).filter(|g| rt.core_of(*g) == core) {
             let records = by_group.remove(&group).unwrap_or_default();
-            logs[group as usize] = LogData::recover(&records).map_err(|e| StartError::Recover {
+            let data = LogData::recover(&records).map_err(|e| StartError::Recover {
                 core,
                 message: e.to_string(),
             })?;
+            w.live_entries += data.entries.len() as u64;
+            logs[group as usize] = data;
             if r.damaged_tail {
                 damaged.insert(group);
             }
         }
+        w.ns = started.elapsed().as_nanos() as u64;
+        work.push(w);
         scans.push(r);
     }
     let held: BTreeSet<u32> = (0..groups).filter(|g| logs[*g as usize].holds()).collect();
@@ -161,6 +176,16 @@ fn inspect(rt: &Runtime, root: &Root) -> Result<Inspected, StartError> {
         damaged: &damaged,
         recorded: recorded_groups.as_ref(),
     });
+    let recovery = ursula_protocol::metrics::WalRecovery {
+        previous_run: walmetrics::previous_run(&previous, boot_id.as_deref(), !held.is_empty())
+            .to_owned(),
+        recovering: !gated.is_empty(),
+        gated_groups: gated.keys().copied().collect(),
+        damaged_tail_cores: (0..scans.len() as u64)
+            .filter(|c| scans[*c as usize].damaged_tail)
+            .collect(),
+        cut_bytes: scans.iter().map(|r| r.torn_bytes).sum(),
+    };
     Ok(Inspected {
         has_epoch,
         has_topology,
@@ -169,6 +194,10 @@ fn inspect(rt: &Runtime, root: &Root) -> Result<Inspected, StartError> {
         logs,
         scans,
         gated,
+        opening: walmetrics::Opening {
+            recovery,
+            scans: work,
+        },
     })
 }
 
@@ -176,6 +205,7 @@ fn inspect(rt: &Runtime, root: &Root) -> Result<Inspected, StartError> {
 struct Committed {
     logs: Vec<LogData>,
     gate_records: BTreeMap<u32, GateRecord>,
+    opening: walmetrics::Opening,
 }
 
 /// Step 3: every check passed, so the node writes: markers, the gate record, cut tails, and
@@ -246,7 +276,12 @@ fn commit(
             v.committed = false;
         }
     }
-    Ok((Committed { logs, gate_records }, i.locks))
+    let committed = Committed {
+        logs,
+        gate_records,
+        opening: i.opening,
+    };
+    Ok((committed, i.locks))
 }
 
 /// Step 4: each core's journal, opening a new segment that restates its groups' state.
@@ -458,6 +493,7 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
         fsync_always: opts.fsync_always,
         shutdown_stall: opts.shutdown_stall,
         locks,
+        opening: committed.opening,
     });
     Ok(Started {
         engine: Arc::new(engine),

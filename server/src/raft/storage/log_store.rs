@@ -10,6 +10,7 @@ use std::ops::RangeBounds;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use openraft::Entry;
@@ -141,6 +142,16 @@ impl LogView {
     }
 }
 
+/// What a group's log holds in memory now and what Raft read of it (the `wal_cache_*`
+/// metrics): every entry is held in memory, so every read is served from there.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CacheView {
+    pub bytes: u64,
+    pub entries: u64,
+    /// Entries served to Raft (replication, apply) since the process started.
+    pub hits: u64,
+}
+
 #[derive(Debug, Clone)]
 pub struct LogStore {
     group: u32,
@@ -148,6 +159,8 @@ pub struct LogStore {
     data: Arc<Mutex<LogData>>,
     /// The node's unsnapshotted Raft log, shared by every group (`RaftLogPressure`).
     log_bytes: Arc<NodeLog>,
+    /// Entries served to readers; an atomic, so counting costs the read path no lock.
+    served: Arc<AtomicU64>,
 }
 
 impl LogStore {
@@ -185,6 +198,17 @@ impl LogStore {
             journal,
             data: Arc::new(Mutex::new(data)),
             log_bytes,
+            served: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The group's log in memory and the reads it served.
+    pub fn cache_view(&self) -> CacheView {
+        let d = lock(&self.data);
+        CacheView {
+            bytes: d.bytes,
+            entries: d.entries.len() as u64,
+            hits: self.served.load(Ordering::Relaxed),
         }
     }
 
@@ -278,11 +302,13 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry<TypeConfig>>, StoreError> {
-        Ok(lock(&self.data)
+        let out: Vec<_> = lock(&self.data)
             .entries
             .range(range)
             .map(|(_, e)| e.clone())
-            .collect())
+            .collect();
+        self.served.fetch_add(out.len() as u64, Ordering::Relaxed);
+        Ok(out)
     }
 }
 

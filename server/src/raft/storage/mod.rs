@@ -4,7 +4,9 @@
 //! - [`log_store`]: a group's Raft log over its core's journal (openraft's `RaftLogStorage`).
 //! - [`state_machine`]: a group's state machine over its streams, and its snapshot files.
 //! - [`record`]: the sealed, versioned envelope of journal payloads and snapshots.
+//! - [`counters`]: the journal's counters, written on the write path, read by the metrics.
 
+pub mod counters;
 pub mod log_store;
 pub mod record;
 pub mod state_machine;

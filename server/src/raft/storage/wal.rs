@@ -20,6 +20,10 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc;
+use std::time::Instant;
+
+use super::counters;
+use super::counters::JournalCounters;
 
 pub const KIND_ENTRIES: u8 = 1;
 pub const KIND_VOTE: u8 = 2;
@@ -70,6 +74,8 @@ pub struct Recovered {
     pub damaged_tail: bool,
     /// Bytes of an incomplete or damaged final frame that are cut.
     pub torn_bytes: u64,
+    /// Bytes of every segment read.
+    pub bytes: u64,
     /// The newest segment and where its verified prefix ends, when bytes follow it.
     cut: Option<(PathBuf, u64)>,
 }
@@ -138,6 +144,7 @@ pub fn scan(dir: &Path) -> Result<Recovered, WalError> {
         File::open(path)
             .and_then(|mut f| f.read_to_end(&mut bytes))
             .map_err(io(path))?;
+        out.bytes += bytes.len() as u64;
         let mut at = 0usize;
         while at < bytes.len() {
             let rest = &bytes[at..];
@@ -221,6 +228,7 @@ struct Shared {
     writer: std::sync::Mutex<Writer>,
     tx: mpsc::Sender<Append>,
     fsync_always: bool,
+    counters: Arc<JournalCounters>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -256,10 +264,11 @@ pub struct Restated {
 
 pub type Restate = Vec<Restated>;
 
-/// A segment and the highest entry index of each group it holds.
+/// A segment, its bytes and the highest entry index of each group it holds.
 #[derive(Debug)]
 struct Segment {
     path: PathBuf,
+    bytes: u64,
     max_index: HashMap<u32, u64>,
 }
 
@@ -279,6 +288,7 @@ struct Writer {
     /// Writes sent to the sync thread and not yet written: later writes must queue behind.
     queued: usize,
     buf: Vec<u8>,
+    counters: Arc<JournalCounters>,
 }
 
 impl Writer {
@@ -315,13 +325,15 @@ impl Writer {
         self.seg_no += 1;
         let path = self.dir.join(segment_name(self.seg_no));
         self.file = OpenOptions::new().create(true).append(true).open(&path)?;
-        let old = std::mem::replace(
+        let mut old = std::mem::replace(
             &mut self.current,
             Segment {
                 path,
+                bytes: 0,
                 max_index: HashMap::new(),
             },
         );
+        old.bytes = self.size;
         self.sealed.push(old);
         let mut buf = Vec::new();
         let state: Vec<_> = self
@@ -335,26 +347,55 @@ impl Writer {
         self.file.write_all(&buf)?;
         self.file.sync_all()?;
         self.size = buf.len() as u64;
+        let c = &self.counters;
+        counters::add(&c.rotations, 1);
+        counters::add(&c.restated_bytes, self.size);
+        counters::add(&c.physical_bytes, self.size);
         self.reclaim();
         Ok(())
     }
 
+    /// Deletes the sealed segments every group purged past. A segment that cannot be deleted
+    /// stays sealed, so the next pass tries again and the metrics still count its bytes.
     fn reclaim(&mut self) {
+        let started = Instant::now();
+        let c = self.counters.clone();
         let purged = &self.purged;
-        let (gone, keep): (Vec<_>, Vec<_>) = self.sealed.drain(..).partition(|seg| {
-            seg.max_index
-                .iter()
-                .all(|(g, max)| purged.get(g).is_some_and(|p| p >= max))
-        });
-        self.sealed = keep;
+        let behind = |g: &u32, max: &u64| purged.get(g).is_none_or(|p| p < max);
+        let (gone, mut keep): (Vec<_>, Vec<_>) = self
+            .sealed
+            .drain(..)
+            .partition(|seg| !seg.max_index.iter().any(|(g, m)| behind(g, m)));
         for seg in gone {
             match std::fs::remove_file(&seg.path) {
-                Ok(()) => tracing::debug!(path = %seg.path.display(), "journal segment reclaimed"),
+                Ok(()) => {
+                    tracing::debug!(path = %seg.path.display(), "journal segment reclaimed");
+                    counters::add(&c.reclaims, 1);
+                    counters::add(&c.reclaimed_bytes, seg.bytes);
+                    c.physical_bytes.fetch_sub(
+                        seg.bytes.min(counters::get(&c.physical_bytes)),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                }
                 Err(e) => {
-                    tracing::warn!(path = %seg.path.display(), error = %e, "cannot remove a journal segment")
+                    tracing::warn!(path = %seg.path.display(), error = %e, "cannot remove a journal segment");
+                    counters::add(&c.reclaim_failures, 1);
+                    keep.push(seg);
                 }
             }
         }
+        keep.sort_by(|a, b| a.path.cmp(&b.path));
+        let lagging: std::collections::HashSet<u32> = keep
+            .iter()
+            .flat_map(|seg| seg.max_index.iter())
+            .filter(|(g, m)| behind(g, m))
+            .map(|(g, _)| *g)
+            .collect();
+        counters::set(&c.lagging_groups, lagging.len() as u64);
+        counters::set(&c.pinned_segments, keep.len() as u64);
+        counters::set(&c.segments, keep.len() as u64 + 1);
+        self.sealed = keep;
+        counters::add(&c.reclaim_ns, started.elapsed().as_nanos() as u64);
     }
 
     /// Writes `batch` as one write (and one fsync when the policy or a record asks for it).
@@ -376,6 +417,7 @@ impl Writer {
             result = self.file.sync_data();
         }
         self.size += buf.len() as u64;
+        counters::add(&self.counters.physical_bytes, buf.len() as u64);
         if buf.capacity() <= 1 << 20 {
             self.buf = buf;
         }
@@ -445,13 +487,19 @@ impl Journal {
             .append(true)
             .open(&path)
             .map_err(io(&path))?;
-        let sealed = segs
+        let sealed: Vec<Segment> = segs
             .into_iter()
             .map(|(_, path)| Segment {
+                bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
                 path,
                 max_index: recovered_max.clone(),
             })
             .collect();
+        let counters = Arc::new(JournalCounters::default());
+        counters::set(
+            &counters.physical_bytes,
+            sealed.iter().map(|s| s.bytes).sum(),
+        );
         let mut w = Writer {
             dir: dir.clone(),
             opts,
@@ -461,6 +509,7 @@ impl Journal {
             seg_no,
             current: Segment {
                 path: path.clone(),
+                bytes: 0,
                 max_index: HashMap::new(),
             },
             sealed,
@@ -468,6 +517,7 @@ impl Journal {
             state: BTreeMap::new(),
             queued: 0,
             buf: Vec::with_capacity(1 << 16),
+            counters: counters.clone(),
         };
         let mut buf = Vec::new();
         for r in restate {
@@ -482,6 +532,8 @@ impl Journal {
             .and_then(|_| w.file.sync_all())
             .map_err(io(&path))?;
         w.size = buf.len() as u64;
+        counters::add(&counters.physical_bytes, w.size);
+        counters::add(&counters.restated_bytes, w.size);
         w.reclaim();
         let (tx, rx) = mpsc::channel::<Append>();
         let fsync_always = w.opts.fsync_always;
@@ -489,6 +541,7 @@ impl Journal {
             writer: std::sync::Mutex::new(w),
             tx,
             fsync_always,
+            counters,
         });
         let thread_shared = shared.clone();
         std::thread::Builder::new()
@@ -524,6 +577,11 @@ impl Journal {
 }
 
 impl Journal {
+    /// What this journal did since the process started.
+    pub fn counters(&self) -> &JournalCounters {
+        &self.shared.counters
+    }
+
     /// Returns once every write handed over before it is on stable storage: for a graceful
     /// shutdown, after which the run may be recorded as clean.
     pub async fn sync(&self) -> std::io::Result<()> {
@@ -612,6 +670,25 @@ mod tests {
             after < before,
             "purged segments were deleted: {before} -> {after}"
         );
+        // The counters agree with the directory: bytes and segments on disk, and what went.
+        let c = j.counters();
+        let on_disk: u64 = segments(&dir)
+            .expect("segments")
+            .iter()
+            .map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .sum();
+        assert_eq!(counters::get(&c.physical_bytes), on_disk);
+        assert_eq!(counters::get(&c.segments), after as u64);
+        assert_eq!(
+            counters::get(&c.reclaims),
+            counters::get(&c.rotations) + 1 - after as u64,
+            "every segment rotated away and not pinned was reclaimed"
+        );
+        assert!(counters::get(&c.reclaimed_bytes) > 0);
+        assert_eq!(counters::get(&c.reclaim_failures), 0);
+        // Group 8 purged only half: its later entries pin the segments that hold them.
+        assert_eq!(counters::get(&c.lagging_groups), 1);
+        assert_eq!(counters::get(&c.pinned_segments), after as u64 - 1);
         let r = recover(&dir).expect("recover");
         let votes: Vec<_> = r
             .records

@@ -1,0 +1,307 @@
+//! The Day-2 acceptance scenario: a 3-voter cluster (disk WAL, `fsync = "always"`) behind
+//! `ursula gateway`, a producer appending with `Producer-Id/-Epoch/-Seq` through the gateway at
+//! a steady rate and a SQLite database attached through the extension committing meanwhile.
+//! Every node is rolled in turn with `ursulactl drain` -> SIGTERM -> restart -> `wait` ->
+//! `undrain`, then `verify-cluster`; then one node's WAL is wiped and `wait` returns only once
+//! its leaders rebuilt it into a full voter. No write the clients sent fails, each is in the
+//! stream once, and the database is whole and equals a fresh rebuild. It prints how long the
+//! leader moves paused appends (the table in docs/benchmarks.md).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use std::time::Instant;
+
+use rusqlite::Connection;
+use ursula_vfs_tests::cluster::Cluster;
+use ursula_vfs_tests::sqlite::attach;
+use ursula_vfs_tests::sqlite::attach_read_only;
+use ursula_vfs_tests::sqlite::bodies;
+use ursula_vfs_tests::sqlite::control;
+use ursula_vfs_tests::sqlite::integrity_ok;
+
+fn ursulactl(args: &[&str]) -> (Option<i32>, String) {
+    let bin = ursula_vfs_tests::target_dir().join("ursulactl");
+    assert!(bin.exists(), "build ursulactl first: {}", bin.display());
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .expect("run ursulactl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+fn ctl_ok(manifest: &PathBuf, verb: &str, node: Option<usize>) {
+    let m = manifest.to_str().expect("utf8");
+    let id = node.map(|i| (i + 1).to_string());
+    let mut args = vec![verb, "--config", m];
+    if let Some(id) = &id {
+        args.extend(["--node", id.as_str()]);
+    }
+    if verb == "wait-ready" {
+        args.extend(["--expected-groups", "4"]);
+    }
+    let started = Instant::now();
+    let (code, out) = ursulactl(&args);
+    assert_eq!(
+        code,
+        Some(0),
+        "ursulactl {args:?} after {:?}: {out}",
+        started.elapsed()
+    );
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// One append of the producer: its seq, how long it took, and the status it got.
+struct Sample {
+    seq: u64,
+    took: Duration,
+    status: u16,
+}
+
+/// Appends `r{seq}|` every 10 ms through the gateway until stopped. A write that fails is
+/// counted and sent again with the same seq (as a client would), so the stream's content
+/// stays checkable either way.
+fn producer(url: String, stop: Arc<AtomicBool>) -> JoinHandle<Vec<Sample>> {
+    std::thread::spawn(move || {
+        let agent = agent();
+        let mut samples = Vec::new();
+        let mut seq = 0u64;
+        while !stop.load(Ordering::Acquire) {
+            let started = Instant::now();
+            let req = ureq::http::Request::builder()
+                .method("POST")
+                .uri(&url)
+                .header("content-type", "application/octet-stream")
+                .header("producer-id", "roll")
+                .header("producer-epoch", "0")
+                .header("producer-seq", seq.to_string())
+                .body(format!("r{seq:06}|").into_bytes())
+                .expect("request");
+            let status = agent.run(req).map_or(0, |r| r.status().as_u16());
+            samples.push(Sample {
+                seq,
+                took: started.elapsed(),
+                status,
+            });
+            if status == 200 || status == 204 {
+                seq += 1;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        samples
+    })
+}
+
+/// Commits one row every 30 ms until stopped; answers the rows acknowledged and the failures.
+fn committer(
+    db: Connection,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<(Connection, Vec<String>, Vec<String>)> {
+    std::thread::spawn(move || {
+        let (mut acked, mut failed) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        while !stop.load(Ordering::Acquire) {
+            let body = format!("c{i}");
+            match db.execute("INSERT INTO notes(body) VALUES (?1)", [&body]) {
+                Ok(_) => acked.push(body),
+                Err(e) => failed.push(format!("{body}: {e}")),
+            }
+            i += 1;
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        (db, acked, failed)
+    })
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn metrics(base: &str) -> serde_json::Value {
+    let (status, _, body) =
+        ursula_vfs_tests::server::try_http("GET", &format!("{base}/__ursula/metrics"), &[], b"")
+            .expect("metrics");
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).expect("json")
+}
+
+/// The bytes a node holds itself of the stream, up to `len` (short of the tail).
+fn local(base: &str, path: &str, len: usize) -> Option<String> {
+    let (status, _, body) = ursula_vfs_tests::server::try_http(
+        "GET",
+        &format!("{base}{path}?offset=-1&max_bytes={len}"),
+        &[],
+        b"",
+    )?;
+    (status == 200)
+        .then(|| String::from_utf8(body).ok())
+        .flatten()
+}
+
+#[test]
+fn a_rolling_restart_and_a_wiped_node_lose_no_write_of_a_producer_or_a_sqlite_owner() {
+    unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "20000") };
+    let mut cluster = Cluster::start_operable();
+    let manifest = cluster.manifest();
+    ctl_ok(&manifest, "wait-ready", None);
+
+    let stream = "/demo/roll-log";
+    let (status, _, _) = ursula_vfs_tests::server::try_http(
+        "PUT",
+        &format!("{}{stream}", cluster.base()),
+        &[("content-type", "application/octet-stream")],
+        b"",
+    )
+    .expect("create");
+    assert!(status == 201 || status == 200, "{status}");
+    let ctlc = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("roll.db");
+    let db_url = format!("{}/demo/roll-db", cluster.base());
+    attach(&ctlc, &path, &db_url).expect("attach");
+    let db = Connection::open(&path).expect("open");
+    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
+        .expect("create");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let appends = producer(format!("{}{stream}", cluster.base()), stop.clone());
+    let commits = committer(db, stop.clone());
+    std::thread::sleep(Duration::from_secs(2));
+
+    let roll_started = Instant::now();
+    for i in 0..3 {
+        ctl_ok(&manifest, "drain", Some(i));
+        assert!(cluster.sigterm(i), "node {} stopped cleanly", i + 1);
+        cluster.restart(i);
+        ctl_ok(&manifest, "wait", Some(i));
+        ctl_ok(&manifest, "undrain", Some(i));
+    }
+    ctl_ok(&manifest, "verify-cluster", None);
+    let roll_took = roll_started.elapsed();
+
+    // A node whose WAL is gone: drained, stopped, wiped, started. `wait` returns once every
+    // group promoted it again.
+    let wiped = 1;
+    ctl_ok(&manifest, "drain", Some(wiped));
+    assert!(cluster.sigterm(wiped));
+    std::fs::remove_dir_all(cluster.wal_dir(wiped)).expect("wipe");
+    cluster.restart(wiped);
+    ctl_ok(&manifest, "wait", Some(wiped));
+    for i in (0..3).filter(|i| *i != wiped) {
+        for g in metrics(&cluster.node_base(i))["raft_groups"]
+            .as_array()
+            .expect("groups")
+        {
+            assert_eq!(
+                g["voter_ids"],
+                serde_json::json!([1, 2, 3]),
+                "node {}: {g}",
+                i + 1
+            );
+            assert_eq!(
+                g["learner_ids"],
+                serde_json::json!([]),
+                "node {}: {g}",
+                i + 1
+            );
+        }
+    }
+    let rebuilt = (0..3)
+        .filter(|i| *i != wiped)
+        .map(|i| std::fs::read_to_string(cluster.log_path(i)).unwrap_or_default())
+        .any(|log| log.contains("rebuilding a voter that lost entries"));
+    assert!(
+        rebuilt,
+        "the wiped voter was removed and promoted again by its leaders"
+    );
+    ctl_ok(&manifest, "undrain", Some(wiped));
+    ctl_ok(&manifest, "verify-cluster", None);
+
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Release);
+    let samples = appends.join().expect("producer");
+    let (db, acked, failed) = commits.join().expect("committer");
+
+    // No client-visible failure: every append and every commit was acknowledged first time.
+    let failures: Vec<(u64, u16)> = samples
+        .iter()
+        .filter(|s| s.status != 200 && s.status != 204)
+        .map(|s| (s.seq, s.status))
+        .collect();
+    assert!(failures.is_empty(), "appends that failed: {failures:?}");
+    assert!(failed.is_empty(), "commits that failed: {failed:?}");
+    let sent = samples.len() as u64;
+    assert!(
+        sent > 100 && acked.len() > 50,
+        "{sent} appends, {} commits",
+        acked.len()
+    );
+
+    // Each append once, in order, in the stream; every node holds the same bytes.
+    let want: String = (0..sent).map(|s| format!("r{s:06}|")).collect();
+    let (status, _, body) = ursula_vfs_tests::server::try_http(
+        "GET",
+        &format!("{}{stream}?offset=-1", cluster.base()),
+        &[],
+        b"",
+    )
+    .expect("read");
+    assert_eq!(status, 200);
+    assert_eq!(
+        String::from_utf8(body).expect("utf8"),
+        want,
+        "every append exactly once"
+    );
+    let short = &want[..want.len() - 1];
+    for i in 0..3 {
+        let base = cluster.node_base(i);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while local(&base, stream, short.len()).as_deref() != Some(short) {
+            assert!(
+                Instant::now() < deadline,
+                "node {} does not hold the stream",
+                i + 1
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    // The database: whole, every acknowledged commit once, and equal to a fresh rebuild.
+    assert!(integrity_ok(&db));
+    assert_eq!(bodies(&db), acked);
+    let copy = dir.path().join("copy.db");
+    attach_read_only(&ctlc, &copy, &db_url).expect("rebuild");
+    let c = Connection::open(&copy).expect("open copy");
+    assert!(integrity_ok(&c));
+    assert_eq!(bodies(&c), acked, "a fresh rebuild equals the owner");
+
+    let mut lat: Vec<Duration> = samples.iter().map(|s| s.took).collect();
+    lat.sort();
+    println!(
+        "rolling restart: {} appends and {} commits in {:?} of roll; append latency p50 {:?} p99 {:?} max {:?}",
+        sent,
+        acked.len(),
+        roll_took,
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat.last().copied().unwrap_or_default()
+    );
+}
