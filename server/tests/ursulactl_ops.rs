@@ -151,7 +151,6 @@ fn groups_arg() -> String {
 }
 
 #[test]
-#[ignore = "TEMP: needs raft_maintenance, landing on main"]
 fn wait_ready_passes_on_a_healthy_cluster_and_aborts_with_2_and_the_findings_when_a_node_is_down() {
     let mut c = Cluster::start("ctl-wait-ready");
     let g = groups_arg();
@@ -197,7 +196,6 @@ fn wait_ready_passes_on_a_healthy_cluster_and_aborts_with_2_and_the_findings_whe
 }
 
 #[test]
-#[ignore = "TEMP: needs raft_maintenance, landing on main"]
 fn wait_ready_started_while_a_node_restarts_waits_for_it() {
     let mut c = Cluster::start("ctl-wait-ready-restart");
     c.nodes[1].sigterm();
@@ -220,7 +218,6 @@ fn wait_ready_started_while_a_node_restarts_waits_for_it() {
 }
 
 #[test]
-#[ignore = "TEMP: needs raft_maintenance, landing on main"]
 fn verify_cluster_passes_on_a_caught_up_cluster_and_aborts_with_2_when_a_voter_is_missing() {
     let mut c = Cluster::start("ctl-verify-cluster");
     let bases: Vec<String> = c.nodes.iter().map(Proc::base).collect();
@@ -509,7 +506,6 @@ fn drain_aborts_with_2_when_no_voter_could_take_the_groups() {
 }
 
 #[test]
-#[ignore = "TEMP: needs raft_maintenance and the quorum route, landing on main"]
 fn verify_quorum_prints_a_schema_3_proof_every_replica_applied() {
     let c = Cluster::start("ctl-quorum");
     let bases: Vec<String> = c.nodes.iter().map(Proc::base).collect();
