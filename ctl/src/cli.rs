@@ -1,8 +1,8 @@
 //! The command line: every verb of the spec's ursulactl page, with its flags, and `ready`, a
 //! one-node readiness probe the spec does not list (the container image's health check, where
-//! there is no manifest to give `wait-ready` and no curl). This build runs
-//! [`SUPPORTED`]; the verbs in [`NOT_YET`] parse and then answer that they are not supported
-//! by this build yet (exit 2), rather than pretend.
+//! there is no manifest to give `wait-ready` and no curl). This build runs [`SUPPORTED`]; the
+//! verbs in [`NOT_YET`] parse and then answer that this build does not run them (exit 1, since
+//! 2 means a safe abort), rather than pretend.
 
 use std::path::PathBuf;
 
@@ -11,10 +11,9 @@ use clap::Parser;
 use clap::Subcommand;
 
 /// Verbs this build runs.
-pub const SUPPORTED: &[&str] = &["status", "ready"];
-
-/// Verbs of the spec this build parses but does not run yet.
-pub const NOT_YET: &[&str] = &[
+pub const SUPPORTED: &[&str] = &[
+    "status",
+    "ready",
     "drain",
     "undrain",
     "wait",
@@ -23,6 +22,11 @@ pub const NOT_YET: &[&str] = &[
     "verify-cluster",
     "verify-quorum",
     "verify-survivors",
+];
+
+/// Verbs of the spec this build parses but does not run (exit 1); the fence verbs because the
+/// server has no fence routes.
+pub const NOT_YET: &[&str] = &[
     "backup-create",
     "backup-verify",
     "restore",
@@ -37,17 +41,17 @@ pub const NOT_YET: &[&str] = &[
     name = "ursulactl",
     version,
     about = "Operator CLI of an Ursula cluster, over its metrics and admin HTTP endpoints",
-    after_help = "This build runs: status, ready. The other verbs parse but are not supported by this build yet (exit 2)."
+    after_help = "Exit codes: 0 done, 2 safe abort (no safe target, timeout, stall), 1 any other error. Not run by this build (exit 1): backup-create, backup-verify, restore, activate-/retire-maintenance-fence, reservation-propose/-acknowledge."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Verb,
 }
 
-/// `--config PATH`: the node manifest (JSON or TOML; `-` reads stdin).
+/// `--config PATH`: the node manifest (JSON, TOML or YAML; `-` reads stdin).
 #[derive(Debug, Clone, Args)]
 pub struct ConfigArg {
-    /// Node manifest: JSON or TOML, chosen by extension; `-` reads it from stdin.
+    /// Node manifest: JSON, TOML or YAML, chosen by extension; `-` reads it from stdin.
     #[arg(long, value_name = "PATH")]
     pub config: String,
 }
@@ -81,59 +85,73 @@ pub enum Verb {
         #[arg(long, value_name = "SECS", default_value_t = 5)]
         http_timeout_secs: u64,
     },
-    /// Transfer away every leadership of a node and mark it draining (not supported by this build yet).
+    /// Mark a node draining and transfer away every leadership it holds.
     Drain {
         #[command(flatten)]
         node: NodeArg,
-        /// Print the transfer plan only.
+        /// Print the transfer plan only; change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Abort (exit 2) when the node still leads a group after this long.
+        #[arg(long, value_name = "SECS", default_value_t = 120)]
+        timeout_secs: u64,
+        /// A target may trail the leader's committed index by this many entries.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        lag_tolerance: u64,
     },
-    /// Clear a node's drain mark (not supported by this build yet).
+    /// Clear a node's drain mark.
     Undrain {
         #[command(flatten)]
         node: NodeArg,
     },
-    /// Block until a node is a caught-up voter in every group (not supported by this build yet).
+    /// Block until a node is a caught-up voter in every group (progress-gated).
     Wait {
         #[command(flatten)]
         node: NodeArg,
+        /// Entries the node may trail its leaders' committed index by (default 0).
         #[arg(long, value_name = "N")]
         lag_tolerance: Option<u64>,
+        /// Abort (exit 2) after this long without progress.
         #[arg(long, value_name = "SECS", default_value_t = 90)]
         stall_timeout_secs: u64,
     },
-    /// Save required process identities in a manifest (not supported by this build yet).
+    /// Print the manifest with every node's process identity pinned.
     PinIncarnations {
         #[command(flatten)]
         config: ConfigArg,
+        /// Rebind this node's pin to its current (replacement) process.
         #[arg(long, value_name = "N")]
         replace_node: Option<u64>,
     },
-    /// Wait for maintenance evidence and serving health on every node (not supported by this build yet).
+    /// Wait for maintenance evidence and serving health on every node.
     WaitReady {
         #[command(flatten)]
         config: ConfigArg,
         #[arg(long, value_name = "N")]
         expected_groups: u64,
-        #[arg(long, value_name = "SECS")]
-        timeout_secs: Option<u64>,
+        /// Abort (exit 2) with the findings after this long.
+        #[arg(long, value_name = "SECS", default_value_t = 300)]
+        timeout_secs: u64,
     },
-    /// Require every voter present and caught up in two samples (not supported by this build yet).
+    /// Require every voter present and caught up in two consecutive samples.
     VerifyCluster {
         #[command(flatten)]
         config: ConfigArg,
+        /// Abort (exit 2) with the findings after this long.
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        timeout_secs: u64,
     },
-    /// Confirm every group with a fresh ReadIndex round (not supported by this build yet).
+    /// Confirm every group with a fresh ReadIndex round; print the JSON proof.
     VerifyQuorum {
         #[command(flatten)]
         config: ConfigArg,
         #[arg(long, value_name = "N")]
         expected_groups: u64,
-        #[arg(long, value_name = "SECS")]
-        timeout_secs: Option<u64>,
+        /// One deadline for every request and wait.
+        #[arg(long, value_name = "SECS", default_value_t = 120)]
+        timeout_secs: u64,
     },
-    /// Confirm fresh prefixes on two survivors (not supported by this build yet).
+    /// Confirm fresh prefixes on the survivors of one excluded voter; print the JSON proof.
     VerifySurvivors {
         #[command(flatten)]
         config: ConfigArg,
@@ -141,8 +159,9 @@ pub enum Verb {
         excluded_node_id: u64,
         #[arg(long, value_name = "N")]
         expected_groups: u64,
-        #[arg(long, value_name = "SECS")]
-        timeout_secs: Option<u64>,
+        /// One deadline for every request and wait.
+        #[arg(long, value_name = "SECS", default_value_t = 120)]
+        timeout_secs: u64,
     },
     /// Export every Raft group into a backup (not supported by this build yet).
     BackupCreate {
@@ -169,12 +188,12 @@ pub enum Verb {
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         http_timeout_secs: u64,
     },
-    /// Install the manifest's maintenance fence (not supported by this build yet).
+    /// Install the manifest's maintenance fence (not supported: no server route in this build).
     ActivateMaintenanceFence {
         #[command(flatten)]
         config: ConfigArg,
     },
-    /// Retire the manifest's maintenance fence (not supported by this build yet).
+    /// Retire the manifest's maintenance fence (not supported: no server route in this build).
     RetireMaintenanceFence {
         #[command(flatten)]
         config: ConfigArg,
@@ -224,15 +243,6 @@ impl Verb {
             Verb::ReservationAcknowledge { .. } => "reservation-acknowledge",
         }
     }
-}
-
-/// The answer to a verb this build does not run.
-pub fn not_yet_message(verb: &str) -> String {
-    format!(
-        "ursulactl {verb}: not supported by this build yet; this build runs: {}; not yet: {}",
-        SUPPORTED.join(", "),
-        NOT_YET.join(", ")
-    )
 }
 
 #[cfg(test)]

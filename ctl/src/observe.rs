@@ -108,7 +108,7 @@ pub fn readiness(agent: &ureq::Agent, base: &str) -> Result<Readiness, CtlError>
     })
 }
 
-fn get(agent: &ureq::Agent, url: &str) -> Result<(String, u16, String), CtlError> {
+pub(crate) fn get(agent: &ureq::Agent, url: &str) -> Result<(String, u16, String), CtlError> {
     let transport = |source| CtlError::Transport {
         url: url.to_owned(),
         source,
@@ -145,7 +145,7 @@ fn reasons(body: &str) -> Vec<String> {
 }
 
 /// The first line of a body, cut to 200 characters.
-fn snippet(body: &str) -> String {
+pub(crate) fn snippet(body: &str) -> String {
     let line = body.lines().next().unwrap_or_default().trim();
     match line.char_indices().nth(200) {
         Some((i, _)) => format!("{}…", &line[..i]),

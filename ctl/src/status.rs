@@ -240,6 +240,9 @@ mod tests {
             host: Some(format!("10.0.0.{id}")),
             http_url: Some(format!("http://10.0.0.{id}:4437")),
             metrics_url: None,
+            expected_process_incarnation: None,
+            expected_maintenance_fence: None,
+            extra: Default::default(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! start's manifest, a manifest naming a port nobody listens on, a 3-voter cluster, a node
 //! read through its admin plane; `ursulactl ready` (the image's health check) against a ready
 //! node, a dead port and a node under WAL disk pressure; and the verbs this build does not run
-//! answering so with exit code 2.
+//! answering so with exit code 1.
 //!
 //! `ursulactl` belongs to another package, so cargo does not build it for these tests: it is
 //! looked up beside the test binary (`target/<profile>/ursulactl`), which `cargo build
@@ -294,17 +294,30 @@ fn status_reports_one_leader_per_group_across_a_raft_cluster() {
 }
 
 #[test]
-fn verbs_this_build_does_not_run_say_so_with_exit_code_2() {
-    let (code, out, err) = run(&["drain", "--config", "m.json", "--node", "3"]);
-    assert_eq!(code, Some(2), "stdout: {out}\nstderr: {err}");
-    assert!(err.contains("not supported by this build yet"), "{err}");
-    assert!(err.contains("this build runs: status"), "{err}");
-    let (code, _, err) = run(&["backup-verify", "--location", "/tmp/nowhere"]);
-    assert_eq!(code, Some(2));
-    assert!(
-        err.contains("ursulactl backup-verify: not supported"),
-        "{err}"
-    );
+fn verbs_this_build_does_not_run_say_so_in_one_line_with_exit_code_1() {
+    // Exit 2 is the spec's safe abort; a verb that does not run is an error like any other.
+    for argv in [
+        &["backup-verify", "--location", "/tmp/nowhere"][..],
+        &[
+            "restore",
+            "--config",
+            "m.json",
+            "--location",
+            "/tmp/nowhere",
+        ],
+        &["activate-maintenance-fence", "--config", "m.json"],
+    ] {
+        let (code, out, err) = run(argv);
+        assert_eq!(code, Some(1), "{argv:?} stdout: {out}\nstderr: {err}");
+        assert!(
+            err.starts_with(&format!(
+                "ursulactl: {}: not supported by this build",
+                argv[0]
+            )),
+            "{err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
 }
 
 #[test]
@@ -372,14 +385,14 @@ fn ready_exits_0_for_a_ready_node_and_1_with_the_reason_otherwise() {
     assert_eq!(code, Some(1), "stdout: {out}\nstderr: {err}");
     assert!(
         err.starts_with(&format!(
-            "ursulactl: GET http://127.0.0.1:{dead}/__ursula/ready: "
+            "ursulactl: ready: GET http://127.0.0.1:{dead}/__ursula/ready: "
         )),
         "{err}"
     );
     let (code, _, err) = run(&["ready", "--url", "not a url"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.starts_with("ursulactl: GET not a url/__ursula/ready: "),
+        err.starts_with("ursulactl: ready: GET not a url/__ursula/ready: "),
         "{err}"
     );
 
