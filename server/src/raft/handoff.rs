@@ -164,6 +164,9 @@ pub async fn transfer(
         return Err(HandoffError::NotVoter { group, target });
     }
     let ineligible = |why| HandoffError::Ineligible { group, target, why };
+    let Some(_turn) = node.holds.begin_handoff(group) else {
+        return Err(ineligible("another handoff of the group is running".into()));
+    };
     check_target(node, raft, group, target).map_err(ineligible)?;
     elect_rpc(node, raft, group, target, true)
         .await

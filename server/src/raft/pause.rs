@@ -6,6 +6,7 @@
 //! A hold is an RAII [`Held`]: a handoff that fails, times out or whose caller goes away
 //! releases it by being dropped, so no group stays paused.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -19,6 +20,9 @@ const MAX_WAIT: Duration = Duration::from_secs(8);
 struct Slot {
     holds: AtomicU32,
     released: Notify,
+    /// Set while a handoff of the group runs: two at once (the balancer's and an operator's)
+    /// would ask two targets to campaign, split the vote and both be abandoned.
+    handing_off: AtomicBool,
 }
 
 /// One slot per group.
@@ -46,6 +50,18 @@ impl Drop for Held<'_> {
     }
 }
 
+/// The one handoff of a group that may run now.
+#[must_use]
+pub struct Handoff<'a> {
+    slot: &'a Slot,
+}
+
+impl Drop for Handoff<'_> {
+    fn drop(&mut self) {
+        self.slot.handing_off.store(false, Ordering::Release);
+    }
+}
+
 impl WriteHolds {
     pub fn new(groups: u32) -> WriteHolds {
         WriteHolds(
@@ -53,6 +69,7 @@ impl WriteHolds {
                 .map(|_| Slot {
                     holds: AtomicU32::new(0),
                     released: Notify::new(),
+                    handing_off: AtomicBool::new(false),
                 })
                 .collect(),
         )
@@ -63,6 +80,15 @@ impl WriteHolds {
         let slot = self.0.get(group as usize)?;
         slot.holds.fetch_add(1, Ordering::AcqRel);
         Some(Held { slot })
+    }
+
+    /// The right to hand `group` off, if no other handoff of it runs; given back on drop.
+    pub fn begin_handoff(&self, group: u32) -> Option<Handoff<'_>> {
+        let slot = self.0.get(group as usize)?;
+        slot.handing_off
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(Handoff { slot })
     }
 
     pub fn is_held(&self, group: u32) -> bool {
@@ -111,5 +137,18 @@ mod tests {
             .expect("released")
             .expect("join");
         assert!(!holds.is_held(0));
+    }
+
+    #[test]
+    fn one_handoff_of_a_group_runs_at_a_time() {
+        let holds = WriteHolds::new(2);
+        let first = holds.begin_handoff(0).expect("free");
+        assert!(
+            holds.begin_handoff(0).is_none(),
+            "a second handoff of group 0 waits its turn"
+        );
+        assert!(holds.begin_handoff(1).is_some(), "other groups are free");
+        drop(first);
+        assert!(holds.begin_handoff(0).is_some());
     }
 }
