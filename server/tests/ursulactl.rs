@@ -431,3 +431,15 @@ fn ready_exits_0_for_a_ready_node_and_1_with_the_reason_otherwise() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_mistyped_command_exits_1_not_the_safe_abort_2_and_help_exits_0() {
+    let (code, _, err) = run(&["wait-ready", "--config", "x.json"]);
+    assert_eq!(code, Some(1), "a missing --expected-groups: {err}");
+    assert!(err.contains("--expected-groups"), "{err}");
+    let (code, _, err) = run(&["drian", "--node", "1"]);
+    assert_eq!(code, Some(1), "{err}");
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("drain"), "{out}");
+}
