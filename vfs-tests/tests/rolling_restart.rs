@@ -7,7 +7,7 @@
 //! stream once, and the database is whole and equals a fresh rebuild. It prints how long the
 //! leader moves paused appends (the table in docs/benchmarks.md).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -41,7 +41,7 @@ fn ursulactl(args: &[&str]) -> (Option<i32>, String) {
 
 static PHASES: std::sync::Mutex<Vec<(String, Instant)>> = std::sync::Mutex::new(Vec::new());
 
-fn ctl_ok(manifest: &PathBuf, verb: &str, node: Option<usize>) {
+fn ctl_ok(manifest: &Path, verb: &str, node: Option<usize>) {
     PHASES
         .lock()
         .expect("phases")
