@@ -55,6 +55,7 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
         config_ignored_keys: st.ignored_keys.to_vec(),
         ..NodeMetrics::default()
     };
+    (m.maintenance_fence, m.maintenance_fence_uncertain) = st.fence.view();
     let mut hot_per_group = vec![0u64; st.rt.group_count() as usize];
     for core in 0..st.rt.core_count() {
         let groups: Vec<_> = st
