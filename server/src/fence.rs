@@ -404,6 +404,6 @@ mod tests {
         f.run(Lifecycle::Activate, token(1, 'a'), ok())
             .await
             .expect("repeat");
-        assert_eq!(f.view().1, false);
+        assert!(!f.view().1);
     }
 }
