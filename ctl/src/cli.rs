@@ -22,16 +22,15 @@ pub const SUPPORTED: &[&str] = &[
     "verify-cluster",
     "verify-quorum",
     "verify-survivors",
+    "activate-maintenance-fence",
+    "retire-maintenance-fence",
 ];
 
-/// Verbs of the spec this build parses but does not run (exit 1); the fence verbs because the
-/// server has no fence routes.
+/// Verbs of the spec this build parses but does not run (exit 1).
 pub const NOT_YET: &[&str] = &[
     "backup-create",
     "backup-verify",
     "restore",
-    "activate-maintenance-fence",
-    "retire-maintenance-fence",
     "reservation-propose",
     "reservation-acknowledge",
 ];
@@ -41,7 +40,7 @@ pub const NOT_YET: &[&str] = &[
     name = "ursulactl",
     version,
     about = "Operator CLI of an Ursula cluster, over its metrics and admin HTTP endpoints",
-    after_help = "Exit codes: 0 done, 2 safe abort (no safe target, timeout, stall), 1 any other error. Not run by this build (exit 1): backup-create, backup-verify, restore, activate-/retire-maintenance-fence, reservation-propose/-acknowledge."
+    after_help = "Exit codes: 0 done, 2 safe abort (no safe target, timeout, stall), 1 any other error. Not run by this build (exit 1): backup-create, backup-verify, restore, reservation-propose/-acknowledge."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -188,12 +187,12 @@ pub enum Verb {
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         http_timeout_secs: u64,
     },
-    /// Install the manifest's maintenance fence (not supported: no server route in this build).
+    /// Install the manifest's maintenance fence on every node (saved incarnations required).
     ActivateMaintenanceFence {
         #[command(flatten)]
         config: ConfigArg,
     },
-    /// Retire the manifest's maintenance fence (not supported: no server route in this build).
+    /// Retire the manifest's maintenance fence on every node (saved incarnations required).
     RetireMaintenanceFence {
         #[command(flatten)]
         config: ConfigArg,
@@ -275,6 +274,8 @@ mod tests {
             "ursulactl verify-survivors --config c.json --excluded-node-id 3 --expected-groups 256 --timeout-secs 120",
             "ursulactl backup-create --config c.json --location s3://b/p",
             "ursulactl backup-verify --location /tmp/b",
+            "ursulactl activate-maintenance-fence --config c.json",
+            "ursulactl retire-maintenance-fence --config c.json",
             "ursulactl reservation-propose --cell a --snapshot b --request c",
         ] {
             let cli = Cli::try_parse_from(argv.split(' ')).expect(argv);

@@ -2,8 +2,8 @@
 //!
 //! `wait-ready --expected-groups N` polls until every node reports N Raft groups with a
 //! leader, a `raft_maintenance` report without issues whose configured voters are the same on
-//! every node and equal each group's voter set (no learners), and `/__ursula/ready` 200 read
-//! where its metrics are. Unreachable nodes are retried until the timeout; a changed process or
+//! every node and equal each group's voter set (no learners), no `maintenance_fence_uncertain`,
+//! and `/__ursula/ready` 200 read where its metrics are. Unreachable nodes are retried until the timeout; a changed process or
 //! an invalid answer stops at once. A timeout aborts (exit 2) with the findings.
 //!
 //! `verify-cluster` requires every configured voter to be in the manifest and answer, every
@@ -66,6 +66,10 @@ pub fn ready_findings(expected_groups: u64, poll: &Poll) -> Vec<String> {
         };
         if let Readiness::NotReady(why) = ready {
             findings.push(format!("node {id}: not ready ({})", why.join(", ")));
+        }
+        // A fence lifecycle call in flight or unfinished refuses every admin mutation.
+        if m.maintenance_fence_uncertain {
+            findings.push(format!("node {id}: maintenance_fence_uncertain"));
         }
         let Some(rm) = &m.raft_maintenance else {
             findings.push(format!("node {id}: no raft_maintenance report"));

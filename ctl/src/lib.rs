@@ -7,6 +7,7 @@
 //! - [`observe`]: one node's `/__ursula/metrics` and `/__ursula/ready` over HTTP.
 //! - [`session`]: one invocation's view of the cluster: the process incarnation each node is
 //!   pinned to, enforced on every observation and sent on every mutation.
+//! - [`fence`]: `activate-maintenance-fence` and `retire-maintenance-fence`.
 //! - [`plan`]: drain planning, pure: which voter takes each group a node leads.
 //! - [`drain`]: `drain` and `undrain`.
 //! - [`wait`]: `wait`, the progress-gated catch-up of one node.
@@ -25,6 +26,7 @@
 
 pub mod cli;
 pub mod drain;
+pub mod fence;
 pub mod gates;
 pub mod manifest;
 pub mod observe;
@@ -110,6 +112,24 @@ pub enum CtlError {
         url: String,
         expected: String,
         body: String,
+    },
+    #[error(
+        "node {node}: {method} {url} answered 412: the manifest's maintenance fence is not the node's active one: {body}"
+    )]
+    FenceRefused {
+        node: u64,
+        method: &'static str,
+        url: String,
+        body: String,
+    },
+    /// The manifest does not carry what a fence lifecycle call needs; nothing was sent.
+    #[error("{0}; nothing was changed")]
+    FenceNotAdmitted(String),
+    /// Some nodes did not acknowledge a fence lifecycle call; nothing is rolled back.
+    #[error("not acknowledged by {}; acknowledged by {acked:?}, which keep it", refused.join("; "))]
+    FencePartial {
+        acked: Vec<u64>,
+        refused: Vec<String>,
     },
     #[error("node {node} reports no process_incarnation; its server lacks the admin protocol")]
     NoIncarnation { node: u64 },

@@ -16,8 +16,10 @@
 //! membership (never shrinking the configuration to fit), requires the other voters all to
 //! answer, and reports scope `surviving_quorum` with `full_redundancy_restored: false`.
 //!
-//! `maintenance_executor_certified` and `maintenance_executor_retired_certified` are always
-//! `false` in this build: the server reports no maintenance fence, so no token can be matched.
+//! `maintenance_executor_certified` is true only when the manifest carries a
+//! `maintenance_fence` and every observed process, in the last observation, reports that token
+//! `active`; `maintenance_executor_retired_certified` only when every one reports it `retired`.
+//! A mix certifies neither. They certify process-local admission, not the external reservation.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -30,6 +32,7 @@ use ursula_protocol::admin::QuorumProof;
 
 use crate::CtlError;
 use crate::Outcome;
+use crate::fence;
 use crate::observe::Metrics;
 use crate::plan::view;
 use crate::session;
@@ -333,8 +336,12 @@ pub fn verify(
             })
             .collect(),
         full_redundancy_restored: o.excluded.is_none(),
-        maintenance_executor_certified: false,
-        maintenance_executor_retired_certified: false,
+        maintenance_executor_certified: fence::all_report(session, "active", observed.values()),
+        maintenance_executor_retired_certified: fence::all_report(
+            session,
+            "retired",
+            observed.values(),
+        ),
     };
     let text = serde_json::to_string_pretty(&proof).map_err(|e| CtlError::Unexpected {
         what: "proof",

@@ -9,6 +9,7 @@ use crate::CtlError;
 use crate::Outcome;
 use crate::cli::Verb;
 use crate::drain;
+use crate::fence;
 use crate::gates;
 use crate::manifest;
 use crate::observe;
@@ -147,13 +148,13 @@ pub fn run(verb: Verb, out: &mut dyn Write) -> Result<Outcome, CtlError> {
             write!(out, "{}", manifest::render(&m)?)?;
             Ok(Outcome::Done)
         }
-        Verb::ActivateMaintenanceFence { .. } | Verb::RetireMaintenanceFence { .. } => {
-            Err(CtlError::Unsupported {
-                verb: verb.name(),
-                why:
-                    "the server has no maintenance-fence routes in this build; nothing was changed"
-                        .into(),
-            })
+        Verb::ActivateMaintenanceFence { config } => {
+            let (m, s) = session(&config.config, None)?;
+            fence::run(&m, &s, fence::Call::Activate, out)
+        }
+        Verb::RetireMaintenanceFence { config } => {
+            let (m, s) = session(&config.config, None)?;
+            fence::run(&m, &s, fence::Call::Retire, out)
         }
         other => Err(CtlError::Unsupported {
             verb: other.name(),

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use ursula_protocol::headers::MAINTENANCE_FENCE;
 use ursula_protocol::headers::PROCESS_INCARNATION;
 
 use crate::CtlError;
@@ -18,11 +19,6 @@ use crate::manifest::NodeEntry;
 use crate::observe;
 use crate::observe::Metrics;
 use crate::observe::Readiness;
-
-/// The spec's maintenance-executor header, `reservation_id:generation:executor_id`. This
-/// build's server has no fence, so it ignores the header; it is sent whenever the manifest
-/// carries a fence so a fenced server sees the token the plan was admitted with.
-pub const MAINTENANCE_FENCE: &str = "x-ursula-maintenance-fence";
 
 pub struct Session {
     agent: ureq::Agent,
@@ -67,6 +63,12 @@ impl Session {
                 .as_ref()
                 .map(|f| format!("{}:{}:{}", f.reservation_id, f.generation, f.executor_id)),
         }
+    }
+
+    /// The manifest's maintenance fence token, sent on every admin request (a server whose
+    /// fence is active requires it on mutations and on the quorum proof).
+    pub fn fence(&self) -> Option<&str> {
+        self.fence.as_deref()
     }
 
     pub fn node(&self, id: u64) -> Result<&NodeEntry, CtlError> {
@@ -215,6 +217,15 @@ impl Session {
             .limit(16 * 1024 * 1024)
             .read_to_string()
             .map_err(transport)?;
+        // A fence refusal names the fence header; any other 412 is the incarnation's.
+        if status == 412 && body.contains(MAINTENANCE_FENCE) {
+            return Err(CtlError::FenceRefused {
+                node: node.id,
+                method,
+                url,
+                body: observe::snippet(&body),
+            });
+        }
         if status == 412 {
             return Err(CtlError::ProcessChangedRefused {
                 node: node.id,

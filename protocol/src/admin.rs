@@ -18,6 +18,10 @@
 //! - `POST /__ursula/raft/{g}/learners/{node}?addr=&blocking=` and
 //!   `POST /__ursula/raft/{g}/membership?voters=1,2,3` -> [`MembershipChanged`]; leader only
 //!   (`409` naming the leader), `400` for a missing or bad parameter.
+//! - `POST /__ursula/maintenance-fence` (token in `x-ursula-maintenance-fence`) and
+//!   `POST /__ursula/maintenance-fence/retire` -> [`FenceView`]; `409` for a token the state
+//!   does not admit, `400` for a malformed token, `428` without one, `503` when a Raft group's
+//!   queue could not be confirmed (the fence then stays uncertain).
 
 use serde::Deserialize;
 use serde::Serialize;
@@ -112,6 +116,93 @@ pub struct MembershipChanged {
     pub learner_ids: Vec<u64>,
 }
 
+/// The maintenance-executor token `reservation_id:generation:executor_id`: two ids of 32
+/// lowercase hexadecimal characters and a nonzero generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceToken {
+    pub reservation_id: String,
+    pub generation: u64,
+    pub executor_id: String,
+}
+
+/// Why a `x-ursula-maintenance-fence` value is no token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "not a maintenance fence token (reservation_id:generation:executor_id, 32 lowercase hex, nonzero generation, 32 lowercase hex): {0}"
+)]
+pub struct BadFenceToken(pub String);
+
+fn hex32(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl FenceToken {
+    pub fn parse(s: &str) -> Result<FenceToken, BadFenceToken> {
+        let bad = || BadFenceToken(s.to_owned());
+        let mut parts = s.split(':');
+        let (Some(r), Some(g), Some(e), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        // `u64::from_str` takes a leading `+`; a token has one spelling only.
+        if !g.bytes().all(|b| b.is_ascii_digit()) || g.starts_with('0') {
+            return Err(bad());
+        }
+        let generation = g.parse::<u64>().map_err(|_| bad())?;
+        if !hex32(r) || !hex32(e) || generation == 0 {
+            return Err(bad());
+        }
+        Ok(FenceToken {
+            reservation_id: r.to_owned(),
+            generation,
+            executor_id: e.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for FenceToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}",
+            self.reservation_id, self.generation, self.executor_id
+        )
+    }
+}
+
+/// A node's maintenance fence as the metrics (`maintenance_fence`, `null` while unclaimed)
+/// and the lifecycle routes report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceView {
+    /// `active` or `retired`.
+    pub state: String,
+    pub reservation_id: String,
+    pub generation: u64,
+    pub executor_id: String,
+}
+
+impl FenceView {
+    pub fn of(state: &str, t: &FenceToken) -> FenceView {
+        FenceView {
+            state: state.to_owned(),
+            reservation_id: t.reservation_id.clone(),
+            generation: t.generation,
+            executor_id: t.executor_id.clone(),
+        }
+    }
+
+    /// Whether this is `state` of exactly `t`.
+    pub fn is(&self, state: &str, t: &FenceToken) -> bool {
+        self.state == state
+            && self.reservation_id == t.reservation_id
+            && self.generation == t.generation
+            && self.executor_id == t.executor_id
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +222,25 @@ mod tests {
         );
         let clear = ShedState::of_bits(0);
         assert!(!clear.drained() && clear.should_campaign && clear.state == "none");
+    }
+
+    #[test]
+    fn fence_tokens_have_one_spelling() {
+        let r = "0123456789abcdef0123456789abcdef";
+        let e = "fedcba9876543210fedcba9876543210";
+        let t = FenceToken::parse(&format!("{r}:7:{e}")).expect("token");
+        assert_eq!(t.generation, 7);
+        assert_eq!(t.to_string(), format!("{r}:7:{e}"));
+        for bad in [
+            format!("{r}:0:{e}"),
+            format!("{r}:+7:{e}"),
+            format!("{r}:07:{e}"),
+            format!("{r}:7"),
+            format!("{r}:7:{e}:x"),
+            format!("{}:7:{e}", r.to_uppercase()),
+            format!("{r}:7:{}", &e[1..]),
+        ] {
+            assert!(FenceToken::parse(&bad).is_err(), "{bad}");
+        }
     }
 }

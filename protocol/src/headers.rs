@@ -35,6 +35,10 @@ content-type, retry-after, x-ursula-not-applied";
 /// Admin mutations: the `process_incarnation` the operator observed in the metrics (`428`
 /// without it, `412` when the process restarted since).
 pub const PROCESS_INCARNATION: &str = "x-ursula-process-incarnation";
+/// Admin mutations while a maintenance fence is active, and the fence's lifecycle calls: the
+/// executor's token `reservation_id:generation:executor_id` (`428` without it, `412` for
+/// another token).
+pub const MAINTENANCE_FENCE: &str = "x-ursula-maintenance-fence";
 /// Peer RPCs and their answers: the Raft protocol the sender speaks.
 pub const RAFT_PROTOCOL: &str = "x-ursula-raft-protocol";
 /// Peer RPCs: the node id of the sender.

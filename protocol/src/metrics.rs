@@ -46,6 +46,14 @@ pub struct NodeMetrics {
     /// Config keys this build parses but does not act on yet (named at start as well).
     #[serde(default)]
     pub config_ignored_keys: Vec<String>,
+    /// This process's maintenance fence: `null` while unclaimed (every new process starts
+    /// so), else the token and `active` or `retired`.
+    #[serde(default)]
+    pub maintenance_fence: Option<crate::admin::FenceView>,
+    /// An activation or retirement is in flight, failed or was cancelled: admin mutations are
+    /// refused (`503`) until the same call completes or a higher generation activates.
+    #[serde(default)]
+    pub maintenance_fence_uncertain: bool,
     /// The node's leadership-shed state (the maintenance drain mark).
     #[serde(default)]
     pub leadership_shed: crate::admin::ShedState,

@@ -99,6 +99,13 @@ pub trait GroupEngine: Send + Sync + Debug {
     /// index, the Raft groups, the recovery gates and the Raft log.
     fn report(&self, out: &mut NodeMetrics);
 
+    /// Resolves once every group's Raft API queue processed what was sent to it before the
+    /// call (the maintenance fence's activation confirms admitted mutations were submitted).
+    /// Nothing to confirm without Raft.
+    fn confirm_api_queues(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// The first step of a graceful stop, while the listeners still serve: the node marks
     /// itself drained and hands off the leaderships it holds, within `within`.
     fn hand_off(&self, within: std::time::Duration) -> BoxFuture<'_, ()> {

@@ -8,6 +8,7 @@
 //! - [`runtime`]: core threads, group ownership, live-reader wake-ups.
 //! - [`engine`]: the `GroupEngine` seam: in memory, or Raft ([`raft`]) behind the same trait.
 //! - [`raft`]: openraft groups over the per-core disk journal, and their peer transport.
+//! - [`fence`]: the maintenance fence, process-local admission of one maintenance executor.
 //! - [`http`]: the client plane and `/__ursula/*` over HTTP/1.1.
 //! - [`node`]: wiring it all together for `ursula server`.
 
@@ -15,6 +16,7 @@ pub mod admission;
 pub mod coldtier;
 pub mod config;
 pub mod engine;
+pub mod fence;
 pub mod http;
 pub mod node;
 pub mod raft;

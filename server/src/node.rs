@@ -104,6 +104,7 @@ fn app_state(
         cold: None,
         process_incarnation: process_incarnation(),
         ignored_keys: Arc::from(Vec::<String>::new()),
+        fence: Arc::default(),
     }
 }
 

@@ -305,7 +305,15 @@ fn verbs_this_build_does_not_run_say_so_in_one_line_with_exit_code_1() {
             "--location",
             "/tmp/nowhere",
         ],
-        &["activate-maintenance-fence", "--config", "m.json"],
+        &[
+            "reservation-propose",
+            "--cell",
+            "a",
+            "--snapshot",
+            "b",
+            "--request",
+            "c",
+        ],
     ] {
         let (code, out, err) = run(argv);
         assert_eq!(code, Some(1), "{argv:?} stdout: {out}\nstderr: {err}");

@@ -5,7 +5,12 @@
 //! mutations: `POST /__ursula/flush-cold/{bucket}/{stream}` and the engine's own
 //! (`accept-unsynced-loss`, and the operator routes of `crate::raft::operate`). Every mutation there first needs `x-ursula-process-incarnation`,
 //! the `process_incarnation` the metrics reported: `428` without it, `412` when it names
-//! another process, before anything changes.
+//! another process, before anything changes. While a maintenance fence is active (see
+//! [`crate::fence`]) they and the quorum proof also need `x-ursula-maintenance-fence`, the
+//! active token: `428` without it, `412` for another, again before anything changes; while a
+//! fence lifecycle call is uncertain every mutation is refused `503` (`Retry-After: 1`).
+//! The fence's own routes, `POST /__ursula/maintenance-fence` (activate the token in the
+//! header) and `POST /__ursula/maintenance-fence/retire`, need only the incarnation.
 
 use axum::Router;
 use axum::extract::Path;
@@ -23,6 +28,8 @@ use axum::routing::post;
 use std::sync::atomic::Ordering::Relaxed;
 
 use serde_json::json;
+use ursula_protocol::admin::FenceToken;
+use ursula_protocol::headers::MAINTENANCE_FENCE;
 use ursula_protocol::headers::PROCESS_INCARNATION;
 use ursula_protocol::ids;
 use ursula_protocol::metrics;
@@ -34,6 +41,8 @@ use super::reply::Reply;
 use super::request::StreamPath;
 use crate::engine::LeaderRoute;
 use crate::engine::NotReady;
+use crate::fence::FenceError;
+use crate::fence::Lifecycle;
 
 /// The metrics document of this node now.
 pub fn snapshot(st: &AppState) -> NodeMetrics {
@@ -46,6 +55,7 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
         config_ignored_keys: st.ignored_keys.to_vec(),
         ..NodeMetrics::default()
     };
+    (m.maintenance_fence, m.maintenance_fence_uncertain) = st.fence.view();
     let mut hot_per_group = vec![0u64; st.rt.group_count() as usize];
     for core in 0..st.rt.core_count() {
         let groups: Vec<_> = st
@@ -231,6 +241,11 @@ pub fn router(state: AppState, engine_routes: Option<Router>) -> Router {
             post(flush_cold).with_state(state.clone()),
         )
         .merge(engine_routes.unwrap_or_default())
+        .route(FENCE_ROUTE, post(activate_fence).with_state(state.clone()))
+        .route(
+            FENCE_RETIRE_ROUTE,
+            post(retire_fence).with_state(state.clone()),
+        )
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             incarnation_layer,
@@ -255,16 +270,94 @@ async fn ready_route(State(st): State<AppState>) -> Response {
 }
 
 /// Every admin mutation is bound to the process the operator observed, and so is the quorum
-/// proof (a `GET`), whose answer certifies that process.
+/// proof (a `GET`), whose answer certifies that process. Once a maintenance fence is active
+/// both also need its token; an admitted mutation holds the fence's read guard until its
+/// handler returns, which is what a fence activation waits for.
 async fn incarnation_layer(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let mutation = req.method() != Method::GET && req.method() != Method::HEAD;
     let proof = req.uri().path().ends_with("/quorum");
-    if (mutation || proof)
-        && let Err(e) = require_incarnation(&st, req.headers())
-    {
+    if !(mutation || proof) {
+        return next.run(req).await;
+    }
+    if let Err(e) = require_incarnation(&st, req.headers()) {
         return e.into_response();
     }
+    // The lifecycle routes judge the token themselves: it is the one being installed.
+    let path = req.uri().path();
+    if path == FENCE_ROUTE || path == FENCE_RETIRE_ROUTE {
+        return next.run(req).await;
+    }
+    let seen = match super::request::single(req.headers(), MAINTENANCE_FENCE) {
+        Ok(seen) => seen.map(str::to_owned),
+        Err(e) => return e.into_response(),
+    };
+    if !mutation {
+        return match st.fence.check_read(seen.as_deref()) {
+            Ok(()) => next.run(req).await,
+            Err(e) => fence_refusal(e).into_response(),
+        };
+    }
+    let _admitted = match st.fence.admit_mutation(seen.as_deref()).await {
+        Ok(g) => g,
+        Err(e) => return fence_refusal(e).into_response(),
+    };
     next.run(req).await
+}
+
+const FENCE_ROUTE: &str = "/__ursula/maintenance-fence";
+const FENCE_RETIRE_ROUTE: &str = "/__ursula/maintenance-fence/retire";
+
+/// The status each fence refusal answers with.
+fn fence_refusal(e: FenceError) -> ApiError {
+    let status = match &e {
+        FenceError::Stale { .. }
+        | FenceError::Reopen(_)
+        | FenceError::NotActive(_)
+        | FenceError::Pending { .. } => StatusCode::CONFLICT,
+        FenceError::Missing(_) => StatusCode::PRECONDITION_REQUIRED,
+        FenceError::Other { .. } => StatusCode::PRECONDITION_FAILED,
+        FenceError::Uncertain(_) | FenceError::Queue { .. } => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let err = ApiError::new(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        err.header(header::RETRY_AFTER, "1")
+    } else {
+        err
+    }
+}
+
+/// `POST /__ursula/maintenance-fence`: activates the token in `x-ursula-maintenance-fence`.
+async fn activate_fence(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    fence_lifecycle(&st, &headers, Lifecycle::Activate).await
+}
+
+/// `POST /__ursula/maintenance-fence/retire`: retires the active token, named in the header.
+async fn retire_fence(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    fence_lifecycle(&st, &headers, Lifecycle::Retire).await
+}
+
+async fn fence_lifecycle(st: &AppState, headers: &HeaderMap, op: Lifecycle) -> Response {
+    let run = async {
+        let Some(raw) = super::request::single(headers, MAINTENANCE_FENCE)? else {
+            return Err(ApiError::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                format!("the fence {op} needs the token in {MAINTENANCE_FENCE}"),
+            ));
+        };
+        let token = FenceToken::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let view = st
+            .fence
+            .run(op, token, st.engine.confirm_api_queues())
+            .await
+            .map_err(fence_refusal)?;
+        let body = serde_json::to_string(&view)
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        Ok(json_reply(StatusCode::OK, body))
+    };
+    match run.await {
+        Ok(r) => r.into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `POST /__ursula/flush-cold/{bucket}/{stream}`: flushes every hot byte of one stream now,

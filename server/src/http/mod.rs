@@ -65,6 +65,8 @@ pub struct AppState {
     pub process_incarnation: String,
     /// Config keys this build parses but does not act on, named in the metrics.
     pub ignored_keys: Arc<[String]>,
+    /// The maintenance fence, required on admin mutations once active.
+    pub fence: Arc<crate::fence::Fence>,
 }
 
 /// The client plane.

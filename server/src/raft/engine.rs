@@ -237,6 +237,19 @@ impl GroupEngine for RaftEngine {
         out.wal = Some(walmetrics::report(&self.journals, node, &self.opening));
     }
 
+    fn confirm_api_queues(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            // A query through each group's API channel is answered only after every message
+            // queued before it was processed.
+            for (g, r) in self.node.rafts().iter().enumerate() {
+                r.with_raft_state(|_| ())
+                    .await
+                    .map_err(|e| format!("group {g}: {e}"))?;
+            }
+            Ok(())
+        })
+    }
+
     fn hand_off(&self, within: std::time::Duration) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let node = &self.node;
