@@ -7,117 +7,21 @@
 //! `ursulactl` is looked up beside the test binary (`target/<profile>/ursulactl`), which
 //! `cargo build -p ursula-ctl` puts there.
 
+mod ctl_common;
 mod raft_common;
 
-use std::path::Path;
-use std::path::PathBuf;
-use std::process::Command;
-use std::process::Stdio;
-
+use ctl_common::*;
 use raft_common::*;
 
 const RESERVATION: &str = "0123456789abcdef0123456789abcdef";
 const EXECUTOR: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const OTHER_EXECUTOR: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
-fn ursulactl() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>");
-    let bin = dir.join(format!("ursulactl{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "ursulactl is not built at {}: build it with `cargo build -p ursula-ctl` in the same profile",
-        bin.display()
-    );
-    bin
-}
-
-/// Runs `ursulactl`; exit code, stdout, stderr.
-fn ctl(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(ursulactl())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ursulactl");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ctl_expect(code: i32, args: &[&str]) -> String {
-    let (got, out, err) = ctl(args);
-    assert_eq!(
-        got,
-        Some(code),
-        "ursulactl {args:?}\nstdout: {out}\nstderr: {err}"
-    );
-    out
-}
-
 fn token(generation: u64, executor: &str) -> String {
     format!("{RESERVATION}:{generation}:{executor}")
 }
 
-/// Three voters, their manifest written under `dir`.
-struct Cluster {
-    dir: PathBuf,
-    nodes: Vec<Proc>,
-    manifest: String,
-}
-
 impl Cluster {
-    fn start(name: &str) -> Cluster {
-        let dir = tempfile_dir(name);
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let nodes: Vec<Proc> = (0..3)
-            .map(|i| start_cluster_node(&dir, &ports, i))
-            .collect();
-        let entries: Vec<String> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                format!(
-                    r#"{{"id": {}, "http_url": "{}", "admin_url": "http://127.0.0.1:{}"}}"#,
-                    i + 1,
-                    n.base(),
-                    n.admin_port
-                )
-            })
-            .collect();
-        let manifest = write(
-            &dir,
-            "cluster.json",
-            &format!(r#"{{"nodes": [{}]}}"#, entries.join(", ")),
-        );
-        let c = Cluster {
-            dir,
-            nodes,
-            manifest,
-        };
-        wait_for(60, "every group led on every node", || {
-            c.nodes
-                .iter()
-                .all(|n| {
-                    let groups = metrics(&n.base())["raft_groups"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default();
-                    groups.len() == 4 && groups.iter().all(|g| g["current_leader"].is_u64())
-                })
-                .then_some(())
-        });
-        c
-    }
-
-    fn metrics(&self, id: u64) -> serde_json::Value {
-        metrics(&self.nodes[(id - 1) as usize].base())
-    }
-
     /// A raw admin request to node `id` carrying its current incarnation and `fence`.
     fn admin(&self, id: u64, method: &str, path: &str, fence: Option<&str>) -> u16 {
         let n = &self.nodes[(id - 1) as usize];
@@ -148,12 +52,6 @@ impl Cluster {
         }
         write(&self.dir, name, &m.to_string())
     }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("manifest");
-    path.display().to_string()
 }
 
 fn fence_of(m: &serde_json::Value) -> (serde_json::Value, bool) {
