@@ -78,6 +78,13 @@ pub trait GroupEngine: Send + Sync + Debug {
         self.submit(group, cmd, None)
     }
 
+    /// An operator's whole-group command (a bucket purge, a backup import), which any node
+    /// accepts: proposed here when this node leads `group`, handed to the leader otherwise.
+    /// `NotLeader { leader: None }` when no leader is known (the caller answers `503`).
+    fn forward(&self, group: GroupId, cmd: Command) -> Pending {
+        self.propose(group, cmd)
+    }
+
     /// The node's unsnapshotted Raft log bytes, for `RaftLogPressure`; `None` without a log.
     fn log_bytes(&self) -> Option<u64>;
 

@@ -8,11 +8,13 @@
 //! - [`runtime`]: core threads, group ownership, live-reader wake-ups.
 //! - [`engine`]: the `GroupEngine` seam: in memory, or Raft ([`raft`]) behind the same trait.
 //! - [`raft`]: openraft groups over the per-core disk journal, and their peer transport.
+//! - [`backup`]: the backup format: group objects, the manifest, and their deep check.
 //! - [`fence`]: the maintenance fence, process-local admission of one maintenance executor.
 //! - [`http`]: the client plane and `/__ursula/*` over HTTP/1.1.
 //! - [`node`]: wiring it all together for `ursula server`.
 
 pub mod admission;
+pub mod backup;
 pub mod coldtier;
 pub mod config;
 pub mod engine;

@@ -44,6 +44,9 @@ pub struct Group {
     watchers: HashMap<Box<str>, watch::Sender<Tick>>,
     pub appends: u64,
     pub applied_index: u64,
+    /// The Raft log index the state reflects (0 without Raft): a backup export names it, so
+    /// `backup-create` keeps the freshest replica's answer.
+    pub log_index: u64,
 }
 
 impl Group {

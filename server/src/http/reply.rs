@@ -174,6 +174,10 @@ impl From<Refusal> for ApiError {
                 .header(h::STREAM_NEXT_OFFSET, Offset(retained).to_string()),
             Refusal::BeyondTail { tail } => ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, msg)
                 .header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string()),
+            Refusal::ImportIntoNonEmpty { .. } => ApiError::new(StatusCode::CONFLICT, msg),
+            Refusal::WriteUnitMismatch { .. } | Refusal::ImportUndecodable(_) => {
+                ApiError::bad_request(msg)
+            }
             Refusal::BoundaryUnknown => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, msg)
                 .header(axum::http::header::RETRY_AFTER, "1"),
         }

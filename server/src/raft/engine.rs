@@ -120,6 +120,30 @@ impl GroupEngine for RaftEngine {
         })
     }
 
+    fn forward(&self, group: GroupId, cmd: Command) -> Pending {
+        let node = self.node.clone();
+        if node.is_leader(group) {
+            return self.submit(group, cmd, None);
+        }
+        Box::pin(async move {
+            let Some(leader) = node.leader_of(group).filter(|l| *l != node.node_id) else {
+                return Err(EngineError::NotLeader {
+                    leader: None,
+                    single: false,
+                });
+            };
+            match node.peers.propose(leader, group, &cmd).await {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(why)) => Err(EngineError::Unavailable(format!(
+                    "node {leader}, the leader of group {group}, did not take the command: {why}"
+                ))),
+                Err(e) => Err(EngineError::Unavailable(format!(
+                    "the leader of group {group}, node {leader}: {e}"
+                ))),
+            }
+        })
+    }
+
     fn log_bytes(&self) -> Option<u64> {
         Some(self.node.log_bytes.bytes())
     }

@@ -117,6 +117,15 @@ pub enum Command {
     ColdForget {
         objects: Vec<std::sync::Arc<str>>,
     },
+    /// An operator's bucket purge: every stream of the bucket goes and the bucket is fenced.
+    Purge {
+        bucket: String,
+    },
+    /// A backup's group state (MessagePack of `GroupState`) becomes this group's, when the
+    /// group holds no stream.
+    Import {
+        state: Bytes,
+    },
 }
 
 /// One stream's range in a flushed object: stream bytes `[start, end)` at object offset `at`.
@@ -138,7 +147,11 @@ impl Command {
                 Some(key)
             }
             Command::PublishSnapshot(p) => Some(&p.key),
-            Command::Sweep | Command::ColdFlush { .. } | Command::ColdForget { .. } => None,
+            Command::Sweep
+            | Command::ColdFlush { .. }
+            | Command::ColdForget { .. }
+            | Command::Purge { .. }
+            | Command::Import { .. } => None,
         }
     }
 }
@@ -188,6 +201,14 @@ pub enum Applied {
         slices: usize,
     },
     ColdForgotten,
+    Purged {
+        removed_streams: u64,
+        /// Released cold objects of the bucket still waiting for deletion in this group.
+        pending_cold: u64,
+    },
+    Imported {
+        streams: u64,
+    },
 }
 
 /// A refusal decided by the state machine; nothing was applied.
@@ -245,4 +266,10 @@ pub enum Refusal {
         "the byte before the offset is in the cold tier, so it cannot be checked as a JSON message boundary; try again"
     )]
     BoundaryUnknown,
+    #[error("the group already holds {streams} streams: restore only into a fresh, empty cluster")]
+    ImportIntoNonEmpty { streams: u64 },
+    #[error("the backup counts usage in write units of {got} bytes, this cluster in {want}")]
+    WriteUnitMismatch { got: u64, want: u64 },
+    #[error("the imported group state does not decode: {0}")]
+    ImportUndecodable(String),
 }

@@ -269,6 +269,37 @@ impl StreamData {
     pub fn held_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.len() as u64).sum()
     }
+
+    /// Whether the stored layout is one this build could have written: the hot segments
+    /// cover exactly `[base, tail)`, and the cold chunks are non-empty, ordered, disjoint and
+    /// below the hot ring. A backup's deep check runs it on every stream it holds.
+    pub fn check(&self) -> Result<(), String> {
+        if self.base > self.tail {
+            return Err(format!(
+                "hot ring starts at {} past the tail {}",
+                self.base, self.tail
+            ));
+        }
+        if self.held_bytes() != self.tail - self.base {
+            return Err(format!(
+                "hot segments hold {} bytes for the range [{}, {})",
+                self.held_bytes(),
+                self.base,
+                self.tail
+            ));
+        }
+        let mut end = 0u64;
+        for c in &self.cold {
+            if c.start >= c.end || c.start < end || c.end > self.base {
+                return Err(format!(
+                    "cold chunk [{}, {}) in {} overlaps, is empty or reaches the hot ring at {}",
+                    c.start, c.end, c.object, self.base
+                ));
+            }
+            end = c.end;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

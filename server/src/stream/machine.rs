@@ -14,6 +14,7 @@ use super::json::JsonError;
 use super::producer::Producers;
 use super::producer::Receipt;
 use super::producer::Verdict;
+use super::tenancy::Tenancy;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
@@ -28,7 +29,7 @@ pub struct Snapshot {
 
 impl Stream {
     /// Every cold object this stream references: its chunks and a cold snapshot body.
-    fn objects(&self) -> Vec<Arc<str>> {
+    pub(super) fn objects(&self) -> Vec<Arc<str>> {
         let mut out: Vec<Arc<str>> = self.data.objects().cloned().collect();
         if let Some(o) = self.snapshot.as_ref().and_then(|s| s.cold.clone()) {
             out.push(o);
@@ -112,16 +113,19 @@ impl Stream {
 pub struct GroupState {
     /// Encoded in key order, so equal states encode to equal bytes on every replica.
     #[serde(serialize_with = "super::sorted::map")]
-    streams: HashMap<Box<str>, Stream>,
-    last_incarnation: u64,
+    pub(super) streams: HashMap<Box<str>, Stream>,
+    pub(super) last_incarnation: u64,
     /// Cold objects no stream references any more, and when that happened (the command's
     /// clock): the leader deletes them after a grace, then forgets them by a command.
     #[serde(default)]
-    cold_garbage: Vec<(Arc<str>, u64)>,
+    pub(super) cold_garbage: Vec<(Arc<str>, u64)>,
     /// Hot payload bytes across the group's streams, kept as commands apply; recounted after
     /// a snapshot is loaded.
     #[serde(skip)]
-    hot: u64,
+    pub(super) hot: u64,
+    /// Usage counters and erasure fences per bucket (absent from states of older builds).
+    #[serde(default)]
+    pub(super) tenancy: Tenancy,
 }
 
 fn expires_for(lifetime: Option<Lifetime>, now_ms: u64) -> Option<u64> {
@@ -212,6 +216,12 @@ impl GroupState {
                     removed: before - self.streams.len(),
                 })
             }
+            Command::Purge { bucket } => Ok(self.purge(&bucket, now_ms)),
+            Command::Import { state } => {
+                let from: GroupState = rmp_serde::from_slice(&state)
+                    .map_err(|e| Refusal::ImportUndecodable(e.to_string()))?;
+                self.import(from)
+            }
         }
     }
 
@@ -244,6 +254,10 @@ impl GroupState {
                 meta: s.meta(),
                 fresh: false,
             });
+        }
+        if self.tenancy.is_erased(&c.key) {
+            // A purged bucket stays concealed: nothing is created in it again.
+            return Err(Refusal::NotFound);
         }
         if c.incarnation.is_some() {
             return Err(Refusal::IncarnationMismatch { current: None });
@@ -291,6 +305,7 @@ impl GroupState {
         }
         let meta = stream.meta();
         self.hot += stream.data.hot_len();
+        self.tenancy.count(&c.key, initial.len() as u64);
         // An expired stream at this key is replaced by the new incarnation.
         if let Some(old) = self.streams.insert(c.key.into(), stream) {
             self.hot -= old.data.hot_len();
@@ -412,6 +427,7 @@ impl GroupState {
             duplicate: false,
         };
         self.hot += appended;
+        self.tenancy.count(&a.key, appended);
         Ok(applied)
     }
 
@@ -548,7 +564,7 @@ impl GroupState {
 
     /// Queues for deletion each object in `objects` no live stream still references. Packed
     /// objects are shared by streams, so only the last reference frees one.
-    fn release(&mut self, objects: Vec<Arc<str>>, now_ms: u64) {
+    pub(super) fn release(&mut self, objects: Vec<Arc<str>>, now_ms: u64) {
         for o in objects {
             let referenced = self
                 .streams

@@ -8,6 +8,8 @@
 //! - [`producer`]: producer epochs, sequence numbers and receipts.
 //! - [`json`]: JSON-mode body validation and flattening.
 //! - [`sorted`]: hash maps encoded in key order, so a state's encoding is canonical.
+//! - [`tenancy`]: per-bucket usage counters, the purge fence, and the purge and import
+//!   commands.
 
 pub mod command;
 pub mod data;
@@ -16,6 +18,7 @@ pub mod machine;
 pub mod producer;
 pub mod read;
 mod sorted;
+pub mod tenancy;
 #[cfg(test)]
 mod tests;
 

@@ -47,6 +47,7 @@ use super::wire::ElectAnswer;
 use super::wire::ElectRequest;
 use super::wire::PeerError;
 use super::wire::Probe;
+use super::wire::ProposeAnswer;
 use super::wire::RPC_PREFIX;
 use super::wire::RpcKind;
 use crate::raft::TypeConfig;
@@ -271,6 +272,18 @@ impl Peers {
             .await
     }
 
+    /// Hands an operator's whole-group command to `leader`, which proposes it. An import
+    /// carries a whole group state, so the answer may take as long as its replication.
+    pub async fn propose(
+        &self,
+        leader: u64,
+        group: u32,
+        cmd: &crate::stream::Command,
+    ) -> Result<ProposeAnswer, PeerError> {
+        self.ask(leader, group, RpcKind::Propose, cmd, PROPOSE_TIMEOUT)
+            .await
+    }
+
     /// Asks `node` whether it holds anything of `group` and whom it sees leading it.
     pub async fn probe(&self, node: u64, group: u32) -> Result<Probe, PeerError> {
         self.ask(node, group, RpcKind::Probe, &(), RPC_TIMEOUT)
@@ -282,6 +295,8 @@ impl Peers {
 const LANE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long Ursula's own RPCs wait for a peer; a barrier needs a heartbeat round of the leader.
 const RPC_TIMEOUT: Duration = Duration::from_secs(4);
+/// How long a forwarded operator command may take: an import is one large entry.
+const PROPOSE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The leader gives up on a barrier before the asker gives up on the answer.
 pub const BARRIER_TIMEOUT: Duration = Duration::from_secs(3);
 

@@ -18,6 +18,7 @@ use super::wire::ElectAnswer;
 use super::wire::ElectRequest;
 use super::wire::Item;
 use super::wire::Probe;
+use super::wire::ProposeAnswer;
 use super::wire::RpcKind;
 use crate::raft::GroupRaft;
 use crate::raft::TypeConfig;
@@ -25,6 +26,7 @@ use crate::raft::recovery::floor::Floor;
 use crate::raft::recovery::floor::Refused;
 use crate::raft::recovery::floor::Rpc;
 use crate::raft::replicas::Replicas;
+use crate::stream::Command;
 
 /// Why [`serve`] answers no Raft reply.
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +165,10 @@ pub async fn serve(
             };
             rmp_serde::to_vec(&answer)
         }
+        RpcKind::Propose => {
+            let cmd: Command = rmp_serde::from_slice(body).map_err(invalid)?;
+            rmp_serde::to_vec(&propose(node, raft, group, cmd).await)
+        }
         RpcKind::Probe => {
             let view = node.log_view(group);
             rmp_serde::to_vec(&Probe {
@@ -179,6 +185,31 @@ pub async fn serve(
         }
     };
     out.map_err(|e| ServeError::Invalid(e.to_string()))
+}
+
+/// Proposes a forwarded operator command as this group's leader. Only the whole-group
+/// commands an operator sends to any node travel this way; a client's writes go to the
+/// leader themselves.
+async fn propose(node: &Replicas, raft: &GroupRaft, group: u32, cmd: Command) -> ProposeAnswer {
+    if !matches!(cmd, Command::Purge { .. } | Command::Import { .. }) {
+        return Err("only a purge or an import is forwarded to the leader".into());
+    }
+    if !node.is_leader(group) {
+        return Err(format!("node {} does not lead group {group}", node.node_id));
+    }
+    let writes = crate::raft::Writes {
+        now_ms: crate::runtime::now_ms(),
+        cmds: vec![cmd],
+    };
+    match raft.client_write(writes).await {
+        Ok(resp) => resp
+            .data
+            .0
+            .into_iter()
+            .next()
+            .ok_or_else(|| "the entry answered nothing".to_owned()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Answers a batch of `append` RPCs ([`super::lanes`]), run concurrently, each answered with

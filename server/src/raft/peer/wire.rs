@@ -24,6 +24,9 @@ pub enum RpcKind {
     Probe,
     /// A leader handing the group off asks its target to campaign now ([`ElectRequest`]).
     Elect,
+    /// A node that took an operator's whole-group command (a bucket purge, a backup import)
+    /// hands it to the group's leader: the body is the command, the answer a [`ProposeAnswer`].
+    Propose,
 }
 
 impl RpcKind {
@@ -36,6 +39,7 @@ impl RpcKind {
             RpcKind::Barrier => "barrier",
             RpcKind::Probe => "probe",
             RpcKind::Elect => "elect",
+            RpcKind::Propose => "propose",
         }
     }
 
@@ -47,6 +51,7 @@ impl RpcKind {
             RpcKind::Barrier,
             RpcKind::Probe,
             RpcKind::Elect,
+            RpcKind::Propose,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -67,6 +72,10 @@ pub struct ElectRequest {
 
 /// `Err` names why the addressee will not campaign.
 pub type ElectAnswer = Result<(), String>;
+
+/// The leader's answer to a forwarded operator command: what the state machine answered, or
+/// why the addressee did not propose it (not the leader, the group stopped).
+pub type ProposeAnswer = Result<Result<crate::stream::Applied, crate::stream::Refusal>, String>;
 
 /// One RPC in a batch request: its group and its MessagePack body.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -132,6 +141,7 @@ mod tests {
             RpcKind::Barrier,
             RpcKind::Probe,
             RpcKind::Elect,
+            RpcKind::Propose,
         ] {
             assert_eq!(RpcKind::parse(k.as_str()), Some(k));
         }

@@ -163,7 +163,11 @@ impl StateMachine {
                     .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
                 let state = read_group_state(&snap.data)
                     .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-                on_group(&rt, group, move |g| g.replace_state(state))?;
+                let index = snap.meta.last_log_id.map_or(0, |l| l.index);
+                on_group(&rt, group, move |g| {
+                    g.replace_state(state);
+                    g.log_index = index;
+                })?;
                 sm.applied = snap.meta.last_log_id;
                 sm.membership = snap.meta.last_membership.clone();
                 sm.stats.built(group, snap.data.len() as u64, None);
@@ -275,15 +279,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut out = Vec::new();
         for e in entries {
             self.applied = Some(e.log_id);
+            let index = e.log_id.index;
             match e.payload {
-                EntryPayload::Blank => out.push(Outcome(Vec::new())),
+                EntryPayload::Blank => {
+                    on_group(&self.rt, self.group, |g| g.log_index = index)?;
+                    out.push(Outcome(Vec::new()));
+                }
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(e.log_id), m);
+                    on_group(&self.rt, self.group, |g| g.log_index = index)?;
                     out.push(Outcome(Vec::new()));
                 }
                 EntryPayload::Normal(p) => {
                     let now = p.now_ms;
                     let r = on_group(&self.rt, self.group, move |g| {
+                        g.log_index = index;
                         p.cmds.into_iter().map(|c| g.apply(c, now)).collect()
                     })?;
                     out.push(Outcome(r));
@@ -322,7 +332,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StoreError> {
         let data = snapshot.into_inner();
         let state = read_group_state(&data).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        on_group(&self.rt, self.group, move |g| g.replace_state(state))?;
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        on_group(&self.rt, self.group, move |g| {
+            g.replace_state(state);
+            g.log_index = index;
+        })?;
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         let snap = StoredSnapshot {
