@@ -222,6 +222,16 @@ impl ColdStore {
         }
     }
 
+    /// Whether `key` is there (one `HEAD`).
+    pub async fn exists(&self, key: &str) -> Result<bool, ColdError> {
+        let path = self.path(key)?;
+        match self.inner.store.head(&path).await {
+            Ok(_) => Ok(true),
+            Err(e) if error::kind(&e) == Kind::NotFound => Ok(false),
+            Err(e) => Err(self.err("HEAD", key, e)),
+        }
+    }
+
     /// Deletes `key`; a key that is not there is not an error.
     pub async fn delete(&self, key: &str) -> Result<(), ColdError> {
         let path = self.writable_path(key)?;

@@ -1,7 +1,7 @@
 //! Operational endpoints and the admin plane.
 //!
 //! `/__ursula/metrics` (the [`NodeMetrics`] document) and `/__ursula/ready` are served on
-//! every plane. The admin plane ([`router`], `server.admin_listen`) also serves the admin
+//! every plane, and so is `/__ursula/usage` ([`super::tenancy`]). The admin plane ([`router`], `server.admin_listen`) also serves the admin
 //! mutations: `POST /__ursula/flush-cold/{bucket}/{stream}` and the engine's own
 //! (`accept-unsynced-loss`, and the operator routes of `crate::raft::operate`). Every mutation there first needs `x-ursula-process-incarnation`,
 //! the `process_incarnation` the metrics reported: `428` without it, `412` when it names
@@ -160,7 +160,7 @@ fn state_gauges(group: u32, state: &crate::stream::GroupState) -> metrics::Group
     g
 }
 
-fn json_reply(status: StatusCode, body: String) -> Reply {
+pub(super) fn json_reply(status: StatusCode, body: String) -> Reply {
     Reply::new(status)
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::CACHE_CONTROL, "no-store")
@@ -241,6 +241,11 @@ pub fn router(state: AppState, engine_routes: Option<Router>) -> Router {
             post(flush_cold).with_state(state.clone()),
         )
         .merge(engine_routes.unwrap_or_default())
+        .merge(super::backup::routes(state.clone()))
+        .route(
+            "/__ursula/purge/{bucket}",
+            axum::routing::delete(super::tenancy::purge_route).with_state(state.clone()),
+        )
         .route(FENCE_ROUTE, post(activate_fence).with_state(state.clone()))
         .route(
             FENCE_RETIRE_ROUTE,
@@ -253,6 +258,7 @@ pub fn router(state: AppState, engine_routes: Option<Router>) -> Router {
     Router::new()
         .route("/__ursula/metrics", get(metrics_route))
         .route("/__ursula/ready", get(ready_route))
+        .route("/__ursula/usage", get(super::tenancy::usage_route))
         .with_state(state)
         .merge(mutations)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })

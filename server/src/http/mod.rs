@@ -13,14 +13,18 @@
 //! - [`reply`]: responses and the mapping of refusals to statuses.
 //! - [`write`], [`read`], [`live`]: the stream routes.
 //! - [`admin`]: the operational endpoints under `/__ursula/` and the admin plane.
+//! - [`tenancy`]: `/__ursula/usage` (both planes) and the admin plane's bucket purge.
+//! - [`backup`]: the admin plane's `/__ursula/backup/*` routes.
 //! - [`serve`]: accept loops on the core threads.
 
 pub mod admin;
+pub mod backup;
 pub mod live;
 pub mod read;
 pub mod reply;
 pub mod request;
 pub mod serve;
+pub mod tenancy;
 pub mod write;
 
 use std::sync::Arc;
@@ -273,7 +277,8 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
     let reply = match (route, &method) {
         (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
         (Route::Ready, &Method::GET) => admin::ready(st),
-        (Route::Metrics | Route::Ready, _) => {
+        (Route::Usage, &Method::GET) => tenancy::usage(st).await?,
+        (Route::Metrics | Route::Ready | Route::Usage, _) => {
             return Err(ApiError::method_not_allowed("GET"));
         }
         (Route::NotFound, _) => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such route")),

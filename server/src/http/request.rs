@@ -20,6 +20,7 @@ use crate::stream::ProducerTuple;
 pub enum Route {
     Metrics,
     Ready,
+    Usage,
     Bucket(String),
     Stream(StreamPath),
     Bootstrap(StreamPath),
@@ -42,6 +43,7 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
         Target::Internal(rest) => Ok(match rest.as_slice() {
             ["metrics"] => Route::Metrics,
             ["ready"] => Route::Ready,
+            ["usage"] => Route::Usage,
             _ => Route::NotFound,
         }),
         Target::Bucket(b) => Ok(Route::Bucket(b)),

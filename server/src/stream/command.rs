@@ -118,8 +118,11 @@ pub enum Command {
         objects: Vec<std::sync::Arc<str>>,
     },
     /// An operator's bucket purge: every stream of the bucket goes and the bucket is fenced.
+    /// With `forget_cold` the purging node has deleted the bucket's whole object prefix, so the
+    /// bucket's released objects leave the garbage list too.
     Purge {
         bucket: String,
+        forget_cold: bool,
     },
     /// A backup's group state (MessagePack of `GroupState`) becomes this group's, when the
     /// group holds no stream.
@@ -205,6 +208,8 @@ pub enum Applied {
         removed_streams: u64,
         /// Released cold objects of the bucket still waiting for deletion in this group.
         pending_cold: u64,
+        /// Released cold objects of the bucket this command forgot (`forget_cold`).
+        reclaimed_cold: u64,
     },
     Imported {
         streams: u64,

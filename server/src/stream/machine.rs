@@ -216,7 +216,10 @@ impl GroupState {
                     removed: before - self.streams.len(),
                 })
             }
-            Command::Purge { bucket } => Ok(self.purge(&bucket, now_ms)),
+            Command::Purge {
+                bucket,
+                forget_cold,
+            } => Ok(self.purge(&bucket, forget_cold, now_ms)),
             Command::Import { state } => {
                 let from: GroupState = rmp_serde::from_slice(&state)
                     .map_err(|e| Refusal::ImportUndecodable(e.to_string()))?;

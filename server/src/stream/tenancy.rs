@@ -115,7 +115,7 @@ impl GroupState {
 
     /// Erases `bucket` from this group: its streams go, their cold objects are released, and
     /// the bucket is fenced for good. The usage counters stay. Idempotent.
-    pub(super) fn purge(&mut self, bucket: &str, now_ms: u64) -> Applied {
+    pub(super) fn purge(&mut self, bucket: &str, forget_cold: bool, now_ms: u64) -> Applied {
         let keys: Vec<Box<str>> = self
             .streams
             .keys()
@@ -131,6 +131,11 @@ impl GroupState {
         }
         self.tenancy.erased.insert(bucket.into());
         let prefix = format!("{bucket}/");
+        let before = self.cold_garbage.len();
+        if forget_cold {
+            self.cold_garbage.retain(|(o, _)| !o.starts_with(&prefix));
+        }
+        let reclaimed = before - self.cold_garbage.len();
         let pending = self
             .cold_garbage
             .iter()
@@ -139,6 +144,7 @@ impl GroupState {
         Applied::Purged {
             removed_streams: keys.len() as u64,
             pending_cold: pending as u64,
+            reclaimed_cold: reclaimed as u64,
         }
     }
 
