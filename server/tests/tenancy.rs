@@ -511,8 +511,9 @@ fn a_group_exported_from_one_node_imports_into_an_empty_one_with_its_streams_and
                 .expect("decode")
                 .open(*g, 4)
                 .expect("open")
-                .len()
-                > 0
+                .is_empty()
+                .then_some(())
+                .is_none()
         })
         .expect("a group with streams");
     let (status, _, _) = admin(
