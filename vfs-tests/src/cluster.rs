@@ -19,14 +19,17 @@ pub struct Cluster {
     admin_ports: Option<Vec<u16>>,
     /// `raft.wal.fsync = "always"`.
     fsync_always: bool,
+    extra_toml: String,
 }
 
 /// How [`Cluster::start_with`] runs the nodes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Admin planes on ports of their own, and logs kept in the cluster's directory.
     pub operable: bool,
     pub fsync_always: bool,
+    /// More of each node's TOML (a `[storage.cold]` section, say).
+    pub extra_toml: String,
 }
 
 fn bin() -> PathBuf {
@@ -49,6 +52,7 @@ impl Cluster {
         Cluster::start_with(Options {
             operable: true,
             fsync_always: true,
+            extra_toml: String::new(),
         })
     }
 
@@ -65,6 +69,7 @@ impl Cluster {
                 .operable
                 .then(|| (0..3).map(|_| crate::free_port()).collect()),
             fsync_always: opts.fsync_always,
+            extra_toml: opts.extra_toml,
         };
         for i in 0..3 {
             c.spawn_node(i);
@@ -176,6 +181,7 @@ impl Cluster {
                 j + 1
             ));
         }
+        t.push_str(&self.extra_toml);
         let config = self.dir.path().join(format!("n{}.toml", i + 1));
         std::fs::write(&config, t).expect("toml");
         // Nodes of one host need admin planes apart; most tests use none.
