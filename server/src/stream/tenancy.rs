@@ -222,3 +222,145 @@ impl GroupState {
         Ok(self.streams.len() as u64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::stream::Append;
+    use crate::stream::Body;
+    use crate::stream::Command;
+    use crate::stream::Create;
+
+    fn create(st: &mut GroupState, key: &str, body: &[u8]) {
+        st.apply(
+            Command::Create(Create {
+                key: key.into(),
+                content_type: "application/octet-stream".into(),
+                lifetime: None,
+                closed: false,
+                stream_seq: None,
+                producer: None,
+                incarnation: None,
+                body: Some(Body::Raw(Bytes::copy_from_slice(body))),
+            }),
+            1_000,
+        )
+        .expect("create");
+    }
+
+    fn append(st: &mut GroupState, key: &str, body: &[u8]) -> Result<Applied, Refusal> {
+        st.apply(
+            Command::Append(Append {
+                key: key.into(),
+                content_type: Some("application/octet-stream".into()),
+                close: false,
+                stream_seq: None,
+                producer: None,
+                incarnation: None,
+                body: Body::Raw(Bytes::copy_from_slice(body)),
+            }),
+            2_000,
+        )
+    }
+
+    fn usage(st: &GroupState) -> BTreeMap<String, BucketReport> {
+        let mut out = BTreeMap::new();
+        st.usage_into(&mut out, 3_000);
+        out
+    }
+
+    #[test]
+    fn a_purge_removes_only_its_bucket_fences_it_and_keeps_its_counters() {
+        let mut st = GroupState::default();
+        create(&mut st, "tenant-a/x", b"12345");
+        create(&mut st, "tenant-a/y", b"");
+        create(&mut st, "tenant-b/z", b"zz");
+        let purge = |forget_cold| Command::Purge {
+            bucket: "tenant-a".into(),
+            forget_cold,
+        };
+        let first = st.apply(purge(false), 2_000).expect("purge");
+        assert!(matches!(first, Applied::Purged { removed_streams: 2, .. }), "{first:?}");
+        assert!(st.get("tenant-b/z", 3_000).is_some());
+        // Idempotent, and the bucket stays fenced.
+        let again = st.apply(purge(true), 2_500).expect("purge again");
+        assert!(matches!(again, Applied::Purged { removed_streams: 0, .. }), "{again:?}");
+        let recreate = st.apply(
+            Command::Create(Create {
+                key: "tenant-a/x".into(),
+                content_type: "application/octet-stream".into(),
+                lifetime: None,
+                closed: false,
+                stream_seq: None,
+                producer: None,
+                incarnation: None,
+                body: None,
+            }),
+            3_000,
+        );
+        assert_eq!(recreate, Err(Refusal::NotFound));
+        assert_eq!(append(&mut st, "tenant-a/x", b"more"), Err(Refusal::NotFound));
+        let u = usage(&st);
+        assert_eq!(u["tenant-a"].committed_records, 2);
+        assert_eq!(u["tenant-a"].committed_append_bytes, 5);
+        assert_eq!(u["tenant-a"].stream_count, 0);
+        assert_eq!(u["tenant-b"].stream_count, 1);
+    }
+
+    #[test]
+    fn an_import_takes_a_state_only_into_an_empty_group_in_the_same_unit() {
+        let mut from = GroupState::default();
+        create(&mut from, "demo/a", b"hello");
+        append(&mut from, "demo/a", b" world").expect("append");
+        let bytes = Bytes::from(rmp_serde::to_vec(&from).expect("encode"));
+
+        let mut target = GroupState::default();
+        let done = target
+            .apply(Command::Import { state: bytes.clone() }, 9_000)
+            .expect("import");
+        assert_eq!(done, Applied::Imported { streams: 1 });
+        let s = target.get("demo/a", 9_000).expect("stream");
+        assert_eq!(s.data.read(0, 100), b"hello world");
+        assert_eq!(usage(&target)["demo"].committed_records, 2);
+        // A second import finds streams.
+        assert_eq!(
+            target.apply(Command::Import { state: bytes }, 9_001),
+            Err(Refusal::ImportIntoNonEmpty { streams: 1 })
+        );
+        // A state counted in another unit is refused.
+        let mut other = GroupState::default();
+        other.tenancy.write_unit_bytes = 4096;
+        let other = Bytes::from(rmp_serde::to_vec(&other).expect("encode"));
+        assert!(matches!(
+            GroupState::default().apply(Command::Import { state: other }, 1),
+            Err(Refusal::WriteUnitMismatch { got: 4096, .. })
+        ));
+    }
+
+    #[test]
+    fn the_ledger_survives_an_encoded_snapshot_and_older_states_decode_with_an_empty_one() {
+        let mut st = GroupState::default();
+        create(&mut st, "demo/a", &[1; 30_000]);
+        let back: GroupState =
+            rmp_serde::from_slice(&rmp_serde::to_vec(&st).expect("encode")).expect("decode");
+        assert_eq!(back.tenancy(), st.tenancy());
+        assert_eq!(usage(&back)["demo"].committed_write_units, 3);
+        // A state of a build before the ledger: the same fields without the last one.
+        #[derive(serde::Serialize)]
+        struct Old {
+            streams: BTreeMap<String, ()>,
+            last_incarnation: u64,
+            cold_garbage: Vec<(String, u64)>,
+        }
+        let old = rmp_serde::to_vec(&Old {
+            streams: BTreeMap::new(),
+            last_incarnation: 7,
+            cold_garbage: Vec::new(),
+        })
+        .expect("encode old");
+        let decoded: GroupState = rmp_serde::from_slice(&old).expect("decode old");
+        assert_eq!(decoded.tenancy(), &Tenancy::default());
+    }
+}
