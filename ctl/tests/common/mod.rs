@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod stub;
+
 use std::process::Command;
 use std::process::Stdio;
 
