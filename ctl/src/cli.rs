@@ -24,23 +24,20 @@ pub const SUPPORTED: &[&str] = &[
     "verify-survivors",
     "activate-maintenance-fence",
     "retire-maintenance-fence",
-];
-
-/// Verbs of the spec this build parses but does not run (exit 1).
-pub const NOT_YET: &[&str] = &[
     "backup-create",
     "backup-verify",
     "restore",
-    "reservation-propose",
-    "reservation-acknowledge",
 ];
+
+/// Verbs of the spec this build parses but does not run (exit 1).
+pub const NOT_YET: &[&str] = &["reservation-propose", "reservation-acknowledge"];
 
 #[derive(Debug, Parser)]
 #[command(
     name = "ursulactl",
     version,
     about = "Operator CLI of an Ursula cluster, over its metrics and admin HTTP endpoints",
-    after_help = "Exit codes: 0 done, 2 safe abort (no safe target, timeout, stall), 1 any other error. Not run by this build (exit 1): backup-create, backup-verify, restore, reservation-propose/-acknowledge."
+    after_help = "Exit codes: 0 done, 2 safe abort (no safe target, timeout, stall), 1 any other error. Not run by this build (exit 1): reservation-propose/-acknowledge."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -162,28 +159,34 @@ pub enum Verb {
         #[arg(long, value_name = "SECS", default_value_t = 120)]
         timeout_secs: u64,
     },
-    /// Export every Raft group into a backup (not supported by this build yet).
+    /// Export every Raft group (the freshest replica's) and its manifest into a backup.
     BackupCreate {
         #[command(flatten)]
         config: ConfigArg,
+        /// A local directory, or s3://bucket/prefix (AWS_* environment, AWS_ENDPOINT_URL).
         #[arg(long, value_name = "DIR|s3://BUCKET/PREFIX")]
         location: String,
+        /// The manifest's created_unix_ms instead of now.
         #[arg(long, value_name = "MS")]
         created_unix_ms: Option<u64>,
+        /// Per-request HTTP timeout (a whole group object's download included).
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         http_timeout_secs: u64,
     },
-    /// Check a backup without contacting a cluster (not supported by this build yet).
+    /// Check a backup (manifest, sizes, BLAKE3, deep decode) without contacting a cluster.
     BackupVerify {
+        /// A local directory, or s3://bucket/prefix (AWS_* environment, AWS_ENDPOINT_URL).
         #[arg(long, value_name = "DIR|s3://BUCKET/PREFIX")]
         location: String,
     },
-    /// Restore a verified backup into an empty cluster (not supported by this build yet).
+    /// Restore a verified backup into an empty cluster of the same format and group count.
     Restore {
         #[command(flatten)]
         config: ConfigArg,
+        /// A local directory, or s3://bucket/prefix (AWS_* environment, AWS_ENDPOINT_URL).
         #[arg(long, value_name = "DIR|s3://BUCKET/PREFIX")]
         location: String,
+        /// Per-request HTTP timeout (a whole group object's upload included).
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         http_timeout_secs: u64,
     },
@@ -274,6 +277,7 @@ mod tests {
             "ursulactl verify-survivors --config c.json --excluded-node-id 3 --expected-groups 256 --timeout-secs 120",
             "ursulactl backup-create --config c.json --location s3://b/p",
             "ursulactl backup-verify --location /tmp/b",
+            "ursulactl restore --config c.json --location s3://b/p --http-timeout-secs 60",
             "ursulactl activate-maintenance-fence --config c.json",
             "ursulactl retire-maintenance-fence --config c.json",
             "ursulactl reservation-propose --cell a --snapshot b --request c",

@@ -14,6 +14,10 @@
 //! - [`gates`]: `wait-ready` and `verify-cluster`, whole-cluster checks.
 //! - [`quorum`]: `verify-quorum` and `verify-survivors`, the JSON proofs.
 //! - [`status`]: the `status` verb: per-node summary, per-group leadership, the verdict.
+//! - [`location`]: where a backup lives: a local directory or `s3://bucket/prefix`.
+//! - [`backup`]: `backup-create` and `backup-verify`, over the server's backup format
+//!   (`ursula::backup`): the cluster's backup info, the manifest, each object's checks.
+//! - [`restore`]: `restore`, every refusal checked before the first import.
 //! - [`cli`]: every verb of the spec's ursulactl page as clap parses it.
 //! - [`run`]: runs a parsed verb.
 //!
@@ -24,14 +28,17 @@
 //! anything else (configuration, transport, a changed process, a verb this build does not
 //! run), always as one line `ursulactl: ...`.
 
+pub mod backup;
 pub mod cli;
 pub mod drain;
 pub mod fence;
 pub mod gates;
+pub mod location;
 pub mod manifest;
 pub mod observe;
 pub mod plan;
 pub mod quorum;
+pub mod restore;
 pub mod run;
 pub mod session;
 pub mod status;
@@ -139,6 +146,12 @@ pub enum CtlError {
     /// An answer this build cannot act on; `what` is the step that got it.
     #[error("{what}: {why}")]
     Unexpected { what: &'static str, why: String },
+    #[error(transparent)]
+    Location(#[from] location::LocationError),
+    #[error(transparent)]
+    Backup(#[from] backup::BackupFailure),
+    #[error(transparent)]
+    Restore(#[from] restore::RestoreFailure),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
 }

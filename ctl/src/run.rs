@@ -7,13 +7,16 @@ use std::time::Duration;
 
 use crate::CtlError;
 use crate::Outcome;
+use crate::backup;
 use crate::cli::Verb;
 use crate::drain;
 use crate::fence;
 use crate::gates;
+use crate::location::Location;
 use crate::manifest;
 use crate::observe;
 use crate::quorum;
+use crate::restore;
 use crate::session::Session;
 use crate::status;
 use crate::wait;
@@ -155,6 +158,28 @@ pub fn run(verb: Verb, out: &mut dyn Write) -> Result<Outcome, CtlError> {
         Verb::RetireMaintenanceFence { config } => {
             let (m, s) = session(&config.config, None)?;
             fence::run(&m, &s, fence::Call::Retire, out)
+        }
+        Verb::BackupCreate {
+            config,
+            location,
+            created_unix_ms,
+            http_timeout_secs,
+        } => {
+            let m = manifest::load(&config.config)?;
+            let s = Session::new(&m, Duration::from_secs(http_timeout_secs.max(1)), None);
+            let loc = Location::open(&location)?;
+            backup::create(&s, &loc, created_unix_ms, out)
+        }
+        Verb::BackupVerify { location } => backup::verify_verb(&Location::open(&location)?, out),
+        Verb::Restore {
+            config,
+            location,
+            http_timeout_secs,
+        } => {
+            let m = manifest::load(&config.config)?;
+            let s = Session::new(&m, Duration::from_secs(http_timeout_secs.max(1)), None);
+            let loc = Location::open(&location)?;
+            restore::restore(&s, &loc, out)
         }
         other => Err(CtlError::Unsupported {
             verb: other.name(),

@@ -35,6 +35,28 @@ pub struct Answer {
     pub body: String,
 }
 
+/// What a binary admin request answered (the backup routes).
+#[derive(Debug)]
+pub struct RawAnswer {
+    pub url: String,
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl RawAnswer {
+    /// As a text answer, for the JSON routes and for error messages.
+    pub fn text(self) -> Answer {
+        Answer {
+            url: self.url,
+            status: self.status,
+            body: String::from_utf8_lossy(&self.body).into_owned(),
+        }
+    }
+}
+
+/// The largest JSON answer an admin request reads.
+const ADMIN_BODY_LIMIT: u64 = 16 * 1024 * 1024;
+
 impl Answer {
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, CtlError> {
         serde_json::from_str(&self.body).map_err(|source| CtlError::BadJson {
@@ -184,6 +206,21 @@ impl Session {
         method: &'static str,
         path: &str,
     ) -> Result<Answer, CtlError> {
+        Ok(self
+            .admin_raw(node, method, path, Vec::new(), ADMIN_BODY_LIMIT)?
+            .text())
+    }
+
+    /// [`Session::admin`] with a binary request body (sent as `application/octet-stream` when
+    /// not empty) and a binary answer of at most `limit` bytes: the backup routes.
+    pub fn admin_raw(
+        &self,
+        node: &NodeEntry,
+        method: &'static str,
+        path: &str,
+        body: Vec<u8>,
+        limit: u64,
+    ) -> Result<RawAnswer, CtlError> {
         let expected = match self.pin(node.id) {
             Some(p) => p,
             None => {
@@ -200,7 +237,10 @@ impl Session {
         if let Some(f) = &self.fence {
             req = req.header(MAINTENANCE_FENCE, f);
         }
-        let req = req.body(Vec::new()).map_err(|e| CtlError::Unexpected {
+        if !body.is_empty() {
+            req = req.header("content-type", "application/octet-stream");
+        }
+        let req = req.body(body).map_err(|e| CtlError::Unexpected {
             what: "request",
             why: format!("{method} {url}: {e}"),
         })?;
@@ -214,28 +254,29 @@ impl Session {
         let body = resp
             .body_mut()
             .with_config()
-            .limit(16 * 1024 * 1024)
-            .read_to_string()
+            .limit(limit)
+            .read_to_vec()
             .map_err(transport)?;
         // A fence refusal names the fence header; any other 412 is the incarnation's.
-        if status == 412 && body.contains(MAINTENANCE_FENCE) {
-            return Err(CtlError::FenceRefused {
-                node: node.id,
-                method,
-                url,
-                body: observe::snippet(&body),
-            });
-        }
         if status == 412 {
+            let text = String::from_utf8_lossy(&body);
+            if text.contains(MAINTENANCE_FENCE) {
+                return Err(CtlError::FenceRefused {
+                    node: node.id,
+                    method,
+                    url,
+                    body: observe::snippet(&text),
+                });
+            }
             return Err(CtlError::ProcessChangedRefused {
                 node: node.id,
                 method,
                 url,
                 expected,
-                body: observe::snippet(&body),
+                body: observe::snippet(&text),
             });
         }
-        Ok(Answer { url, status, body })
+        Ok(RawAnswer { url, status, body })
     }
 
     /// [`Session::admin`] expecting `200` with a JSON `T`; anything else is

@@ -297,14 +297,17 @@ fn status_reports_one_leader_per_group_across_a_raft_cluster() {
 fn verbs_this_build_does_not_run_say_so_in_one_line_with_exit_code_1() {
     // Exit 2 is the spec's safe abort; a verb that does not run is an error like any other.
     for argv in [
-        &["backup-verify", "--location", "/tmp/nowhere"][..],
         &[
-            "restore",
-            "--config",
-            "m.json",
-            "--location",
-            "/tmp/nowhere",
-        ],
+            "reservation-acknowledge",
+            "--cell",
+            "a",
+            "--snapshot",
+            "b",
+            "--request",
+            "c",
+            "--response",
+            "d",
+        ][..],
         &[
             "reservation-propose",
             "--cell",

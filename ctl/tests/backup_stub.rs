@@ -1,0 +1,421 @@
+//! `backup-create` and `restore` against scripted stand-ins of the nodes' admin plane
+//! (`common::stub`): which export is kept, and everything `restore` refuses before its first
+//! import. The end-to-end test against a real cluster lives with the server's routes.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use common::stub::StubNode;
+use common::stub::group_of;
+use common::stub::info;
+use common::stub::manifest;
+use common::*;
+use ursula::backup::ColdCheck;
+use ursula::backup::GroupObject;
+use ursula::backup::Imported;
+use ursula::backup::MANIFEST;
+use ursula::backup::Manifest;
+use ursula::backup::object_key;
+use ursula_ctl::location::Location;
+
+/// Group `g`'s export by `node` at `commit`, holding `streams` streams.
+fn export(g: u32, count: u32, commit: u64, node: u64, streams: usize) -> Vec<u8> {
+    GroupObject::capture(g, count, commit, node, &state(streams))
+        .expect("capture")
+        .encode()
+        .expect("encode")
+}
+
+/// A node of a `count`-group cluster speaking `format`, exporting group `g` at `commits[g]`.
+fn exporter(id: u64, format: u32, count: u32, commits: Vec<u64>) -> StubNode {
+    StubNode::start(id, move |r| {
+        if r.path == "/__ursula/backup/info" {
+            return info(format, count, id);
+        }
+        match (r.method.as_str(), group_of(&r.path)) {
+            ("GET", Some(g)) if g < count => (
+                200,
+                export(g, count, commits[g as usize], id, g as usize + 1),
+            ),
+            _ => (404, b"no route".to_vec()),
+        }
+    })
+}
+
+fn read_manifest(dir: &std::path::Path) -> Manifest {
+    serde_json::from_slice(&std::fs::read(dir.join(MANIFEST)).expect("manifest")).expect("json")
+}
+
+#[test]
+fn backup_create_keeps_the_freshest_export_of_each_group_and_writes_a_verifiable_backup() {
+    let a = exporter(1, 3, 2, vec![5, 8]);
+    let b = exporter(2, 3, 2, vec![9, 2]);
+    let c = exporter(3, 3, 2, vec![7, 8]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = manifest(tmp.path(), &[&a, &b, &c]);
+    let dir = tmp.path().join("backup");
+    let spec = dir.display().to_string();
+    let (code, out, err) = ctl(
+        &[
+            "backup-create",
+            "--config",
+            &config,
+            "--location",
+            &spec,
+            "--created-unix-ms",
+            "1234",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let m = read_manifest(&dir);
+    assert_eq!(
+        (m.format_version, m.created_unix_ms, m.raft_group_count),
+        (3, 1234, 2)
+    );
+    // Group 0: node 2's (commit 9). Group 1: a tie at 8, the first in manifest order.
+    let picked: Vec<(u32, u64, u64, u64)> = m
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.raft_group_id,
+                g.commit_index,
+                g.source_node_id,
+                g.stream_count,
+            )
+        })
+        .collect();
+    assert_eq!(picked, vec![(0, 9, 2, 1), (1, 8, 1, 2)]);
+    // The chosen node's bytes, verbatim.
+    let written = std::fs::read(dir.join(object_key(0))).expect("object");
+    let obj = GroupObject::decode(&written).expect("decode");
+    assert_eq!((obj.source_node_id, obj.commit_index), (2, 9));
+    assert_eq!(
+        m.groups[0].blake3,
+        blake3::hash(&written).to_hex().to_string()
+    );
+    let bytes: u64 = m.groups.iter().map(|g| g.size).sum();
+    assert_eq!(
+        out.trim(),
+        format!("backup-create: 2 groups, {bytes} bytes, 3 streams written to {spec}")
+    );
+    // Every request carried the process the stub's metrics named.
+    for n in [&a, &b, &c] {
+        for r in n
+            .requests()
+            .iter()
+            .filter(|r| r.path != "/__ursula/metrics")
+        {
+            assert_eq!(
+                r.header("x-ursula-process-incarnation"),
+                Some(n.incarnation.as_str())
+            );
+        }
+    }
+    let (code, out, err) = ctl(&["backup-verify", "--location", &spec], &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+}
+
+#[test]
+fn backup_create_refuses_a_cluster_of_another_backup_format_and_writes_nothing() {
+    let a = exporter(1, 3, 2, vec![1, 1]);
+    let b = exporter(2, 4, 2, vec![1, 1]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = manifest(tmp.path(), &[&a, &b]);
+    let dir = tmp.path().join("backup");
+    let (code, _, err) = ctl(
+        &[
+            "backup-create",
+            "--config",
+            &config,
+            "--location",
+            &dir.display().to_string(),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("target cluster speaks backup format 4"),
+        "{err}"
+    );
+    assert!(!dir.exists());
+    assert!(a.calls().iter().all(|c| c == "GET /__ursula/backup/info"));
+}
+
+#[test]
+fn backup_create_refuses_nodes_that_disagree_on_the_group_count() {
+    let a = exporter(1, 3, 2, vec![1, 1]);
+    let b = exporter(2, 3, 4, vec![1, 1, 1, 1]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = manifest(tmp.path(), &[&a, &b]);
+    let dir = tmp.path().join("backup");
+    let (code, _, err) = ctl(
+        &[
+            "backup-create",
+            "--config",
+            &config,
+            "--location",
+            &dir.display().to_string(),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("disagree on raft_group_count"), "{err}");
+    assert!(
+        err.contains("node 1 has 2") && err.contains("node 2 has 4"),
+        "{err}"
+    );
+    assert!(!dir.exists());
+}
+
+/// What a restore target answers.
+struct Target {
+    format: u32,
+    count: u32,
+    /// Missing cold keys per group.
+    missing: Vec<Vec<String>>,
+    /// The import status of each group (200 unless listed).
+    import_status: Vec<(u32, u16)>,
+}
+
+fn target(id: u64, t: Target) -> StubNode {
+    let t = Arc::new(t);
+    StubNode::start(id, move |r| {
+        if r.path == "/__ursula/backup/info" {
+            return info(t.format, t.count, id);
+        }
+        let Some(g) = group_of(&r.path) else {
+            return (404, b"no route".to_vec());
+        };
+        // The body is the group's object, as the server reads it.
+        let obj = GroupObject::decode(&r.body).expect("a group object body");
+        assert_eq!(obj.raft_group_id, g);
+        if r.path.ends_with("/cold-check") {
+            let missing = t.missing.get(g as usize).cloned().unwrap_or_default();
+            let c = ColdCheck {
+                raft_group_id: g,
+                checked: 4,
+                missing_count: missing.len() as u64,
+                missing,
+            };
+            return (200, serde_json::to_vec(&c).expect("json"));
+        }
+        if r.path.ends_with("/import") {
+            let status = t
+                .import_status
+                .iter()
+                .find(|(x, _)| *x == g)
+                .map_or(200, |(_, s)| *s);
+            if status != 200 {
+                return (status, b"group already holds streams".to_vec());
+            }
+            let streams = obj.open(g, t.count).expect("open").len() as u64;
+            let i = Imported {
+                raft_group_id: g,
+                streams,
+            };
+            return (200, serde_json::to_vec(&i).expect("json"));
+        }
+        (404, b"no route".to_vec())
+    })
+}
+
+fn plain(count: u32) -> Target {
+    Target {
+        format: 3,
+        count,
+        missing: Vec::new(),
+        import_status: Vec::new(),
+    }
+}
+
+/// A good 3-group backup in a fresh directory, and a manifest of `nodes`.
+fn setup(nodes: &[&StubNode]) -> (tempfile::TempDir, String, String) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let spec = tmp.path().join("backup").display().to_string();
+    write_backup(&Location::open(&spec).expect("location"), 3);
+    let config = manifest(tmp.path(), nodes);
+    (tmp, spec, config)
+}
+
+fn restore(config: &str, spec: &str) -> (Option<i32>, String, String) {
+    ctl(&["restore", "--config", config, "--location", spec], &[])
+}
+
+fn posts(n: &StubNode) -> Vec<String> {
+    n.calls()
+        .into_iter()
+        .filter(|c| c.starts_with("POST"))
+        .collect()
+}
+
+#[test]
+fn restore_cold_checks_every_group_then_imports_each_in_order_through_one_node() {
+    let a = target(1, plain(3));
+    let b = target(2, plain(3));
+    let (_tmp, spec, config) = setup(&[&a, &b]);
+    let (code, out, err) = restore(&config, &spec);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let p = |g: u32, what: &str| format!("POST /__ursula/backup/group/{g}/{what}");
+    assert_eq!(
+        posts(&a),
+        vec![
+            p(0, "cold-check"),
+            p(1, "cold-check"),
+            p(2, "cold-check"),
+            p(0, "import"),
+            p(1, "import"),
+            p(2, "import"),
+        ]
+    );
+    assert!(posts(&b).is_empty());
+    for r in a.requests().iter().filter(|r| r.method == "POST") {
+        assert_eq!(r.header("x-ursula-process-incarnation"), Some("stub-1"));
+    }
+    assert!(out.starts_with("restore: 3 groups, "), "{out}");
+    assert!(out.contains(" 6 streams imported from "), "{out}");
+}
+
+#[test]
+fn restore_imports_nothing_when_cold_objects_are_missing_from_the_target() {
+    let a = target(
+        1,
+        Target {
+            missing: vec![
+                vec![],
+                vec!["cold/a".into(), "cold/b".into()],
+                vec!["cold/c".into()],
+            ],
+            ..plain(3)
+        },
+    );
+    let (_tmp, spec, config) = setup(&[&a]);
+    let (code, _, err) = restore(&config, &spec);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(
+            "3 cold objects this backup references are missing from the target cluster's cold store"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("cold/a, cold/b, cold/c"), "{err}");
+    assert!(
+        posts(&a).iter().all(|c| c.ends_with("/cold-check")),
+        "{:?}",
+        posts(&a)
+    );
+}
+
+#[test]
+fn restore_refuses_a_target_of_another_group_count_before_any_import() {
+    let a = target(1, plain(4));
+    let (_tmp, spec, config) = setup(&[&a]);
+    let (code, _, err) = restore(&config, &spec);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("the backup has 3 groups, the target cluster has 4"),
+        "{err}"
+    );
+    assert!(posts(&a).is_empty());
+}
+
+#[test]
+fn restore_refuses_a_target_of_another_backup_format_before_any_import() {
+    let a = target(
+        1,
+        Target {
+            format: 2,
+            ..plain(3)
+        },
+    );
+    let (_tmp, spec, config) = setup(&[&a]);
+    let (code, _, err) = restore(&config, &spec);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("target cluster speaks backup format 2"),
+        "{err}"
+    );
+    assert!(posts(&a).is_empty());
+}
+
+#[test]
+fn restore_stops_at_a_group_that_already_holds_data() {
+    let a = target(
+        1,
+        Target {
+            import_status: vec![(1, 409)],
+            ..plain(3)
+        },
+    );
+    let (_tmp, spec, config) = setup(&[&a]);
+    let (code, _, err) = restore(&config, &spec);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("group 1 already holds data"), "{err}");
+    let imports: Vec<String> = posts(&a)
+        .into_iter()
+        .filter(|c| c.ends_with("/import"))
+        .collect();
+    assert_eq!(
+        imports,
+        vec![
+            "POST /__ursula/backup/group/0/import",
+            "POST /__ursula/backup/group/1/import"
+        ]
+    );
+}
+
+#[test]
+fn restore_verifies_the_backup_before_asking_the_cluster_anything() {
+    let a = target(1, plain(3));
+    let (tmp, spec, config) = setup(&[&a]);
+    let path = tmp.path().join("backup").join(object_key(2));
+    let mut bytes = std::fs::read(&path).expect("object");
+    bytes[20] ^= 1;
+    std::fs::write(&path, bytes).expect("write");
+    let (code, _, err) = restore(&config, &spec);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("group 2: blake3"), "{err}");
+    assert!(a.requests().is_empty());
+}
+
+#[test]
+fn restore_retries_a_group_without_a_leader_then_imports_it() {
+    let tries = Arc::new(Mutex::new(0u32));
+    let t = tries.clone();
+    // Group 0's import answers 503 twice before it is taken.
+    let a = StubNode::start(1, move |r| {
+        if r.path == "/__ursula/backup/info" {
+            return info(3, 3, 1);
+        }
+        let g = group_of(&r.path).unwrap_or(99);
+        if r.path.ends_with("/cold-check") {
+            let c = ColdCheck {
+                raft_group_id: g,
+                checked: 0,
+                missing_count: 0,
+                missing: Vec::new(),
+            };
+            return (200, serde_json::to_vec(&c).expect("json"));
+        }
+        if g == 0 {
+            let mut n = t.lock().expect("tries");
+            *n += 1;
+            if *n <= 2 {
+                return (503, b"no leader known".to_vec());
+            }
+        }
+        let i = Imported {
+            raft_group_id: g,
+            streams: 1,
+        };
+        (200, serde_json::to_vec(&i).expect("json"))
+    });
+    let (_tmp, spec, config) = setup(&[&a]);
+    let (code, out, err) = restore(&config, &spec);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert_eq!(*tries.lock().expect("tries"), 3);
+    assert!(out.contains(" 3 streams imported"), "{out}");
+}
