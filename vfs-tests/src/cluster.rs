@@ -99,7 +99,13 @@ impl Cluster {
             if ready && gw {
                 return c;
             }
-            assert!(Instant::now() < deadline, "the cluster never became ready");
+            if Instant::now() > deadline {
+                let logs: Vec<String> = (0..3)
+                    .map(|i| std::fs::read_to_string(c.log_path(i)).unwrap_or_default())
+                    .map(|l| l.lines().rev().take(20).collect::<Vec<_>>().join("\n"))
+                    .collect();
+                panic!("the cluster never became ready; last log lines: {logs:#?}");
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }

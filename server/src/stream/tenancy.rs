@@ -282,11 +282,29 @@ mod tests {
             forget_cold,
         };
         let first = st.apply(purge(false), 2_000).expect("purge");
-        assert!(matches!(first, Applied::Purged { removed_streams: 2, .. }), "{first:?}");
+        assert!(
+            matches!(
+                first,
+                Applied::Purged {
+                    removed_streams: 2,
+                    ..
+                }
+            ),
+            "{first:?}"
+        );
         assert!(st.get("tenant-b/z", 3_000).is_some());
         // Idempotent, and the bucket stays fenced.
         let again = st.apply(purge(true), 2_500).expect("purge again");
-        assert!(matches!(again, Applied::Purged { removed_streams: 0, .. }), "{again:?}");
+        assert!(
+            matches!(
+                again,
+                Applied::Purged {
+                    removed_streams: 0,
+                    ..
+                }
+            ),
+            "{again:?}"
+        );
         let recreate = st.apply(
             Command::Create(Create {
                 key: "tenant-a/x".into(),
@@ -301,7 +319,10 @@ mod tests {
             3_000,
         );
         assert_eq!(recreate, Err(Refusal::NotFound));
-        assert_eq!(append(&mut st, "tenant-a/x", b"more"), Err(Refusal::NotFound));
+        assert_eq!(
+            append(&mut st, "tenant-a/x", b"more"),
+            Err(Refusal::NotFound)
+        );
         let u = usage(&st);
         assert_eq!(u["tenant-a"].committed_records, 2);
         assert_eq!(u["tenant-a"].committed_append_bytes, 5);
@@ -318,7 +339,12 @@ mod tests {
 
         let mut target = GroupState::default();
         let done = target
-            .apply(Command::Import { state: bytes.clone() }, 9_000)
+            .apply(
+                Command::Import {
+                    state: bytes.clone(),
+                },
+                9_000,
+            )
             .expect("import");
         assert_eq!(done, Applied::Imported { streams: 1 });
         let s = target.get("demo/a", 9_000).expect("stream");
