@@ -117,12 +117,18 @@ impl ColdStore {
             Err(e) => return Err(self.err("GET", FORMAT_EPOCH_MARKER, e)),
         }
         let mut listing = self.inner.store.list(scope(&self.inner.root));
-        if let Some(first) = listing.next().await {
+        let mut marker_listed = false;
+        while let Some(item) = listing.next().await {
             // A failed listing is a store failure, not evidence of foreign data.
-            let first = first.map_err(|e| self.err("LIST", "", e))?;
+            let item = item.map_err(|e| self.err("LIST", "", e))?;
+            if item.location == marker {
+                // Another node of the cluster wrote it between our read and our listing.
+                marker_listed = true;
+                continue;
+            }
             tracing::warn!(
                 location = %self.inner.location,
-                object = %first.location,
+                object = %item.location,
                 "cold root holds objects but no format-epoch marker"
             );
             return Err(ColdError::FormatEpoch {
@@ -131,6 +137,18 @@ impl ColdStore {
             });
         }
         drop(listing);
+        if marker_listed {
+            let body = self
+                .inner
+                .store
+                .get(&marker)
+                .await
+                .map_err(|e| self.err("GET", FORMAT_EPOCH_MARKER, e))?
+                .bytes()
+                .await
+                .map_err(|e| self.err("GET", FORMAT_EPOCH_MARKER, e))?;
+            return self.check_marker(&body);
+        }
         self.inner
             .store
             .put(&marker, PutPayload::from(format!("{FORMAT_EPOCH}\n")))

@@ -219,6 +219,24 @@ pub async fn first_open_writes_the_marker_and_second_open_accepts_it(f: &impl Fi
     ));
 }
 
+/// The nodes of a fresh cluster open one empty root at once: each either writes the marker or
+/// finds another's, and none mistakes another's fresh marker for foreign data.
+pub async fn nodes_opening_one_empty_root_at_once_all_accept_it(f: &impl Fixture) {
+    for round in 0..5 {
+        let root = format!("epoch-race-{round}");
+        let opens: Vec<_> = (0..6)
+            .map(|_| {
+                let store = f.store(&root);
+                tokio::spawn(async move { store.open_checked().await })
+            })
+            .collect();
+        for (i, o) in opens.into_iter().enumerate() {
+            let opened = o.await.expect("task");
+            assert!(opened.is_ok(), "round {round}, node {i}: {opened:?}");
+        }
+    }
+}
+
 pub async fn a_root_with_objects_and_no_marker_is_refused(f: &impl Fixture) {
     let store = f.store("epoch-foreign");
     store
@@ -306,6 +324,7 @@ macro_rules! behaviour_tests {
             list_by_prefix_returns_relative_keys,
             the_root_prefix_is_applied,
             first_open_writes_the_marker_and_second_open_accepts_it,
+            nodes_opening_one_empty_root_at_once_all_accept_it,
             a_root_with_objects_and_no_marker_is_refused,
             a_marker_of_another_epoch_is_refused,
             probe_answers_for_a_reachable_store,
