@@ -6,9 +6,11 @@
 //!   with the highest `commit_index` across nodes.
 //! - `POST /__ursula/backup/group/{g}/cold-check`: whether this cluster's cold store holds
 //!   every object a group object references, 32 lookups at a time.
-//! - `POST /__ursula/backup/group/{g}/import`: the group object's state becomes group `g`'s,
-//!   as one replicated write proposed by the group's leader (any node takes it): `409` when
-//!   the group already holds streams, `400` for another format epoch, group or write unit.
+//! - `POST /__ursula/backup/group/{g}/import`: the group object's state becomes group `g`'s
+//!   (any node takes it; the group's leader proposes): staged in 2 MiB parts, one Raft entry
+//!   each, then made the group's state by one replicated commit. `409` when the group already
+//!   holds streams (or another import interleaved), `400` for another format epoch, group or
+//!   write unit.
 
 use axum::Router;
 use axum::body::Body;
@@ -42,6 +44,9 @@ use crate::stream::GroupState;
 /// The largest group object an import or a cold check takes: a peer RPC carries it to the
 /// leader, and those are bounded at 1 GiB.
 const GROUP_OBJECT_MAX: usize = 1 << 30;
+/// The size of each staged part of an import: one Raft entry each, well inside what a follower
+/// takes within openraft's AppendEntries deadline (one heartbeat interval).
+const IMPORT_PART_BYTES: usize = 2 << 20;
 /// Cold lookups in flight at once per cold check.
 const LOOKUPS_AT_ONCE: usize = 32;
 /// The commit index of an exported group object, also in its body.
@@ -199,22 +204,46 @@ async fn import(State(st): State<AppState>, Path(raw): Path<String>, body: Body)
 
 async fn import_group(st: &AppState, raw: &str, body: Body) -> Result<Reply, ApiError> {
     let (g, obj, _) = posted(st, raw, body).await?;
-    let cmd = Command::Import {
-        state: Bytes::from(obj.state),
+    let state = Bytes::from(obj.state);
+    let import = rand::random::<u64>();
+    let parts: Vec<Bytes> = (0..state.len().div_ceil(IMPORT_PART_BYTES).max(1))
+        .map(|i| state.slice(i * IMPORT_PART_BYTES..((i + 1) * IMPORT_PART_BYTES).min(state.len())))
+        .collect();
+    let count = parts.len() as u32;
+    for (index, bytes) in parts.into_iter().enumerate() {
+        let cmd = Command::ImportPart {
+            import,
+            index: index as u32,
+            bytes,
+        };
+        match st.engine.forward(g, cmd).await {
+            Ok(Ok(Applied::ImportStaged { .. })) => {}
+            Ok(Ok(other)) => return Err(unexpected(g, &other)),
+            Ok(Err(refusal)) => return Err(refusal.into()),
+            Err(e) => return Err(unavailable(g, e)),
+        }
+    }
+    let commit = Command::ImportCommit {
+        import,
+        parts: count,
     };
-    match st.engine.forward(g, cmd).await {
+    match st.engine.forward(g, commit).await {
         Ok(Ok(Applied::Imported { streams })) => {
-            tracing::info!(group = g, streams, "backup group imported");
+            tracing::info!(group = g, streams, parts = count, "backup group imported");
             json(&Imported {
                 raft_group_id: g,
                 streams,
             })
         }
-        Ok(Ok(other)) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("group {g} answered the import with {other:?}"),
-        )),
+        Ok(Ok(other)) => Err(unexpected(g, &other)),
         Ok(Err(refusal)) => Err(refusal.into()),
         Err(e) => Err(unavailable(g, e)),
     }
+}
+
+fn unexpected(g: u32, other: &Applied) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("group {g} answered the import with {other:?}"),
+    )
 }

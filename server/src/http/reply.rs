@@ -174,7 +174,9 @@ impl From<Refusal> for ApiError {
                 .header(h::STREAM_NEXT_OFFSET, Offset(retained).to_string()),
             Refusal::BeyondTail { tail } => ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, msg)
                 .header(h::STREAM_NEXT_OFFSET, Offset(tail).to_string()),
-            Refusal::ImportIntoNonEmpty { .. } => ApiError::new(StatusCode::CONFLICT, msg),
+            Refusal::ImportIntoNonEmpty { .. } | Refusal::ImportOutOfOrder(_) => {
+                ApiError::new(StatusCode::CONFLICT, msg)
+            }
             Refusal::WriteUnitMismatch { .. } | Refusal::ImportUndecodable(_) => {
                 ApiError::bad_request(msg)
             }

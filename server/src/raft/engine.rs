@@ -86,6 +86,7 @@ fn body_bytes(cmd: &Command) -> u64 {
         Command::Create(c) => c.body.as_ref().map_or(0, len),
         Command::Append(a) => len(&a.body),
         Command::PublishSnapshot(p) => p.body.len() as u64,
+        Command::ImportPart { bytes, .. } => bytes.len() as u64,
         _ => 0,
     }
 }

@@ -124,10 +124,20 @@ pub enum Command {
         bucket: String,
         forget_cold: bool,
     },
-    /// A backup's group state (MessagePack of `GroupState`) becomes this group's, when the
-    /// group holds no stream.
-    Import {
-        state: Bytes,
+    /// Part `index` of import `import`: a slice of a backup's group state (MessagePack of
+    /// `GroupState`), staged in the replicated state until the commit. Parts keep each entry
+    /// small: openraft gives an AppendEntries one heartbeat interval, so one entry holding a
+    /// whole group would never reach the followers.
+    ImportPart {
+        import: u64,
+        index: u32,
+        bytes: Bytes,
+    },
+    /// The staged parts of `import`, `parts` of them, become this group's state at once, when
+    /// the group holds no stream: the one write that makes the import visible.
+    ImportCommit {
+        import: u64,
+        parts: u32,
     },
 }
 
@@ -154,7 +164,8 @@ impl Command {
             | Command::ColdFlush { .. }
             | Command::ColdForget { .. }
             | Command::Purge { .. }
-            | Command::Import { .. } => None,
+            | Command::ImportPart { .. }
+            | Command::ImportCommit { .. } => None,
         }
     }
 }
@@ -210,6 +221,9 @@ pub enum Applied {
         pending_cold: u64,
         /// Released cold objects of the bucket this command forgot (`forget_cold`).
         reclaimed_cold: u64,
+    },
+    ImportStaged {
+        parts: u32,
     },
     Imported {
         streams: u64,
@@ -277,4 +291,6 @@ pub enum Refusal {
     WriteUnitMismatch { got: u64, want: u64 },
     #[error("the imported group state does not decode: {0}")]
     ImportUndecodable(String),
+    #[error("import parts out of order: {0}")]
+    ImportOutOfOrder(String),
 }

@@ -14,6 +14,7 @@ use super::json::JsonError;
 use super::producer::Producers;
 use super::producer::Receipt;
 use super::producer::Verdict;
+use super::tenancy::Staging;
 use super::tenancy::Tenancy;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -126,6 +127,9 @@ pub struct GroupState {
     /// Usage counters and erasure fences per bucket (absent from states of older builds).
     #[serde(default)]
     pub(super) tenancy: Tenancy,
+    /// A backup import's parts staged so far, until its commit.
+    #[serde(default)]
+    pub(super) staging: Option<Staging>,
 }
 
 fn expires_for(lifetime: Option<Lifetime>, now_ms: u64) -> Option<u64> {
@@ -220,11 +224,12 @@ impl GroupState {
                 bucket,
                 forget_cold,
             } => Ok(self.purge(&bucket, forget_cold, now_ms)),
-            Command::Import { state } => {
-                let from: GroupState = rmp_serde::from_slice(&state)
-                    .map_err(|e| Refusal::ImportUndecodable(e.to_string()))?;
-                self.import(from)
-            }
+            Command::ImportPart {
+                import,
+                index,
+                bytes,
+            } => self.stage_import(import, index, bytes),
+            Command::ImportCommit { import, parts } => self.commit_import(import, parts),
         }
     }
 

@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
+use bytes::Bytes;
+
 use super::command::Applied;
 use super::command::Refusal;
 use super::machine::GroupState;
@@ -46,6 +48,14 @@ pub struct BucketReport {
     /// Bytes from each stream's retention floor to its tail.
     pub retained_bytes: u64,
     pub stream_count: u64,
+}
+
+/// A backup import's parts, staged in the replicated state until its commit (so a leader
+/// change or a snapshot in between keeps them).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Staging {
+    pub import: u64,
+    pub parts: Vec<Bytes>,
 }
 
 /// The per-bucket part of a group's replicated state.
@@ -148,10 +158,65 @@ impl GroupState {
         }
     }
 
+    /// Stages part `index` of import `import`. Part 0 starts a new staging (dropping an
+    /// abandoned one); any other part must follow the last staged part of the same import.
+    pub(super) fn stage_import(
+        &mut self,
+        import: u64,
+        index: u32,
+        bytes: Bytes,
+    ) -> Result<Applied, Refusal> {
+        if !self.streams.is_empty() {
+            self.staging = None;
+            return Err(Refusal::ImportIntoNonEmpty {
+                streams: self.streams.len() as u64,
+            });
+        }
+        if index == 0 {
+            self.staging = Some(Staging {
+                import,
+                parts: Vec::new(),
+            });
+        }
+        let Some(st) = self.staging.as_mut().filter(|s| s.import == import) else {
+            return Err(Refusal::ImportOutOfOrder(format!(
+                "part {index} of import {import:x}, which is not being staged (another restore ran meanwhile?)"
+            )));
+        };
+        if st.parts.len() != index as usize {
+            return Err(Refusal::ImportOutOfOrder(format!(
+                "part {index} of import {import:x} after {} parts",
+                st.parts.len()
+            )));
+        }
+        st.parts.push(bytes);
+        Ok(Applied::ImportStaged { parts: index + 1 })
+    }
+
+    /// Makes import `import`'s `parts` staged parts this group's state, at once. The staging
+    /// goes either way.
+    pub(super) fn commit_import(&mut self, import: u64, parts: u32) -> Result<Applied, Refusal> {
+        let staged = self.staging.take();
+        let Some(st) = staged.filter(|s| s.import == import && s.parts.len() == parts as usize)
+        else {
+            return Err(Refusal::ImportOutOfOrder(format!(
+                "commit of import {import:x} with {parts} parts, which are not all staged"
+            )));
+        };
+        let mut whole = Vec::with_capacity(st.parts.iter().map(Bytes::len).sum());
+        for p in &st.parts {
+            whole.extend_from_slice(p);
+        }
+        drop(st);
+        let from: GroupState =
+            rmp_serde::from_slice(&whole).map_err(|e| Refusal::ImportUndecodable(e.to_string()))?;
+        self.import(from)
+    }
+
     /// Takes a backup's group state as this group's: only into a group holding no stream, and
     /// only a state counted in this build's write unit. Streams keep their incarnations,
     /// producers, snapshots and retention; the usage ledger adds up and erasure fences join.
-    pub(super) fn import(&mut self, from: GroupState) -> Result<Applied, Refusal> {
+    fn import(&mut self, from: GroupState) -> Result<Applied, Refusal> {
         if !self.streams.is_empty() {
             return Err(Refusal::ImportIntoNonEmpty {
                 streams: self.streams.len() as u64,
@@ -330,39 +395,94 @@ mod tests {
         assert_eq!(u["tenant-b"].stream_count, 1);
     }
 
+    /// Stages `state` in parts of 7 bytes as import `id`, then commits it.
+    fn import(st: &mut GroupState, id: u64, state: &[u8]) -> Result<Applied, Refusal> {
+        let chunks: Vec<&[u8]> = state.chunks(7).collect();
+        for (i, c) in chunks.iter().enumerate() {
+            st.apply(
+                Command::ImportPart {
+                    import: id,
+                    index: i as u32,
+                    bytes: Bytes::copy_from_slice(c),
+                },
+                9_000,
+            )?;
+        }
+        st.apply(
+            Command::ImportCommit {
+                import: id,
+                parts: chunks.len() as u32,
+            },
+            9_000,
+        )
+    }
+
     #[test]
     fn an_import_takes_a_state_only_into_an_empty_group_in_the_same_unit() {
         let mut from = GroupState::default();
         create(&mut from, "demo/a", b"hello");
         append(&mut from, "demo/a", b" world").expect("append");
-        let bytes = Bytes::from(rmp_serde::to_vec(&from).expect("encode"));
+        let bytes = rmp_serde::to_vec(&from).expect("encode");
 
         let mut target = GroupState::default();
-        let done = target
-            .apply(
-                Command::Import {
-                    state: bytes.clone(),
-                },
-                9_000,
-            )
-            .expect("import");
-        assert_eq!(done, Applied::Imported { streams: 1 });
+        assert_eq!(
+            import(&mut target, 1, &bytes),
+            Ok(Applied::Imported { streams: 1 })
+        );
+        assert_eq!(target.staging, None, "the staging goes with the commit");
         let s = target.get("demo/a", 9_000).expect("stream");
         assert_eq!(s.data.read(0, 100), b"hello world");
         assert_eq!(usage(&target)["demo"].committed_records, 2);
         // A second import finds streams.
         assert_eq!(
-            target.apply(Command::Import { state: bytes }, 9_001),
+            import(&mut target, 2, &bytes),
             Err(Refusal::ImportIntoNonEmpty { streams: 1 })
         );
         // A state counted in another unit is refused.
         let mut other = GroupState::default();
         other.tenancy.write_unit_bytes = 4096;
-        let other = Bytes::from(rmp_serde::to_vec(&other).expect("encode"));
+        let other = rmp_serde::to_vec(&other).expect("encode");
         assert!(matches!(
-            GroupState::default().apply(Command::Import { state: other }, 1),
+            import(&mut GroupState::default(), 3, &other),
             Err(Refusal::WriteUnitMismatch { got: 4096, .. })
         ));
+    }
+
+    #[test]
+    fn import_parts_out_of_order_or_of_another_import_are_refused_and_commit_nothing() {
+        let mut from = GroupState::default();
+        create(&mut from, "demo/a", b"hello");
+        let bytes = Bytes::from(rmp_serde::to_vec(&from).expect("encode"));
+        let mut st = GroupState::default();
+        let part = |import, index, bytes: Bytes| Command::ImportPart {
+            import,
+            index,
+            bytes,
+        };
+        st.apply(part(1, 0, bytes.slice(..4)), 1).expect("part 0");
+        assert!(matches!(
+            st.apply(part(1, 2, bytes.slice(4..)), 1),
+            Err(Refusal::ImportOutOfOrder(_))
+        ));
+        // Another restore starting over replaces the abandoned staging.
+        st.apply(part(2, 0, bytes.slice(..4)), 1)
+            .expect("part 0 of 2");
+        assert!(matches!(
+            st.apply(part(1, 1, bytes.slice(4..)), 1),
+            Err(Refusal::ImportOutOfOrder(_))
+        ));
+        assert!(matches!(
+            st.apply(
+                Command::ImportCommit {
+                    import: 2,
+                    parts: 2
+                },
+                1
+            ),
+            Err(Refusal::ImportOutOfOrder(_))
+        ));
+        assert!(st.is_empty(), "nothing was imported");
+        assert_eq!(st.staging, None);
     }
 
     #[test]

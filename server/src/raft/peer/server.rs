@@ -191,7 +191,10 @@ pub async fn serve(
 /// commands an operator sends to any node travel this way; a client's writes go to the
 /// leader themselves.
 async fn propose(node: &Replicas, raft: &GroupRaft, group: u32, cmd: Command) -> ProposeAnswer {
-    if !matches!(cmd, Command::Purge { .. } | Command::Import { .. }) {
+    if !matches!(
+        cmd,
+        Command::Purge { .. } | Command::ImportPart { .. } | Command::ImportCommit { .. }
+    ) {
         return Err("only a purge or an import is forwarded to the leader".into());
     }
     if !node.is_leader(group) {
