@@ -38,6 +38,7 @@ use ursula_protocol::metrics::NodeMetrics;
 use super::AppState;
 use super::reply::ApiError;
 use super::reply::Reply;
+use super::reply::json_reply;
 use super::request::StreamPath;
 use crate::engine::LeaderRoute;
 use crate::engine::NotReady;
@@ -158,13 +159,6 @@ fn state_gauges(group: u32, state: &crate::stream::GroupState) -> metrics::Group
         g.snapshots += u64::from(s.snapshot.is_some());
     }
     g
-}
-
-pub(super) fn json_reply(status: StatusCode, body: String) -> Reply {
-    Reply::new(status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::CACHE_CONTROL, "no-store")
-        .body(body)
 }
 
 pub async fn metrics(st: &AppState) -> Result<Reply, ApiError> {

@@ -26,9 +26,9 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::AppState;
-use super::admin::json_reply;
 use super::reply::ApiError;
 use super::reply::Reply;
+use super::reply::json_reply;
 use super::tenancy::unavailable;
 use crate::backup::BackupInfo;
 use crate::backup::ColdCheck;

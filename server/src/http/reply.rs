@@ -245,3 +245,11 @@ impl IntoResponse for Reply {
         resp
     }
 }
+
+/// A JSON answer that is never cached.
+pub fn json_reply(status: StatusCode, body: String) -> Reply {
+    Reply::new(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(body)
+}

@@ -21,17 +21,17 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use super::AppState;
-use super::admin::json_reply;
 use super::reply::ApiError;
 use super::reply::Reply;
+use super::reply::json_reply;
 use crate::engine::EngineError;
 use crate::runtime::GroupId;
 use crate::runtime::now_ms;
 use crate::stream::Applied;
 use crate::stream::Command;
 use crate::stream::Refusal;
-use crate::stream::tenancy::BucketReport;
-use crate::stream::tenancy::WRITE_UNIT_BYTES;
+use crate::stream::ledger::BucketReport;
+use crate::stream::ledger::WRITE_UNIT_BYTES;
 
 /// `GET /__ursula/usage`: the committed counters and current gauges of this node's replicas,
 /// by bucket.

@@ -8,12 +8,13 @@
 //! - [`producer`]: producer epochs, sequence numbers and receipts.
 //! - [`json`]: JSON-mode body validation and flattening.
 //! - [`sorted`]: hash maps encoded in key order, so a state's encoding is canonical.
-//! - [`tenancy`]: per-bucket usage counters, the purge fence, and the purge and import
-//!   commands.
+//! - [`ledger`]: per-bucket data: usage counters, erasure fences, an import's staged parts.
+//! - [`tenancy`]: views over it: the usage report and a backup state's deep check.
 
 pub mod command;
 pub mod data;
 pub mod json;
+pub mod ledger;
 pub mod machine;
 pub mod producer;
 pub mod read;

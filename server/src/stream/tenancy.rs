@@ -1,104 +1,13 @@
-//! What a group keeps per bucket (tenant) beside its streams: the usage ledger, the erasure
-//! fence a bucket purge installs, and the two whole-group commands of an operator, a bucket
-//! purge and a backup import.
-//!
-//! The ledger's counters are monotonic: a delete, a purge or a snapshot never lowers them, and
-//! they travel in snapshots and backups with the unit they were counted in
-//! ([`WRITE_UNIT_BYTES`]); a state counted in another unit is refused rather than mixed.
+//! Views over a group's per-bucket state ([`super::ledger`]): the usage report of
+//! `GET /__ursula/usage`, and the deep check a backup's group state must pass.
 
 use std::collections::BTreeMap;
-use std::collections::BTreeSet;
 
-use bytes::Bytes;
-
-use super::command::Applied;
-use super::command::Refusal;
+use super::ledger::BucketReport;
+use super::ledger::Tenancy;
+use super::ledger::WRITE_UNIT_BYTES;
+use super::ledger::bucket_of;
 use super::machine::GroupState;
-
-/// The write unit of `committed_write_units`: every committed create or append counts at least
-/// one, and its payload rounds up by this many bytes.
-pub const WRITE_UNIT_BYTES: u64 = 10240;
-
-fn default_unit() -> u64 {
-    WRITE_UNIT_BYTES
-}
-
-/// One bucket's committed counters in one group.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BucketUsage {
-    pub committed_append_bytes: u64,
-    pub committed_records: u64,
-    pub committed_write_units: u64,
-}
-
-impl BucketUsage {
-    fn add(&mut self, other: &BucketUsage) {
-        self.committed_append_bytes += other.committed_append_bytes;
-        self.committed_records += other.committed_records;
-        self.committed_write_units += other.committed_write_units;
-    }
-}
-
-/// A bucket's usage as `GET /__ursula/usage` reports it: the counters and the gauges.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct BucketReport {
-    pub committed_append_bytes: u64,
-    pub committed_records: u64,
-    pub committed_write_units: u64,
-    /// Bytes from each stream's retention floor to its tail.
-    pub retained_bytes: u64,
-    pub stream_count: u64,
-}
-
-/// A backup import's parts, staged in the replicated state until its commit (so a leader
-/// change or a snapshot in between keeps them).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Staging {
-    pub import: u64,
-    pub parts: Vec<Bytes>,
-}
-
-/// The per-bucket part of a group's replicated state.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Tenancy {
-    #[serde(default = "default_unit")]
-    pub write_unit_bytes: u64,
-    #[serde(default)]
-    pub usage: BTreeMap<Box<str>, BucketUsage>,
-    /// Purged buckets: nothing can be created in them again.
-    #[serde(default)]
-    pub erased: BTreeSet<Box<str>>,
-}
-
-impl Default for Tenancy {
-    fn default() -> Tenancy {
-        Tenancy {
-            write_unit_bytes: WRITE_UNIT_BYTES,
-            usage: BTreeMap::new(),
-            erased: BTreeSet::new(),
-        }
-    }
-}
-
-/// The bucket of a stream key (`{bucket}/{stream}`).
-pub fn bucket_of(key: &str) -> &str {
-    key.split_once('/').map_or(key, |(b, _)| b)
-}
-
-impl Tenancy {
-    /// Counts one committed, non-deduplicated create or append of `bytes` payload bytes.
-    pub fn count(&mut self, key: &str, bytes: u64) {
-        let units = bytes.div_ceil(self.write_unit_bytes).max(1);
-        let u = self.usage.entry(bucket_of(key).into()).or_default();
-        u.committed_append_bytes += bytes;
-        u.committed_records += 1;
-        u.committed_write_units += units;
-    }
-
-    pub fn is_erased(&self, key: &str) -> bool {
-        self.erased.contains(bucket_of(key))
-    }
-}
 
 impl GroupState {
     /// Adds this group's view of every bucket it holds or counted to `out`.
@@ -121,127 +30,6 @@ impl GroupState {
 
     pub fn tenancy(&self) -> &Tenancy {
         &self.tenancy
-    }
-
-    /// Erases `bucket` from this group: its streams go, their cold objects are released, and
-    /// the bucket is fenced for good. The usage counters stay. Idempotent.
-    pub(super) fn purge(&mut self, bucket: &str, forget_cold: bool, now_ms: u64) -> Applied {
-        let keys: Vec<Box<str>> = self
-            .streams
-            .keys()
-            .filter(|k| bucket_of(k) == bucket)
-            .cloned()
-            .collect();
-        for k in &keys {
-            if let Some(gone) = self.streams.remove(k) {
-                self.hot -= gone.data.hot_len();
-                let objects = gone.objects();
-                self.release(objects, now_ms);
-            }
-        }
-        self.tenancy.erased.insert(bucket.into());
-        let prefix = format!("{bucket}/");
-        let before = self.cold_garbage.len();
-        if forget_cold {
-            self.cold_garbage.retain(|(o, _)| !o.starts_with(&prefix));
-        }
-        let reclaimed = before - self.cold_garbage.len();
-        let pending = self
-            .cold_garbage
-            .iter()
-            .filter(|(o, _)| o.starts_with(&prefix))
-            .count();
-        Applied::Purged {
-            removed_streams: keys.len() as u64,
-            pending_cold: pending as u64,
-            reclaimed_cold: reclaimed as u64,
-        }
-    }
-
-    /// Stages part `index` of import `import`. Part 0 starts a new staging (dropping an
-    /// abandoned one); any other part must follow the last staged part of the same import.
-    pub(super) fn stage_import(
-        &mut self,
-        import: u64,
-        index: u32,
-        bytes: Bytes,
-    ) -> Result<Applied, Refusal> {
-        if !self.streams.is_empty() {
-            self.staging = None;
-            return Err(Refusal::ImportIntoNonEmpty {
-                streams: self.streams.len() as u64,
-            });
-        }
-        if index == 0 {
-            self.staging = Some(Staging {
-                import,
-                parts: Vec::new(),
-            });
-        }
-        let Some(st) = self.staging.as_mut().filter(|s| s.import == import) else {
-            return Err(Refusal::ImportOutOfOrder(format!(
-                "part {index} of import {import:x}, which is not being staged (another restore ran meanwhile?)"
-            )));
-        };
-        if st.parts.len() != index as usize {
-            return Err(Refusal::ImportOutOfOrder(format!(
-                "part {index} of import {import:x} after {} parts",
-                st.parts.len()
-            )));
-        }
-        st.parts.push(bytes);
-        Ok(Applied::ImportStaged { parts: index + 1 })
-    }
-
-    /// Makes import `import`'s `parts` staged parts this group's state, at once. The staging
-    /// goes either way.
-    pub(super) fn commit_import(&mut self, import: u64, parts: u32) -> Result<Applied, Refusal> {
-        let staged = self.staging.take();
-        let Some(st) = staged.filter(|s| s.import == import && s.parts.len() == parts as usize)
-        else {
-            return Err(Refusal::ImportOutOfOrder(format!(
-                "commit of import {import:x} with {parts} parts, which are not all staged"
-            )));
-        };
-        let mut whole = Vec::with_capacity(st.parts.iter().map(Bytes::len).sum());
-        for p in &st.parts {
-            whole.extend_from_slice(p);
-        }
-        drop(st);
-        let from: GroupState =
-            rmp_serde::from_slice(&whole).map_err(|e| Refusal::ImportUndecodable(e.to_string()))?;
-        self.import(from)
-    }
-
-    /// Takes a backup's group state as this group's: only into a group holding no stream, and
-    /// only a state counted in this build's write unit. Streams keep their incarnations,
-    /// producers, snapshots and retention; the usage ledger adds up and erasure fences join.
-    fn import(&mut self, from: GroupState) -> Result<Applied, Refusal> {
-        if !self.streams.is_empty() {
-            return Err(Refusal::ImportIntoNonEmpty {
-                streams: self.streams.len() as u64,
-            });
-        }
-        if from.tenancy.write_unit_bytes != self.tenancy.write_unit_bytes {
-            return Err(Refusal::WriteUnitMismatch {
-                got: from.tenancy.write_unit_bytes,
-                want: self.tenancy.write_unit_bytes,
-            });
-        }
-        let streams = from.streams.len() as u64;
-        self.streams = from.streams;
-        self.last_incarnation = self.last_incarnation.max(from.last_incarnation);
-        for g in from.cold_garbage {
-            if !self.cold_garbage.iter().any(|(o, _)| *o == g.0) {
-                self.cold_garbage.push(g);
-            }
-        }
-        for (bucket, u) in from.tenancy.usage {
-            self.tenancy.usage.entry(bucket).or_default().add(&u);
-        }
-        self.tenancy.erased.extend(from.tenancy.erased);
-        self.recount_hot();
-        Ok(Applied::Imported { streams })
     }
 
     /// Checks what a decoded state claims about itself, as a backup's deep verification does:
@@ -294,9 +82,11 @@ mod tests {
 
     use super::*;
     use crate::stream::Append;
+    use crate::stream::Applied;
     use crate::stream::Body;
     use crate::stream::Command;
     use crate::stream::Create;
+    use crate::stream::Refusal;
 
     fn create(st: &mut GroupState, key: &str, body: &[u8]) {
         st.apply(
