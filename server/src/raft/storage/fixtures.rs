@@ -1,5 +1,5 @@
 //! The checked-in record fixtures (`server/testdata/records/`): a snapshot file and a journal
-//! segment of this build's format, built from fixed commands at a fixed clock. Every test run
+//! segment of this build's format (and the version 1 snapshot file, still read), built from fixed commands at a fixed clock. Every test run
 //! decodes them and encodes the decoded values again: a change to the layout of any persisted
 //! type (a reordered field of a stream, a new command variant in the middle) changes those
 //! bytes and fails here, so it cannot ship without a new record version.
@@ -203,25 +203,23 @@ fn journal_frames() -> Vec<u8> {
 #[ignore = "writes the fixtures; run after a deliberate format change"]
 fn write_record_fixtures() {
     std::fs::create_dir_all(dir()).expect("dir");
-    std::fs::write(dir().join("group-v1.snap"), snapshot_file()).expect("snap");
+    std::fs::write(dir().join("group-v2.snap"), snapshot_file()).expect("snap");
     std::fs::write(dir().join("journal-v1.seg"), journal_frames()).expect("seg");
 }
 
 #[test]
 fn the_checked_in_snapshot_file_decodes_to_its_streams_and_encodes_to_the_same_bytes() {
-    let bytes = std::fs::read(dir().join("group-v1.snap")).expect("fixture");
+    let bytes = std::fs::read(dir().join("group-v2.snap")).expect("fixture");
     assert_eq!(&bytes[..5], b"URSN\x01");
     let snap = state_machine::read_snapshot_file(&bytes).expect("decode");
     assert_eq!(snap.meta.last_log_id, Some(log_id(2, 11)));
-    assert_eq!(&snap.data[..5], b"URGS\x01");
+    assert_eq!(&snap.data[..5], b"URGS\x02");
     let state = state_machine::read_group_state(&snap.data).expect("state");
-    let at = NOW + 100;
-    let octet = state.get("fix/octet", at).expect("octet");
-    assert_eq!((octet.tail(), octet.retained), (13, 6));
-    assert_eq!(octet.data.read(6, 7), b"second;".to_vec());
-    let closed = state.get("fix/closed", at).expect("closed");
-    assert!(closed.closed);
-    assert_eq!(state.len(), 3);
+    check_streams(&state);
+    let mut usage = std::collections::BTreeMap::new();
+    state.usage_into(&mut usage, NOW + 100);
+    assert_eq!(usage["fix"].stream_count, 3);
+    assert!(usage["fix"].committed_records > 0);
     // Encoding what was decoded gives the fixture back, byte for byte; and so does building
     // it from the commands with this build.
     assert_eq!(
@@ -237,6 +235,27 @@ fn the_checked_in_snapshot_file_decodes_to_its_streams_and_encodes_to_the_same_b
         bytes,
         "this build writes the fixture's bytes"
     );
+}
+
+/// The streams both fixtures hold.
+fn check_streams(state: &GroupState) {
+    let at = NOW + 100;
+    let octet = state.get("fix/octet", at).expect("octet");
+    assert_eq!((octet.tail(), octet.retained), (13, 6));
+    assert_eq!(octet.data.read(6, 7), b"second;".to_vec());
+    let closed = state.get("fix/closed", at).expect("closed");
+    assert!(closed.closed);
+    assert_eq!(state.len(), 3);
+}
+
+#[test]
+fn a_version_1_group_state_still_reads_with_an_empty_ledger() {
+    let bytes = std::fs::read(dir().join("group-v1.snap")).expect("fixture");
+    let snap = state_machine::read_snapshot_file(&bytes).expect("decode");
+    assert_eq!(&snap.data[..5], b"URGS\x01");
+    let state = state_machine::read_group_state(&snap.data).expect("state");
+    check_streams(&state);
+    assert_eq!(state.tenancy(), &crate::stream::ledger::Tenancy::default());
 }
 
 #[test]

@@ -25,6 +25,9 @@ use serde::de::DeserializeOwned;
 pub struct Kind {
     pub magic: &'static [u8; 4],
     pub version: u8,
+    /// The oldest version this build still reads with the same type: a later version that
+    /// only appended fields with defaults leaves older bodies decodable as they are.
+    pub oldest: u8,
     /// What it holds, for errors.
     pub name: &'static str,
 }
@@ -34,13 +37,17 @@ pub struct Kind {
 pub const JOURNAL: Kind = Kind {
     magic: b"URJR",
     version: 1,
+    oldest: 1,
     name: "journal payload",
 };
 
 /// A group's state as a snapshot carries it: in the snapshot file and in `InstallSnapshot`.
+/// Version 2 appended the per-bucket ledger and an import's staged parts; a version 1 body
+/// reads with both empty.
 pub const GROUP_STATE: Kind = Kind {
     magic: b"URGS",
-    version: 1,
+    version: 2,
+    oldest: 1,
     name: "group state",
 };
 
@@ -48,6 +55,7 @@ pub const GROUP_STATE: Kind = Kind {
 pub const SNAPSHOT_FILE: Kind = Kind {
     magic: b"URSN",
     version: 1,
+    oldest: 1,
     name: "snapshot file",
 };
 
@@ -176,7 +184,7 @@ pub fn open(kind: Kind, bytes: &[u8]) -> Result<Body<'_>, RecordError> {
 /// unversioned encoding of earlier builds.
 pub fn decode<T: DeserializeOwned>(kind: Kind, bytes: &[u8]) -> Result<T, RecordError> {
     let body = match open(kind, bytes)? {
-        Body::Sealed { version, body } if version == kind.version => body,
+        Body::Sealed { version, body } if (kind.oldest..=kind.version).contains(&version) => body,
         Body::Sealed { version, .. } => {
             return Err(RecordError::Version {
                 kind: kind.name,
@@ -219,17 +227,26 @@ mod tests {
         assert!(decode::<Vec<u8>>(GROUP_STATE, &bytes[..bytes.len() - 1]).is_err());
         let newer = seal(
             Kind {
-                version: 2,
+                version: 3,
                 ..GROUP_STATE
             },
             &rmp_serde::to_vec(&vec![1u8]).expect("body"),
         )
         .expect("seal");
-        let e = decode::<Vec<u8>>(GROUP_STATE, &newer).expect_err("version 2");
+        let e = decode::<Vec<u8>>(GROUP_STATE, &newer).expect_err("version 3");
         assert_eq!(
             e.to_string(),
-            "group state: version 2, this build reads version 1"
+            "group state: version 3, this build reads version 2"
         );
+        let older = seal(
+            Kind {
+                version: 1,
+                ..GROUP_STATE
+            },
+            &rmp_serde::to_vec(&vec![1u8]).expect("body"),
+        )
+        .expect("seal");
+        assert_eq!(decode::<Vec<u8>>(GROUP_STATE, &older).expect("version 1"), vec![1u8]);
     }
 
     #[test]
