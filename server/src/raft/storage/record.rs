@@ -246,7 +246,10 @@ mod tests {
             &rmp_serde::to_vec(&vec![1u8]).expect("body"),
         )
         .expect("seal");
-        assert_eq!(decode::<Vec<u8>>(GROUP_STATE, &older).expect("version 1"), vec![1u8]);
+        assert_eq!(
+            decode::<Vec<u8>>(GROUP_STATE, &older).expect("version 1"),
+            vec![1u8]
+        );
     }
 
     #[test]
