@@ -417,3 +417,96 @@ fn a_node_whose_peer_speaks_another_raft_protocol_refuses_to_start_before_writin
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 18's deviation: a follower's catch-up read that reaches its local tail used to answer
+/// `307`, dropping the bytes it held. It serves them now without `Stream-Up-To-Date`; only a
+/// read with nothing to serve at its tail, and a cursor past its tail (the leader alone says
+/// whether that is `416`), go to the leader.
+#[test]
+fn a_follower_serves_its_replicated_tail_without_up_to_date_and_sends_cursors_past_it_to_the_leader()
+ {
+    let dir = tempfile_dir("follower-reads");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node(&dir, &ports, i))
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    create_when_led(&bases, "/demo/tail");
+    let octet = [("content-type", "application/octet-stream".to_owned())];
+    for i in 0..5 {
+        let (status, _, _) = send(
+            &bases,
+            0,
+            "POST",
+            "/demo/tail",
+            &octet,
+            format!("m{i}|").as_bytes(),
+        )
+        .expect("append");
+        assert_eq!(status, 204);
+    }
+    let follower = bases
+        .iter()
+        .find(|b| agent_raw(b, "/demo/tail").0 == 307)
+        .expect("a follower")
+        .clone();
+    let get = |offset: &str| {
+        send_url(
+            "GET",
+            &format!("{follower}/demo/tail?offset={offset}"),
+            &[],
+            b"",
+        )
+        .map(|a| a.0)
+        .unwrap_or(0)
+    };
+    let raw = |offset: &str| {
+        let r = agent()
+            .get(&format!("{follower}/demo/tail?offset={offset}"))
+            .call()
+            .expect("follower read");
+        let status = r.status().as_u16();
+        let hs = r.headers().clone();
+        (status, hs, r)
+    };
+    // Wait until the follower applied every append, then read its whole tail there.
+    let tail = wait_for(20, "the follower to apply the appends", || {
+        let (status, hs, mut r) = raw("-1");
+        let body = r.body_mut().read_to_string().ok()?;
+        (status == 200 && body == "m0|m1|m2|m3|m4|").then(|| {
+            hs.get("stream-next-offset")
+                .and_then(|v| v.to_str().ok())
+                .expect("next offset")
+                .to_owned()
+        })
+    });
+    let (status, hs, _) = raw("-1");
+    assert_eq!(status, 200, "the follower serves its replicated tail");
+    assert!(hs.get("stream-up-to-date").is_none(), "{hs:?}");
+    // Nothing to serve at its tail: the leader answers, and says up to date.
+    let (status, hs, _) = raw(&tail);
+    assert_eq!(status, 307, "{hs:?}");
+    let (status, hs, _) = send(
+        &bases,
+        0,
+        "GET",
+        &format!("/demo/tail?offset={tail}"),
+        &[],
+        b"",
+    )
+    .expect("read at the tail");
+    assert_eq!(status, 200);
+    assert_eq!(
+        hs.get("stream-up-to-date").map(String::as_str),
+        Some("true")
+    );
+    // A cursor past the follower's tail is the leader's to judge: 307, then 416 there.
+    let past = format!("{:020}", tail.parse::<u64>().expect("offset") + 100);
+    let (status, _, _) = raw(&past);
+    assert_eq!(status, 307);
+    assert_eq!(
+        get(&past),
+        416,
+        "the leader refuses a cursor past the real tail"
+    );
+}

@@ -280,6 +280,18 @@ pub fn data_reply(view: &ReadView, status: StatusCode) -> Reply {
         .header_if(view.closed && view.up_to_date(), h::STREAM_CLOSED, "true")
 }
 
+/// A follower's answer that reaches its local tail: the bytes without `Stream-Up-To-Date`
+/// (and so without `Stream-Closed`, which it only sends once it applied the close).
+pub fn partial_reply(view: &ReadView, status: StatusCode) -> Reply {
+    Reply::new(status)
+        .header(
+            header::CONTENT_TYPE,
+            served_type(&view.content_type, view.json),
+        )
+        .offset(h::STREAM_NEXT_OFFSET, view.next)
+        .incarnation(view.incarnation)
+}
+
 /// Under Raft, what only the group's leader may answer (HEAD, live reads, tails of open
 /// streams, `consistency=leader`) is sent there: `307` to the leader, `503` while none is known.
 pub fn leader_only(st: &AppState, sp: &StreamPath) -> Result<(), ApiError> {
@@ -323,12 +335,31 @@ pub async fn catch_up(
     if q.leader || q.from == ReadFrom::Now {
         confirm_leadership(st, sp).await?;
     }
-    let view = read_view(st, sp, q.from, q.max_bytes, incarnation).await?;
+    let view = match read_view(st, sp, q.from, q.max_bytes, incarnation).await {
+        // A follower may be behind an acknowledged append: a cursor past its local tail is
+        // checked by the leader (307, or 503 without one), which alone answers 416.
+        Err(e) if e.status == StatusCode::RANGE_NOT_SATISFIABLE => {
+            leader_only(st, sp)?;
+            return Err(e);
+        }
+        other => other?,
+    };
+    let mut partial = false;
     if view.up_to_date() && !view.closed {
-        // A follower cannot tell that it holds the tail: only the leader says "up to date".
-        leader_only(st, sp)?;
+        // A follower cannot tell that it holds the tail: it serves the replicated bytes it
+        // has, without `Stream-Up-To-Date`, and only a read with nothing to serve goes to
+        // the leader, which says whether the tail moved.
+        if view.data.is_empty() {
+            leader_only(st, sp)?;
+        } else {
+            partial = leader_only(st, sp).is_err();
+        }
     }
-    let mut reply = data_reply(&view, StatusCode::OK);
+    let mut reply = if partial {
+        partial_reply(&view, StatusCode::OK)
+    } else {
+        data_reply(&view, StatusCode::OK)
+    };
     if q.from == ReadFrom::Now {
         return Ok(reply.header(header::CACHE_CONTROL, "no-store"));
     }

@@ -419,11 +419,29 @@ pub fn expected(count: u64) -> String {
     (0..count).map(|s| format!("p{s:06}|")).collect()
 }
 
+/// The whole stream as a client reads it: on from `Stream-Next-Offset` until a response says
+/// `Stream-Up-To-Date` (a follower serves the bytes it holds without it; the leader says it).
 pub fn read_all(bases: &[String], path: &str) -> String {
-    let (status, _, body) =
-        send(bases, 0, "GET", &format!("{path}?offset=-1"), &[], b"").expect("read");
-    assert_eq!(status, 200);
-    String::from_utf8(body).expect("utf8")
+    let mut out = Vec::new();
+    let mut offset = "-1".to_owned();
+    for _ in 0..1000 {
+        let (status, hs, body) = send(
+            bases,
+            0,
+            "GET",
+            &format!("{path}?offset={offset}"),
+            &[],
+            b"",
+        )
+        .expect("read");
+        assert_eq!(status, 200);
+        out.extend_from_slice(&body);
+        if hs.get("stream-up-to-date").is_some_and(|v| v == "true") {
+            return String::from_utf8(out).expect("utf8");
+        }
+        offset = hs.get("stream-next-offset").expect("next offset").clone();
+    }
+    panic!("{path} never read up to date");
 }
 
 /// A repeated create, to learn who leads: a follower answers 307 with the leader's URL, the
