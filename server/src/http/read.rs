@@ -269,13 +269,7 @@ pub fn renew_if_due(st: &AppState, sp: &StreamPath, due: bool) {
 
 /// The headers of a `200` read carrying `view`.
 pub fn data_reply(view: &ReadView, status: StatusCode) -> Reply {
-    Reply::new(status)
-        .header(
-            header::CONTENT_TYPE,
-            served_type(&view.content_type, view.json),
-        )
-        .offset(h::STREAM_NEXT_OFFSET, view.next)
-        .incarnation(view.incarnation)
+    partial_reply(view, status)
         .header_if(view.up_to_date(), h::STREAM_UP_TO_DATE, "true")
         .header_if(view.closed && view.up_to_date(), h::STREAM_CLOSED, "true")
 }
