@@ -1,0 +1,1 @@
+//! The history checker (being written).
