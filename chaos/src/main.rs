@@ -1,3 +1,180 @@
-//! `ursula-chaos`: runs seeded fault schedules against a cluster and checks each history.
+//! `ursula-chaos`: runs seeded fault schedules against a real cluster and checks each history.
+//!
+//! `ursula-chaos run` (as root, in the root namespace) makes the hosts, then runs itself again
+//! inside the clients' namespace (`inner`), which starts the cluster and does the runs; the
+//! hosts are removed when it ends, however it ends. Exit code 0: every history clean; 1: an
+//! anomaly (named in the table and in the run's `report.json`); 2: the harness failed.
 
-fn main() {}
+use std::path::PathBuf;
+use std::process::Command;
+use std::process::ExitCode;
+
+use clap::Args;
+use clap::Parser;
+use clap::Subcommand;
+
+use ursula_chaos::net;
+use ursula_chaos::run;
+
+#[derive(Parser)]
+#[command(
+    name = "ursula-chaos",
+    about = "Fault schedules against an ursula cluster"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Make the hosts and run the schedules (needs root).
+    Run(Opts),
+    /// The runs themselves, inside the clients' namespace (started by `run`).
+    #[command(hide = true)]
+    Inner(Opts),
+}
+
+#[derive(Args, Clone)]
+struct Opts {
+    /// The `ursula` binary.
+    #[arg(long)]
+    ursula: PathBuf,
+    /// Voters in the cluster (3 or 5).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// `raft.wal.fsync` of every node: `always` or `never`.
+    #[arg(long, default_value = "always")]
+    fsync: String,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How many schedules, seeds `seed`, `seed + 1`, ...
+    #[arg(long, default_value_t = 1)]
+    count: u64,
+    /// Fault steps per schedule.
+    #[arg(long, default_value_t = 3)]
+    steps: usize,
+    /// Where each run's logs, history and report go (`DIR/seed-N`).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+impl Opts {
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            "--ursula".into(),
+            self.ursula.display().to_string(),
+            "--nodes".into(),
+            self.nodes.to_string(),
+            "--fsync".into(),
+            self.fsync.clone(),
+            "--seed".into(),
+            self.seed.to_string(),
+            "--count".into(),
+            self.count.to_string(),
+            "--steps".into(),
+            self.steps.to_string(),
+            "--out".into(),
+            self.out.display().to_string(),
+        ]
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Cmd::Run(o) => outer(&o),
+        Cmd::Inner(o) => inner(&o),
+    }
+}
+
+fn outer(o: &Opts) -> ExitCode {
+    if !(3..=5).contains(&o.nodes) {
+        eprintln!("--nodes must be 3, 4 or 5");
+        return ExitCode::from(2);
+    }
+    let _net = match net::Net::setup(o.nodes) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("could not make the hosts: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Ok(me) = std::env::current_exe() else {
+        eprintln!("cannot find this binary");
+        return ExitCode::from(2);
+    };
+    let status = Command::new("ip")
+        .args(["netns", "exec", net::CLIENTS])
+        .arg(me)
+        .arg("inner")
+        .args(o.to_args())
+        .status();
+    // `_net` drops here: every namespace, link and rule goes, with any process left in them.
+    match status.map(|s| s.code()) {
+        Ok(Some(c)) => ExitCode::from(c as u8),
+        _ => ExitCode::from(2),
+    }
+}
+
+fn inner(o: &Opts) -> ExitCode {
+    let mut anomalies = 0usize;
+    println!(
+        "| seed | nodes | fsync | faults applied | acked | unknown | not applied | reads | records | anomalies | s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for seed in o.seed..o.seed + o.count {
+        let cfg = run::RunConfig {
+            seed,
+            nodes: o.nodes,
+            fsync: o.fsync.clone(),
+            steps: o.steps,
+            ursula: o.ursula.clone(),
+            dir: o.out.join(format!("seed-{seed}")),
+        };
+        match run::run_one(&cfg) {
+            Ok(r) => {
+                let faults: Vec<&str> = r
+                    .applied
+                    .iter()
+                    .map(|a| a.what.as_str())
+                    .filter(|w| *w != "heal")
+                    .collect();
+                println!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.seed,
+                    r.nodes,
+                    r.fsync,
+                    faults.join("; "),
+                    r.acked,
+                    r.unknown,
+                    r.not_applied,
+                    r.reads,
+                    r.final_records,
+                    r.anomalies.len(),
+                    r.seconds
+                );
+                for a in &r.anomalies {
+                    println!("  anomaly (seed {seed}): {a}");
+                }
+                anomalies += r.anomalies.len();
+            }
+            Err(e) => {
+                eprintln!("seed {seed}: the run failed: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if anomalies == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
