@@ -2,7 +2,8 @@
 # Runs every test: formatting and lints, the Rust tests (unit, in-process HTTP, real binary,
 # Raft clusters, the SQLite extension), the npm package's node:test suite, the Python
 # package's pytest suite (its wheel installed in a venv), the Durable
-# Streams conformance suite against a single node and against a 3-voter Raft cluster, then
+# Streams conformance suite against a single node and against a 3-voter Raft cluster, a short
+# set of seeded fault runs (scripts/chaos.sh), then
 # the release: scripts/release.sh's artifacts and the Docker image, run for real.
 # Everything builds once, with the `ci` profile (optimized, debug assertions on) and the
 # release's glibc 2.28 toolchain, and the release step tests that very build.
@@ -69,6 +70,11 @@ cargo nextest run --workspace --exclude ursula-vfs-tests --cargo-profile ci --no
 URSULA_TEST_ENGINE=raft cargo nextest run --workspace --exclude ursula-vfs-tests \
   --cargo-profile ci --no-fail-fast -E 'binary(~router_)'
 cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
+
+# Seeded fault schedules on a cluster of hosts in network namespaces, with a checker over the
+# recorded history (docs/reliability.md). chaos-sqlite was built by the nextest run above.
+step "fault runs: scripts/chaos.sh --short"
+scripts/chaos.sh --short --bin "$out"
 
 step "npm package @tonbo/sqlite-ursula (node:test on Node 22)"
 URSULA_BIN="$out/ursula" scripts/test-js.sh --ci --no-build

@@ -12,6 +12,8 @@
 //!   restart, and a WAL disk that fills.
 //! - `workload`: the concurrent clients, each recording its operations.
 //! - `nemesis`: seeded fault schedules and how each fault is applied and healed.
+//! - `sqlite`: the SQLite owner and live follower (`chaos-sqlite` of ursula-vfs-tests) and
+//!   its own checks.
 //! - `run`: one schedule end to end: cluster, clients, faults, final log, check, report.
 //!
 //! The binary (`main.rs`) makes the hosts as root and runs itself inside the clients'
@@ -24,4 +26,5 @@ pub mod history;
 pub mod nemesis;
 pub mod net;
 pub mod run;
+pub mod sqlite;
 pub mod workload;

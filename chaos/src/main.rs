@@ -58,6 +58,9 @@ struct Opts {
     /// Where each run's logs, history and report go (`DIR/seed-N`).
     #[arg(long)]
     out: PathBuf,
+    /// `chaos-sqlite` (built with ursula-vfs-tests): adds a SQLite owner and live follower.
+    #[arg(long)]
+    sqlite: Option<PathBuf>,
 }
 
 impl Opts {
@@ -78,6 +81,13 @@ impl Opts {
             "--out".into(),
             self.out.display().to_string(),
         ]
+        .into_iter()
+        .chain(
+            self.sqlite
+                .iter()
+                .flat_map(|s| ["--sqlite".to_owned(), s.display().to_string()]),
+        )
+        .collect()
     }
 }
 
@@ -127,9 +137,9 @@ fn outer(o: &Opts) -> ExitCode {
 fn inner(o: &Opts) -> ExitCode {
     let mut anomalies = 0usize;
     println!(
-        "| seed | nodes | fsync | faults applied | acked | unknown | not applied | reads | records | anomalies | s |"
+        "| seed | nodes | fsync | faults applied | acked | unknown | not applied | reads | records | SQLite commits acked/failed | anomalies | s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for seed in o.seed..o.seed + o.count {
         let cfg = run::RunConfig {
             seed,
@@ -138,6 +148,7 @@ fn inner(o: &Opts) -> ExitCode {
             steps: o.steps,
             ursula: o.ursula.clone(),
             dir: o.out.join(format!("seed-{seed}")),
+            sqlite: o.sqlite.clone(),
         };
         match run::run_one(&cfg) {
             Ok(r) => {
@@ -147,8 +158,11 @@ fn inner(o: &Opts) -> ExitCode {
                     .map(|a| a.what.as_str())
                     .filter(|w| *w != "heal")
                     .collect();
+                let sqlite = r.sqlite.as_ref().map_or("-".to_owned(), |s| {
+                    format!("{}/{}", s["acked"], s["unknown"])
+                });
                 println!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     r.seed,
                     r.nodes,
                     r.fsync,
@@ -158,6 +172,7 @@ fn inner(o: &Opts) -> ExitCode {
                     r.not_applied,
                     r.reads,
                     r.final_records,
+                    sqlite,
                     r.anomalies.len(),
                     r.seconds
                 );

@@ -24,6 +24,7 @@ use crate::nemesis;
 use crate::nemesis::Applied;
 use crate::nemesis::Schedule;
 use crate::net::Cuts;
+use crate::sqlite;
 use crate::workload;
 
 /// The stream every run works on.
@@ -54,6 +55,8 @@ pub struct RunConfig {
     pub ursula: PathBuf,
     /// Where this run's configs, logs, history and report go.
     pub dir: PathBuf,
+    /// The SQLite client (`chaos-sqlite` of ursula-vfs-tests), if the run has one.
+    pub sqlite: Option<PathBuf>,
 }
 
 /// What a run found.
@@ -70,6 +73,8 @@ pub struct RunReport {
     pub reads: usize,
     pub final_records: usize,
     pub anomalies: Vec<String>,
+    /// The SQLite client's own report (`sqlite.json`), if the run had one.
+    pub sqlite: Option<serde_json::Value>,
     /// Answers that were neither success nor an expected refusal.
     pub odd: Vec<String>,
     pub seconds: u64,
@@ -99,6 +104,10 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
         start: Instant::now(),
         stop: Arc::new(AtomicBool::new(false)),
         seed: cfg.seed,
+    };
+    let sqlite = match &cfg.sqlite {
+        Some(bin) => Some(sqlite::Client::start(bin, &cfg.dir)?),
+        None => None,
     };
     let handles = workload::spawn_all(&setup);
     let mut applied = Vec::new();
@@ -142,6 +151,10 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
         return Err(e.into());
     }
     history.final_log = final_log(&bases)?;
+    let sqlite = match sqlite {
+        Some(c) => Some(c.finish()?),
+        None => None,
+    };
     let path = cfg.dir.join("history.json");
     if let Ok(text) = serde_json::to_vec(&history) {
         let _ = std::fs::write(&path, text);
@@ -159,7 +172,17 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
         unknown: count(Outcome::Unknown),
         reads: history.reads.len(),
         final_records: crate::history::records(&history.final_log).len(),
-        anomalies: checked.anomalies.iter().map(ToString::to_string).collect(),
+        anomalies: checked
+            .anomalies
+            .iter()
+            .map(ToString::to_string)
+            .chain(
+                sqlite
+                    .iter()
+                    .flat_map(|s| s.anomalies.iter().map(|a| format!("sqlite: {a}"))),
+            )
+            .collect(),
+        sqlite: sqlite.map(|s| s.report),
         odd,
         seconds: began.elapsed().as_secs(),
     };
