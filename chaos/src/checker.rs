@@ -91,6 +91,13 @@ pub enum Anomaly {
         token: String,
         needed: u64,
     },
+    /// A `416` for an offset inside the final log: a node called bytes that exist (and that
+    /// an earlier answer had shown) past the tail.
+    RefusedExisting {
+        reader: String,
+        target: String,
+        from: u64,
+    },
 }
 
 impl fmt::Display for Anomaly {
@@ -172,6 +179,15 @@ impl fmt::Display for Anomaly {
                 f,
                 "up-to-date behind: {reader}'s up-to-date leader read on {target} ended at \
                  {next}, short of {needed} where {token} (acknowledged before it) ends"
+            ),
+            RefusedExisting {
+                reader,
+                target,
+                from,
+            } => write!(
+                f,
+                "refused existing: {target} answered {reader}'s read from {from} with 416, \
+                 inside the final log"
             ),
         }
     }
@@ -274,6 +290,16 @@ pub fn check(h: &History) -> Report {
             anomalies.push(Anomaly::Duplicated {
                 token: token.to_owned(),
                 count: p.len() as u64,
+            });
+        }
+    }
+
+    for r in &h.refused {
+        if r.from <= h.final_log.len() as u64 {
+            anomalies.push(Anomaly::RefusedExisting {
+                reader: r.reader.clone(),
+                target: r.target.clone(),
+                from: r.from,
             });
         }
     }

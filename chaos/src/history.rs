@@ -78,11 +78,24 @@ pub struct Read {
     pub up_to_date: bool,
 }
 
+/// A read refused with `416`: the node said the offset is past the stream's tail. A client
+/// asks only for offsets an earlier answer showed to exist, so one inside the final log is an
+/// anomaly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refused {
+    pub reader: String,
+    pub target: String,
+    pub invoke_ns: u64,
+    pub from: u64,
+}
+
 /// A whole run's history.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
     pub appends: Vec<Append>,
     pub reads: Vec<Read>,
+    #[serde(default)]
+    pub refused: Vec<Refused>,
     /// The stream as read from the leader once every fault healed.
     pub final_log: String,
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
@@ -104,6 +105,7 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
         start: Instant::now(),
         stop: Arc::new(AtomicBool::new(false)),
         seed: cfg.seed,
+        seen: Arc::new(AtomicU64::new(0)),
     };
     let sqlite = match &cfg.sqlite {
         Some(bin) => Some(sqlite::Client::start(bin, &cfg.dir)?),
@@ -145,6 +147,7 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
         let rec = h.join().map_err(|_| RunError::Client)?;
         history.appends.extend(rec.appends);
         history.reads.extend(rec.reads);
+        history.refused.extend(rec.refused);
         odd.extend(rec.odd);
     }
     if let Some(e) = failure {

@@ -7,6 +7,7 @@ use std::io::BufRead;
 use std::io::BufReader;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
@@ -22,6 +23,7 @@ use crate::history::Outcome;
 use crate::history::ProducerSeq;
 use crate::history::Read;
 use crate::history::ReadKind;
+use crate::history::Refused;
 
 /// The stream every client works on (a text stream, so SSE carries the records as they are).
 pub const CONTENT_TYPE: &str = "text/plain";
@@ -42,6 +44,8 @@ pub struct Setup {
     pub start: Instant,
     pub stop: Arc<AtomicBool>,
     pub seed: u64,
+    /// The highest `Stream-Next-Offset` any read has answered: bytes up to it exist.
+    pub seen: Arc<AtomicU64>,
 }
 
 impl Setup {
@@ -70,6 +74,7 @@ impl Setup {
 pub struct Recorded {
     pub appends: Vec<Append>,
     pub reads: Vec<Read>,
+    pub refused: Vec<Refused>,
     /// Answers that were neither success nor an expected refusal, by status, for the report.
     pub odd: Vec<String>,
 }
@@ -239,6 +244,8 @@ fn record(
     if a.status != 200 && a.status != 204 {
         return None;
     }
+    let next = a.next_offset()?;
+    s.seen.fetch_max(next, Ordering::SeqCst);
     Some(Read {
         reader: reader.to_owned(),
         kind,
@@ -247,13 +254,14 @@ fn record(
         complete_ns: s.now(),
         from,
         data: String::from_utf8_lossy(&a.body).into_owned(),
-        next: a.next_offset()?,
+        next,
         up_to_date: a.up_to_date(),
     })
 }
 
-/// A catch-up reader pinned to node `i`: reads on from its cursor and now and then starts
-/// again from an earlier offset, so every node's copy is compared with the final log.
+/// A catch-up reader pinned to node `i`: reads on from its cursor, now and then starts again
+/// from an earlier offset, so every node's copy is compared with the final log, and now and
+/// then jumps to the furthest offset any read has shown, which may be past this node's tail.
 fn catchup_reader(s: &Setup, i: usize) -> Recorded {
     let mut out = Recorded::default();
     let agent = client::agent(REQUEST_TIMEOUT);
@@ -261,6 +269,9 @@ fn catchup_reader(s: &Setup, i: usize) -> Recorded {
     let name = format!("r{}", i + 1);
     let mut cursor = 0u64;
     while !s.stopped() {
+        if rng.random_range(0..8) == 0 {
+            cursor = s.seen.load(Ordering::SeqCst);
+        }
         let invoke = s.now();
         let url = format!("{}{}?offset={}", s.nodes[i], s.path, client::offset(cursor));
         if let Some(a) = client::send(&agent, "GET", &url, &[], b"") {
@@ -273,6 +284,12 @@ fn catchup_reader(s: &Setup, i: usize) -> Recorded {
                         cursor = rng.random_range(0..=cursor);
                     }
                 }
+                None if a.status == 416 => out.refused.push(Refused {
+                    reader: name.clone(),
+                    target: a.url.clone(),
+                    invoke_ns: invoke,
+                    from: cursor,
+                }),
                 None if a.status != 503 => out.odd.push(format!("read {name}: {}", describe(&a))),
                 None => {}
             }

@@ -99,6 +99,13 @@ pub trait GroupEngine: Send + Sync + Debug {
     /// applied what was committed before, for a linearizable read. `Err` says why not.
     fn confirm_leadership(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>>;
 
+    /// Brings this node's state of `group` level with every write committed before the call,
+    /// whether it leads or follows: the leader confirms its leadership (a ReadIndex round); a
+    /// follower asks the leader for a quorum-confirmed read index and waits, a bounded time,
+    /// until it applied it. Then a read of the local state (a `416` for a cursor past the
+    /// tail) holds for the whole group. `Err` says why not.
+    fn read_barrier(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>>;
+
     /// Every reason the engine keeps the node unready, in the Troubleshooting page's order.
     fn not_ready(&self) -> Vec<NotReady>;
 
@@ -166,6 +173,10 @@ impl GroupEngine for MemoryEngine {
     }
 
     fn confirm_leadership(&self, _group: GroupId) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn read_barrier(&self, _group: GroupId) -> BoxFuture<'static, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
 

@@ -423,7 +423,7 @@ fn a_node_whose_peer_speaks_another_raft_protocol_refuses_to_start_before_writin
 /// read with nothing to serve at its tail, and a cursor past its tail (the leader alone says
 /// whether that is `416`), go to the leader.
 #[test]
-fn a_follower_serves_its_replicated_tail_without_up_to_date_and_sends_cursors_past_it_to_the_leader()
+fn a_follower_serves_its_replicated_tail_without_up_to_date_and_judges_cursors_past_it_by_the_leaders_read_index()
  {
     let dir = tempfile_dir("follower-reads");
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -500,13 +500,48 @@ fn a_follower_serves_its_replicated_tail_without_up_to_date_and_sends_cursors_pa
         hs.get("stream-up-to-date").map(String::as_str),
         Some("true")
     );
-    // A cursor past the follower's tail is the leader's to judge: 307, then 416 there.
+    // A cursor past the follower's tail: it asks the leader for a quorum-confirmed read
+    // index, applies up to it, and only then answers 416 itself.
     let past = format!("{:020}", tail.parse::<u64>().expect("offset") + 100);
-    let (status, _, _) = raw(&past);
-    assert_eq!(status, 307);
+    let (status, hs, _) = raw(&past);
     assert_eq!(
-        get(&past),
-        416,
-        "the leader refuses a cursor past the real tail"
+        status, 416,
+        "the follower refuses a cursor past the real tail: {hs:?}"
     );
+    assert_eq!(get(&past), 416);
+    // A follower that missed appends (stopped while the other two committed them) serves a
+    // cursor past its stale tail once it applied the leader's read index: never a 416 for
+    // bytes that exist.
+    let stopped = nodes
+        .iter()
+        .find(|n| n.base() == follower)
+        .expect("the follower's process");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &stopped.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    };
+    signal("-STOP");
+    let others: Vec<String> = bases.iter().filter(|b| **b != follower).cloned().collect();
+    for i in 5..8 {
+        let (status, _, _) = send(
+            &others,
+            0,
+            "POST",
+            "/demo/tail",
+            &octet,
+            format!("m{i}|").as_bytes(),
+        )
+        .expect("append while the follower is stopped");
+        assert_eq!(status, 204);
+    }
+    signal("-CONT");
+    let inside = format!("{:020}", tail.parse::<u64>().expect("offset") + 3);
+    let (status, hs, mut r) = raw(&inside);
+    assert_eq!(status, 200, "{hs:?}");
+    // It may have caught up part of the way on its own, and serves what it holds then.
+    let body = r.body_mut().read_to_string().expect("body");
+    assert!(body == "m6|" || body == "m6|m7|", "{body:?}");
 }

@@ -44,6 +44,7 @@ fn three() -> History {
     History {
         appends,
         reads: vec![],
+        refused: vec![],
         final_log: "a.1;b.1;a.2;".to_owned(),
     }
 }
@@ -406,4 +407,34 @@ fn token_positions_list_every_whole_record_by_token() {
     assert_eq!(positions.get("a.1"), Some(&vec![0, 8]));
     assert_eq!(positions.get("b.1"), Some(&vec![4]));
     assert_eq!(positions.get("b"), None);
+}
+
+#[test]
+fn a_416_for_an_offset_inside_the_final_log_refused_existing_bytes() {
+    let mut h = History {
+        appends: vec![acked("a.1", 0, 10), acked("a.2", 20, 30)],
+        final_log: "a.1;a.2;".into(),
+        ..History::default()
+    };
+    h.refused.push(crate::history::Refused {
+        reader: "r2".into(),
+        target: "http://n2".into(),
+        invoke_ns: 40,
+        from: 4,
+    });
+    h.refused.push(crate::history::Refused {
+        reader: "r2".into(),
+        target: "http://n2".into(),
+        invoke_ns: 50,
+        from: 9,
+    });
+    let report = check(&h);
+    assert_eq!(
+        report.anomalies,
+        vec![Anomaly::RefusedExisting {
+            reader: "r2".into(),
+            target: "http://n2".into(),
+            from: 4,
+        }]
+    );
 }

@@ -330,11 +330,20 @@ pub async fn catch_up(
         confirm_leadership(st, sp).await?;
     }
     let view = match read_view(st, sp, q.from, q.max_bytes, incarnation).await {
-        // A follower may be behind an acknowledged append: a cursor past its local tail is
-        // checked by the leader (307, or 503 without one), which alone answers 416.
+        // This node may be behind an acknowledged append (a follower, or a leader that has not
+        // applied its predecessor's last entries): a cursor past its local tail is read again
+        // once it holds every write committed before, and only then answered `416`. When that
+        // barrier fails, a follower sends the read to the leader (307, or 503 without one).
         Err(e) if e.status == StatusCode::RANGE_NOT_SATISFIABLE => {
-            leader_only(st, sp)?;
-            return Err(e);
+            if let Err(why) = st.engine.read_barrier(st.rt.group_of(&sp.key)).await {
+                leader_only(st, sp)?;
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("cannot confirm the stream's tail: {why}"),
+                )
+                .header(header::RETRY_AFTER, "1"));
+            }
+            read_view(st, sp, q.from, q.max_bytes, incarnation).await?
         }
         other => other?,
     };

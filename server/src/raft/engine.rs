@@ -26,6 +26,11 @@ use crate::engine::Pending;
 use crate::runtime::GroupId;
 use crate::stream::Command;
 
+/// How long a follower waits to apply a leader's read index before it gives the read to the
+/// leader instead: longer means a lagging follower answers late, shorter that it hands off
+/// reads it could have answered.
+const READ_BARRIER_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub struct RaftEngine {
     node: Arc<Replicas>,
     batcher: Arc<Batcher>,
@@ -170,6 +175,33 @@ impl GroupEngine for RaftEngine {
                 return Err(format!("no group {group}"));
             };
             raft.ensure_linearizable()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn read_barrier(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>> {
+        if self.node.is_leader(group) {
+            return self.confirm_leadership(group);
+        }
+        let node = self.node.clone();
+        Box::pin(async move {
+            let raft = node
+                .raft(group)
+                .cloned()
+                .ok_or_else(|| format!("no group {group}"))?;
+            let leader = node
+                .leader_of(group)
+                .filter(|l| *l != node.node_id)
+                .ok_or_else(|| format!("no leader is known for group {group}"))?;
+            let confirmed = node
+                .peers
+                .read_index(leader, group)
+                .await
+                .map_err(|e| e.to_string())??;
+            raft.wait(Some(READ_BARRIER_APPLY_WAIT))
+                .applied_index_at_least(confirmed.index, "a follower's read barrier")
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string())

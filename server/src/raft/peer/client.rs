@@ -260,6 +260,13 @@ impl Peers {
             .await
     }
 
+    /// Asks `leader` for a quorum-confirmed read index of `group`, for a read this node
+    /// answers from its own state once it applied that index.
+    pub async fn read_index(&self, leader: u64, group: u32) -> Result<Barrier, PeerError> {
+        self.ask(leader, group, RpcKind::ReadIndex, &(), RPC_TIMEOUT)
+            .await
+    }
+
     /// Asks `target` to campaign for `group` now (a leader handing it off), or with
     /// `dry_run` only whether it would.
     pub async fn elect(

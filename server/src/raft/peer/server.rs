@@ -143,6 +143,17 @@ pub async fn serve(
             }
             rmp_serde::to_vec(&answer)
         }
+        RpcKind::ReadIndex => {
+            let answer: Barrier = if node.gates.is_closed(group) {
+                Err(format!(
+                    "node {}'s own recovery gate is closed",
+                    node.node_id
+                ))
+            } else {
+                confirm_barrier(node.node_id, raft).await
+            };
+            rmp_serde::to_vec(&answer)
+        }
         RpcKind::Elect => {
             let req: ElectRequest = rmp_serde::from_slice(body).map_err(invalid)?;
             let answer: ElectAnswer = if node.shed.drained() {

@@ -27,6 +27,10 @@ pub enum RpcKind {
     /// A node that took an operator's whole-group command (a bucket purge, a backup import)
     /// hands it to the group's leader: the body is the command, the answer a [`ProposeAnswer`].
     Propose,
+    /// A follower asks the leader for a quorum-confirmed read index before it answers a read
+    /// from its own state (a cursor past its local tail): a [`Barrier`], without the
+    /// rebuild report a gated replica's `barrier` makes.
+    ReadIndex,
 }
 
 impl RpcKind {
@@ -40,6 +44,7 @@ impl RpcKind {
             RpcKind::Probe => "probe",
             RpcKind::Elect => "elect",
             RpcKind::Propose => "propose",
+            RpcKind::ReadIndex => "read-index",
         }
     }
 
@@ -52,6 +57,7 @@ impl RpcKind {
             RpcKind::Probe,
             RpcKind::Elect,
             RpcKind::Propose,
+            RpcKind::ReadIndex,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
