@@ -35,6 +35,8 @@ pub const PATH: &str = "/chaos/log";
 pub enum RunError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Sqlite(#[from] sqlite::SqliteError),
     #[error("{0}")]
     Stuck(String),
     #[error("{what}: {source}")]

@@ -12,8 +12,9 @@ use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
 
+use thiserror::Error;
+
 use crate::cluster;
-use crate::run::RunError;
 
 /// The stream the SQLite database replicates to.
 pub const PATH: &str = "/chaos/db";
@@ -30,15 +31,28 @@ pub struct Outcome {
     pub report: serde_json::Value,
 }
 
-fn io(what: &str) -> impl FnOnce(std::io::Error) -> RunError + '_ {
-    move |source| RunError::Io {
+#[derive(Debug, Error)]
+pub enum SqliteError {
+    #[error("chaos-sqlite: {what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("chaos-sqlite did not finish within 180 s of the stop")]
+    Stuck,
+    #[error("chaos-sqlite ended ({0}) without a report; see sqlite.log")]
+    NoReport(String),
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> SqliteError + '_ {
+    move |source| SqliteError::Io {
         what: what.to_owned(),
         source,
     }
 }
 
 impl Client {
-    pub fn start(bin: &Path, run_dir: &Path) -> Result<Client, RunError> {
+    pub fn start(bin: &Path, run_dir: &Path) -> Result<Client, SqliteError> {
         let dir = run_dir.join("sqlite");
         std::fs::create_dir_all(&dir).map_err(io("sqlite dir"))?;
         let log = std::fs::File::create(run_dir.join("sqlite.log")).map_err(io("sqlite log"))?;
@@ -54,7 +68,7 @@ impl Client {
     }
 
     /// Tells it to stop and waits for its checks (at most three minutes).
-    pub fn finish(mut self) -> Result<Outcome, RunError> {
+    pub fn finish(mut self) -> Result<Outcome, SqliteError> {
         std::fs::write(self.dir.join("stop"), b"").map_err(io("sqlite stop file"))?;
         let deadline = Instant::now() + Duration::from_secs(180);
         let status = loop {
@@ -64,20 +78,14 @@ impl Client {
             if Instant::now() > deadline {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                return Err(RunError::Stuck(
-                    "chaos-sqlite did not finish within 180 s of the stop".into(),
-                ));
+                return Err(SqliteError::Stuck);
             }
             std::thread::sleep(Duration::from_millis(200));
         };
         let report: serde_json::Value = std::fs::read(self.dir.join("sqlite.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
-            .ok_or_else(|| {
-                RunError::Stuck(format!(
-                    "chaos-sqlite ended ({status}) without a report; see sqlite.log"
-                ))
-            })?;
+            .ok_or_else(|| SqliteError::NoReport(status.to_string()))?;
         let anomalies = report["anomalies"]
             .as_array()
             .map(|a| {
