@@ -137,7 +137,7 @@ fn outer(o: &Opts) -> ExitCode {
 fn inner(o: &Opts) -> ExitCode {
     let mut anomalies = 0usize;
     println!(
-        "| seed | nodes | fsync | faults applied | acked | unknown | not applied | reads | records | SQLite commits acked/failed | anomalies | s |"
+        "| seed | nodes | fsync | faults applied | acked | unknown | not applied | reads (catch-up/leader/long-poll/SSE; 416s) | records | SQLite commits acked/failed | anomalies | s |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for seed in o.seed..o.seed + o.count {
@@ -161,6 +161,8 @@ fn inner(o: &Opts) -> ExitCode {
                 let sqlite = r.sqlite.as_ref().map_or("-".to_owned(), |s| {
                     format!("{}/{}", s["acked"], s["unknown"])
                 });
+                let [c, l, lp, sse] = r.reads_by_kind;
+                let reads = format!("{} ({c}/{l}/{lp}/{sse}; {})", r.reads, r.refused_416);
                 println!(
                     "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     r.seed,
@@ -170,7 +172,7 @@ fn inner(o: &Opts) -> ExitCode {
                     r.acked,
                     r.unknown,
                     r.not_applied,
-                    r.reads,
+                    reads,
                     r.final_records,
                     sqlite,
                     r.anomalies.len(),

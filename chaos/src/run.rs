@@ -21,6 +21,7 @@ use crate::cluster::Cluster;
 use crate::cluster::ClusterError;
 use crate::history::History;
 use crate::history::Outcome;
+use crate::history::ReadKind;
 use crate::nemesis;
 use crate::nemesis::Applied;
 use crate::nemesis::Schedule;
@@ -74,6 +75,10 @@ pub struct RunReport {
     pub not_applied: usize,
     pub unknown: usize,
     pub reads: usize,
+    /// Reads by path: catch-up, `consistency=leader`, long-poll, SSE.
+    pub reads_by_kind: [usize; 4],
+    /// Reads refused with `416` (each checked against the final log).
+    pub refused_416: usize,
     pub final_records: usize,
     pub anomalies: Vec<String>,
     /// The SQLite client's own report (`sqlite.json`), if the run had one.
@@ -176,6 +181,14 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
         not_applied: count(Outcome::NotApplied),
         unknown: count(Outcome::Unknown),
         reads: history.reads.len(),
+        reads_by_kind: [
+            ReadKind::Catchup,
+            ReadKind::Leader,
+            ReadKind::LongPoll,
+            ReadKind::Sse,
+        ]
+        .map(|k| history.reads.iter().filter(|r| r.kind == k).count()),
+        refused_416: history.refused.len(),
         final_records: crate::history::records(&history.final_log).len(),
         anomalies: checked
             .anomalies
