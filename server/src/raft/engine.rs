@@ -170,14 +170,22 @@ impl GroupEngine for RaftEngine {
 
     fn confirm_leadership(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>> {
         let raft = self.node.raft(group).cloned();
+        let floor = self.node.read_floor(group);
         Box::pin(async move {
             let Some(raft) = raft else {
                 return Err(format!("no group {group}"));
             };
             raft.ensure_linearizable()
                 .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            // A leader restored at start may read below entries it acknowledged before.
+            if floor.is_some() {
+                raft.wait(Some(READ_BARRIER_APPLY_WAIT))
+                    .applied_index_at_least(floor, "the read floor of a restarted leader")
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
         })
     }
 

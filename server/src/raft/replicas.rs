@@ -43,6 +43,9 @@ pub struct Replicas {
     /// Replicas that asked this node, as their leader, for a barrier: they may have lost
     /// entries and are rebuilt.
     pub lost: LostReports,
+    /// For each group this node led when it stopped: the term it was restored to leadership
+    /// in, and its last log index then ([`Replicas::read_floor`]).
+    read_floors: Vec<Option<(u64, u64)>>,
     stopping: AtomicBool,
     rt: Runtime,
 }
@@ -92,7 +95,18 @@ impl std::fmt::Debug for Replicas {
 
 impl Replicas {
     pub fn new(p: Parts) -> Replicas {
+        let read_floors = p
+            .logs
+            .iter()
+            .map(|l| {
+                let view = l.view();
+                let vote = view.vote?;
+                let restored = vote.is_committed() && vote.leader_id.node_id == p.node_id;
+                restored.then_some((vote.leader_id.term, view.last?.index))
+            })
+            .collect();
         Replicas {
+            read_floors,
             node_id: p.node_id,
             rafts: p.rafts,
             logs: p.logs,
@@ -124,6 +138,19 @@ impl Replicas {
     /// The journal bytes `group`'s log still holds.
     pub fn log_bytes_of(&self, group: GroupId) -> u64 {
         self.logs.get(group as usize).map_or(0, LogStore::bytes)
+    }
+
+    /// The lowest read index this node may give for `group` as its leader. openraft restores a
+    /// node whose committed vote names itself as leader at once, in the same term, and its read
+    /// index is then the commit index it had persisted, which can lag entries it acknowledged
+    /// before the restart: a read it confirmed would miss them (found by the fault runs, seed
+    /// 1001 of docs/reliability.md). While it leads in that term, its read index is at least
+    /// its last log index at start; those entries are its own log, so they commit and apply in
+    /// turn. A later election appends a new term's first entry above them, and the floor ends.
+    pub fn read_floor(&self, group: GroupId) -> Option<u64> {
+        let (term, index) = self.read_floors.get(group as usize).copied().flatten()?;
+        let current = self.raft(group)?.metrics().borrow().current_term;
+        (current == term).then_some(index)
     }
 
     /// What `group`'s log holds now.

@@ -134,7 +134,7 @@ pub async fn serve(
                     node.node_id
                 ))
             } else {
-                confirm_barrier(node.node_id, raft).await
+                confirm_barrier(node.node_id, raft, node.read_floor(group)).await
             };
             // Only a gated replica asks: it may lack entries it acknowledged, and the leader
             // rebuilds it ([`crate::raft::membership`]).
@@ -150,7 +150,7 @@ pub async fn serve(
                     node.node_id
                 ))
             } else {
-                confirm_barrier(node.node_id, raft).await
+                confirm_barrier(node.node_id, raft, node.read_floor(group)).await
             };
             rmp_serde::to_vec(&answer)
         }
@@ -257,14 +257,16 @@ pub async fn serve_batch(node: &Replicas, body: &[u8]) -> Result<Vec<u8>, ServeE
 /// under which vote. The core handles requests in order and its vote only grows, so the same
 /// committed vote of this node read before and after the round is the vote the quorum
 /// acknowledged.
-async fn confirm_barrier(node: u64, raft: &GroupRaft) -> Barrier {
+/// Confirms this node's leadership and gives its read index, never below `floor`
+/// ([`Replicas::read_floor`]).
+async fn confirm_barrier(node: u64, raft: &GroupRaft, floor: Option<u64>) -> Barrier {
     let vote = || raft.with_raft_state(|st| *st.vote_ref());
     let before = vote().await.map_err(|e| e.to_string())?;
     if !before.is_committed() || before.leader_id.node_id != node {
         return Err(format!("node {node} does not lead the group"));
     }
     let index = match tokio::time::timeout(BARRIER_TIMEOUT, raft.get_read_log_id()).await {
-        Ok(Ok((read, _))) => read.map(|l| l.index),
+        Ok(Ok((read, _))) => read.map(|l| l.index).max(floor),
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err("no quorum confirmed the leadership in time".into()),
     };
