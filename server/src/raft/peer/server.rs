@@ -127,7 +127,7 @@ pub async fn serve(
                 rmp_serde::to_vec(&raft.vote(req).await)
             }
         }
-        RpcKind::Barrier => {
+        RpcKind::Barrier | RpcKind::ReadIndex => {
             let answer: Barrier = if node.gates.is_closed(group) {
                 Err(format!(
                     "node {}'s own recovery gate is closed",
@@ -136,22 +136,12 @@ pub async fn serve(
             } else {
                 confirm_barrier(node.node_id, raft, node.read_floor(group)).await
             };
-            // Only a gated replica asks: it may lack entries it acknowledged, and the leader
-            // rebuilds it ([`crate::raft::membership`]).
-            if let (Ok(_), Some(from)) = (&answer, from) {
+            // Only a gated replica asks for a recovery barrier: it may lack entries it
+            // acknowledged, and the leader rebuilds it ([`crate::raft::membership`]). A read
+            // index is a follower's read, which reports nothing lost.
+            if let (RpcKind::Barrier, Ok(_), Some(from)) = (kind, &answer, from) {
                 node.lost.report(group, from);
             }
-            rmp_serde::to_vec(&answer)
-        }
-        RpcKind::ReadIndex => {
-            let answer: Barrier = if node.gates.is_closed(group) {
-                Err(format!(
-                    "node {}'s own recovery gate is closed",
-                    node.node_id
-                ))
-            } else {
-                confirm_barrier(node.node_id, raft, node.read_floor(group)).await
-            };
             rmp_serde::to_vec(&answer)
         }
         RpcKind::Elect => {
