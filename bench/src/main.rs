@@ -8,15 +8,23 @@
 //! - `ursula-bench report --ursula-load F --ursula-idle F --reference-load F --reference-idle F
 //!   --out docs/benchmarks.md`: the markdown report (each flag repeats once per round).
 //!
-//! Modules: [`http`] (the HTTP/1.1 client), [`load`] (closed-loop load), [`sse`] (fan-out),
-//! [`scenarios`] (what is measured), [`report`] (result files and markdown), [`procfs`] (RSS
-//! and CPU time).
+//! - `scripts/bench-speed.sh` (issue 19) uses `ceiling` (a hyper server answering `204`),
+//!   `setup`, `point`, `oha` (converts an oha JSON report), `max` and `speed-report`.
+//!
+//! Modules: [`http`] (the HTTP/1.1 client), [`load`] (closed-loop load), [`openloop`]
+//! (fixed offered rate), [`sse`] (fan-out), [`scenarios`] (what `load` measures), [`point`]
+//! (one measured point of the speed run), [`ceiling`] (the hyper `204` server), [`report`] and
+//! [`speed`] (markdown), [`procfs`] (RSS and CPU time).
 
+mod ceiling;
 mod http;
 mod load;
+mod openloop;
+mod point;
 mod procfs;
 mod report;
 mod scenarios;
+mod speed;
 mod sse;
 
 use std::path::Path;
@@ -50,6 +58,120 @@ enum Command {
     Report(ReportArgs),
     /// Wait until the machine is idle (other processes would distort a measurement).
     WaitQuiet(QuietArgs),
+    /// Serve `204 No Content` to every request with hyper: the machine's ceiling.
+    Ceiling(CeilingArgs),
+    /// Create a set of streams for `point` and oha (`n{N}-{i}`); prints oha's URL or regex.
+    Setup(SetupArgs),
+    /// Measure one point (closed loop, or a fixed rate with `--rate`) and append it as a JSON line.
+    Point(PointArgs),
+    /// Convert oha's JSON report into a point and append it.
+    Oha(OhaArgs),
+    /// Print the rate of a closed-loop point of one round (to derive fixed rates from).
+    Max(MaxArgs),
+    /// Write the speed section of docs/benchmarks.md from the points.
+    SpeedReport(SpeedReportArgs),
+}
+
+#[derive(Debug, Args)]
+struct CeilingArgs {
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Tokio worker threads (the runtime's default is one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+struct SetupArgs {
+    #[arg(long)]
+    base: String,
+    #[arg(long)]
+    streams: usize,
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+}
+
+/// Where a point was taken.
+#[derive(Debug, Args)]
+struct PointWhere {
+    /// Name of the server in the results (hyper-204, ursula-memory, ursula-never).
+    #[arg(long)]
+    target: String,
+    #[arg(long)]
+    streams: usize,
+    #[arg(long)]
+    connections: usize,
+    /// Offered requests per second (open loop); closed loop without it.
+    #[arg(long)]
+    rate: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    round: u32,
+    /// The JSON-lines file the point is appended to.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct PointArgs {
+    #[arg(long)]
+    base: String,
+    #[command(flatten)]
+    at: PointWhere,
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+}
+
+#[derive(Debug, Args)]
+struct OhaArgs {
+    /// oha's `--output-format json` report.
+    #[arg(long)]
+    file: PathBuf,
+    #[command(flatten)]
+    at: PointWhere,
+}
+
+#[derive(Debug, Args)]
+struct MaxArgs {
+    #[arg(long)]
+    points: PathBuf,
+    #[arg(long)]
+    target: String,
+    #[arg(long)]
+    round: u32,
+    #[arg(long, default_value = "ursula-bench")]
+    client: String,
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+}
+
+#[derive(Debug, Args)]
+struct SpeedReportArgs {
+    #[arg(long)]
+    points: PathBuf,
+    /// An `idle` result (memory per idle stream), if measured.
+    #[arg(long)]
+    idle: Option<PathBuf>,
+    #[arg(long, default_value = "")]
+    date: String,
+    #[arg(long, default_value = "")]
+    machine: String,
+    #[arg(long, default_value = "")]
+    build: String,
+    #[arg(long, default_value = "scripts/bench-speed.sh")]
+    command: String,
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    #[arg(long, default_value_t = 6.0)]
+    seconds: f64,
+    /// The markdown file whose speed section is replaced (also printed to stdout).
+    #[arg(long)]
+    doc: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -205,6 +327,116 @@ fn run(command: Command) -> Result<(), BoxError> {
         }
         Command::WaitQuiet(a) => {
             procfs::wait_quiet(a.threshold, Duration::from_secs(a.max_wait));
+            Ok(())
+        }
+        Command::Ceiling(a) => {
+            let rt = match a.threads {
+                Some(n) => runtime(n)?,
+                None => tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()?,
+            };
+            rt.block_on(ceiling::serve(a.listen))
+        }
+        Command::Setup(a) => {
+            let target = http::Target::parse(&a.base)?;
+            let secs = runtime(2)?.block_on(point::setup(&target, a.streams, a.connections))?;
+            eprintln!("ursula-bench: {} streams set up in {secs:.1} s", a.streams);
+            // What oha is pointed at, for the script.
+            println!("{}", point::oha_url(&a.base, a.streams));
+            Ok(())
+        }
+        Command::Point(a) => {
+            let target = http::Target::parse(&a.base)?;
+            let plan = point::Plan {
+                streams: a.at.streams,
+                connections: a.at.connections,
+                rate: a.at.rate,
+                warmup: secs(a.warmup)?,
+                duration: secs(a.duration)?,
+            };
+            let outcome = runtime(a.threads)?.block_on(point::measure(&target, &plan))?;
+            let p = point::from_outcome(&a.at.target, &plan, a.at.round, &outcome)?;
+            eprintln!(
+                "ursula-bench: {} {} streams {} conns{}: {:.0}/s p50 {:.3} p99 {:.3} p99.9 {:.3} ms, {} bad",
+                p.target,
+                p.streams,
+                p.connections,
+                p.offered
+                    .map(|r| format!(" at {r:.0}/s"))
+                    .unwrap_or_default(),
+                p.rate,
+                p.p50_ms,
+                p.p99_ms,
+                p.p999_ms,
+                p.bad
+            );
+            point::append(&a.at.out, &p)
+        }
+        Command::Oha(a) => {
+            let json = std::fs::read_to_string(&a.file)
+                .map_err(|e| format!("cannot read {}: {e}", a.file.display()))?;
+            let meta = point::OhaMeta {
+                target: a.at.target.clone(),
+                streams: a.at.streams,
+                connections: a.at.connections,
+                rate: a.at.rate,
+                round: a.at.round,
+            };
+            let p = point::from_oha(&json, &meta)?;
+            eprintln!(
+                "oha: {} {} streams {} conns{}: {:.0}/s p50 {:.3} p99 {:.3} p99.9 {:.3} ms, {} bad",
+                p.target,
+                p.streams,
+                p.connections,
+                p.offered
+                    .map(|r| format!(" at {r:.0}/s"))
+                    .unwrap_or_default(),
+                p.rate,
+                p.p50_ms,
+                p.p99_ms,
+                p.p999_ms,
+                p.bad
+            );
+            point::append(&a.at.out, &p)
+        }
+        Command::Max(a) => {
+            let points = point::read_all(&a.points)?;
+            let p = points
+                .iter()
+                .find(|p| {
+                    p.target == a.target
+                        && p.round == a.round
+                        && p.client == a.client
+                        && p.streams == a.streams
+                        && p.connections == a.connections
+                        && p.offered.is_none()
+                })
+                .ok_or("no such closed-loop point")?;
+            println!("{:.0}", p.rate);
+            Ok(())
+        }
+        Command::SpeedReport(a) => {
+            let points = point::read_all(&a.points)?;
+            let idle: Option<report::IdleRun> = match &a.idle {
+                Some(f) => Some(read_json(f)?),
+                None => None,
+            };
+            let ctx = speed::Context {
+                date: a.date,
+                machine: a.machine,
+                build: a.build,
+                command: a.command,
+                rounds: a.rounds,
+                seconds: a.seconds,
+            };
+            let md = speed::markdown(&ctx, &points, idle.as_ref());
+            if let Some(doc) = &a.doc {
+                let old = std::fs::read_to_string(doc).unwrap_or_default();
+                std::fs::write(doc, speed::splice(&old, &md))
+                    .map_err(|e| format!("cannot write {}: {e}", doc.display()))?;
+            }
+            print!("{md}");
             Ok(())
         }
         Command::Report(a) => {

@@ -1,0 +1,153 @@
+//! Open-loop load at a fixed offered rate: `connections` tasks, each sending on its own
+//! schedule (`rate / connections` per second, the tasks' schedules interleaved), whatever the
+//! server does. A closed loop slows down with the server and so never sees the queue a slow
+//! answer builds; this does, without coordinated omission:
+//!
+//! - a request whose connection was still busy at its scheduled time (the server was behind)
+//!   is timed from that scheduled time, so the wait it spent queued behind earlier requests
+//!   counts;
+//! - a request whose connection was idle is timed from when it was actually written: Tokio's
+//!   timer wakes a task up to a millisecond late, and that slack is the client's, not the
+//!   server's.
+
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+
+use tokio::task::JoinSet;
+
+use crate::BoxError;
+use crate::http::Conn;
+use crate::http::HttpError;
+use crate::http::Target;
+use crate::load::Outcome;
+use crate::load::REQUEST_LIMIT;
+use crate::load::histogram;
+use crate::load::nanos;
+
+/// An open-loop scenario.
+#[derive(Debug, Clone)]
+pub struct Open {
+    pub connections: usize,
+    /// Requests per second offered, over all connections.
+    pub rate: f64,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Task `i` sends requests `i`, `i + connections`, … (modulo the list).
+    pub requests: Arc<Vec<Vec<u8>>>,
+}
+
+struct Tally {
+    hist: hdrhistogram::Histogram<u64>,
+    ok: u64,
+    bad: u64,
+    first_bad: Option<String>,
+}
+
+pub async fn open_loop(target: &Target, spec: &Open) -> Result<Outcome, BoxError> {
+    if spec.requests.is_empty() || spec.connections == 0 || spec.rate.is_nan() || spec.rate <= 0.0 {
+        return Err("an open-loop scenario needs requests, connections and a rate".into());
+    }
+    let mut conns = Vec::with_capacity(spec.connections);
+    for _ in 0..spec.connections {
+        conns.push(Conn::connect(target).await?);
+    }
+    let interval = Duration::from_secs_f64(spec.connections as f64 / spec.rate);
+    let start = Instant::now() + Duration::from_millis(10);
+    let measure_from = start + spec.warmup;
+    let end = measure_from + spec.duration;
+    let mut set = JoinSet::new();
+    for (i, conn) in conns.into_iter().enumerate() {
+        let reqs = Arc::clone(&spec.requests);
+        let step = spec.connections;
+        // Spread the tasks' first sends over one interval.
+        let first = start + interval.mul_f64(i as f64 / step as f64);
+        let mut t = Tally {
+            hist: histogram()?,
+            ok: 0,
+            bad: 0,
+            first_bad: None,
+        };
+        set.spawn(async move {
+            let schedule = Schedule {
+                first,
+                interval,
+                measure_from,
+                end,
+            };
+            worker(conn, &reqs, i, step, schedule, &mut t)
+                .await
+                .map(|()| t)
+        });
+    }
+    let mut total = Tally {
+        hist: histogram()?,
+        ok: 0,
+        bad: 0,
+        first_bad: None,
+    };
+    while let Some(joined) = set.join_next().await {
+        let t = joined??;
+        total.hist.add(&t.hist)?;
+        total.ok += t.ok;
+        total.bad += t.bad;
+        total.first_bad = total.first_bad.or(t.first_bad);
+    }
+    Ok(Outcome {
+        hist: total.hist,
+        ok: total.ok,
+        bad: total.bad,
+        first_bad: total.first_bad,
+        seconds: spec.duration.as_secs_f64(),
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    first: Instant,
+    interval: Duration,
+    measure_from: Instant,
+    end: Instant,
+}
+
+async fn worker(
+    mut conn: Conn,
+    reqs: &[Vec<u8>],
+    first: usize,
+    step: usize,
+    s: Schedule,
+    t: &mut Tally,
+) -> Result<(), HttpError> {
+    let mut i = first % reqs.len();
+    let mut due = s.first;
+    while due < s.end {
+        let now = Instant::now();
+        // Idle at the scheduled time: wait for it, then time from the actual write.
+        // Busy past it: send at once and time from the schedule.
+        let from = if now < due {
+            tokio::time::sleep_until(due.into()).await;
+            Instant::now()
+        } else {
+            due
+        };
+        let Some(req) = reqs.get(i) else {
+            return Ok(());
+        };
+        i = (i + step) % reqs.len();
+        let (status, _) = conn.roundtrip_within(req, REQUEST_LIMIT).await?;
+        let dt = from.elapsed();
+        if due >= s.measure_from {
+            if (200..300).contains(&status) {
+                t.hist.saturating_record(nanos(dt));
+                t.ok += 1;
+            } else {
+                t.bad += 1;
+                if t.first_bad.is_none() {
+                    t.first_bad = Some(format!("status {status}"));
+                }
+            }
+        }
+        due += s.interval;
+    }
+    Ok(())
+}

@@ -1,0 +1,368 @@
+//! The markdown section of `scripts/bench-speed.sh` (issue 19): ursula beside the machine's
+//! ceiling (a hyper server answering `204`), each row taken by two load generators, latency at
+//! fixed offered rates, and how throughput and p99 grow with streams and connections.
+//!
+//! Every cell is the median round of its point (by throughput), so one round's p99 is never
+//! paired with another round's rate.
+
+use std::fmt::Write as _;
+
+use crate::point::Point;
+use crate::report::IdleRun;
+use crate::report::fmt_int;
+
+pub const CEILING: &str = "hyper-204";
+pub const MEMORY: &str = "ursula-memory";
+pub const NEVER: &str = "ursula-never";
+pub const CLIENTS: [&str; 2] = ["ursula-bench", "oha"];
+
+/// Aims of the issue, in one place so the text and the check agree.
+const CEILING_AIM: f64 = 0.80;
+const FIXED_P99_AIM_MS: f64 = 2.0;
+const IDLE_STREAM_AIM_BYTES: f64 = 1024.0;
+
+/// What the run was, for the header.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    pub date: String,
+    pub machine: String,
+    pub build: String,
+    pub command: String,
+    pub rounds: u32,
+    pub seconds: f64,
+}
+
+/// The median round of the points that `keep` selects, by rate.
+fn median(points: &[Point], keep: impl Fn(&Point) -> bool) -> Option<&Point> {
+    let mut found: Vec<&Point> = points.iter().filter(|p| keep(p)).collect();
+    found.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+    found.get(found.len().saturating_sub(1) / 2).copied()
+}
+
+/// The closed-loop point of a target, client, streams and connections.
+fn closed<'a>(
+    points: &'a [Point],
+    target: &str,
+    client: &str,
+    streams: usize,
+    connections: usize,
+) -> Option<&'a Point> {
+    median(points, |p| {
+        p.target == target
+            && p.client == client
+            && p.streams == streams
+            && p.connections == connections
+            && p.offered.is_none()
+    })
+}
+
+fn ms(x: f64) -> String {
+    if !x.is_finite() {
+        "n/a".to_owned()
+    } else if x < 1.0 {
+        format!("{x:.3}")
+    } else if x < 100.0 {
+        format!("{x:.2}")
+    } else {
+        fmt_int(x)
+    }
+}
+
+fn rate_p99(p: Option<&Point>) -> String {
+    p.map_or("not measured".to_owned(), |p| {
+        format!("{}/s, p99 {}", fmt_int(p.rate), ms(p.p99_ms))
+    })
+}
+
+fn pct(ours: Option<&Point>, ceiling: Option<&Point>) -> Option<f64> {
+    let (o, c) = (ours?, ceiling?);
+    (c.rate > 0.0).then(|| o.rate / c.rate)
+}
+
+fn fmt_pct(x: Option<f64>) -> String {
+    x.map_or("n/a".to_owned(), |x| format!("{:.0}%", 100.0 * x))
+}
+
+fn name(target: &str) -> &str {
+    match target {
+        CEILING => "hyper, `204` (ceiling)",
+        MEMORY => "ursula, in memory",
+        NEVER => "ursula, durable, `fsync = \"never\"`",
+        other => other,
+    }
+}
+
+pub fn markdown(ctx: &Context, points: &[Point], idle: Option<&IdleRun>) -> String {
+    let mut s = String::new();
+    let mut aims = Vec::new();
+    let _ = writeln!(s, "## Speed against the machine's ceiling (issue 19)\n");
+    let _ = writeln!(
+        s,
+        "`{}`, {}, {}; {}. Each server is started fresh for each of {} rounds and measured alone \
+         on loopback; every point runs {} s and every cell is the round with the median \
+         throughput. 100-byte `application/octet-stream` appends under `/v1/stream/`. Two load \
+         generators take every row: `ursula-bench` (ours; hand-written HTTP/1.1, 2 Tokio threads, \
+         1 s warm-up) and `oha` 1.16 (crates.io; hyper client, no warm-up, `--no-tui`). The \
+         ceiling is a hyper server on Tokio answering `204` to every request after reading its \
+         body (`ursula-bench ceiling`): what any server built on this HTTP stack reaches here \
+         while the client shares the two cores. Latencies in ms.\n",
+        ctx.command, ctx.date, ctx.machine, ctx.build, ctx.rounds, ctx.seconds,
+    );
+
+    // --- the ceiling -------------------------------------------------------------------------
+    let _ = writeln!(
+        s,
+        "### Appends at 32 connections, as a fraction of the ceiling\n"
+    );
+    let _ = writeln!(
+        s,
+        "| streams | client | {} | {} | of ceiling | {} | of ceiling |",
+        name(CEILING),
+        name(MEMORY),
+        name(NEVER)
+    );
+    let _ = writeln!(s, "| ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    for streams in [1, 1000] {
+        for client in CLIENTS {
+            let c = closed(points, CEILING, client, streams, 32);
+            let m = closed(points, MEMORY, client, streams, 32);
+            let n = closed(points, NEVER, client, streams, 32);
+            let _ = writeln!(
+                s,
+                "| {} | {client} | {} | {} | {} | {} | {} |",
+                fmt_int(streams as f64),
+                rate_p99(c),
+                rate_p99(m),
+                fmt_pct(pct(m, c)),
+                rate_p99(n),
+                fmt_pct(pct(n, c)),
+            );
+            for (target, ours) in [(MEMORY, m), (NEVER, n)] {
+                if let Some(f) = pct(ours, c) {
+                    aims.push(aim(
+                        format!(
+                            "{}, {} stream(s), {client}: {:.0}% of the ceiling (aim ≥ {:.0}%)",
+                            name(target),
+                            fmt_int(streams as f64),
+                            100.0 * f,
+                            100.0 * CEILING_AIM
+                        ),
+                        f >= CEILING_AIM,
+                    ));
+                }
+            }
+        }
+    }
+    s.push('\n');
+
+    // --- fixed offered rates -----------------------------------------------------------------
+    let _ = writeln!(
+        s,
+        "### Latency at fixed offered rates (1 stream, 32 connections)\n\n\
+         The offered rate is a share of the same round's closed-loop maximum (`ursula-bench`). \
+         `ursula-bench` times a request that had to wait for its connection from its scheduled \
+         send time (no coordinated omission) and an on-time one from its write; `oha` runs with \
+         `-q RATE --latency-correction`.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| server | offered | client | achieved/s | p50 | p99 | p99.9 | max |"
+    );
+    let _ = writeln!(s, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    for target in [MEMORY, NEVER] {
+        let Some(max) = closed(points, target, "ursula-bench", 1, 32).map(|p| p.rate) else {
+            continue;
+        };
+        let mut shares: Vec<u32> = points
+            .iter()
+            .filter(|p| p.target == target && p.streams == 1 && p.connections == 32)
+            .filter_map(|p| {
+                p.offered
+                    .map(|o| (100.0 * o / max / 5.0).round() as u32 * 5)
+            })
+            .collect();
+        shares.sort_unstable();
+        shares.dedup();
+        for sh in shares {
+            for client in CLIENTS {
+                let p = median(points, |p| {
+                    p.target == target
+                        && p.client == client
+                        && p.streams == 1
+                        && p.connections == 32
+                        && p.offered
+                            .is_some_and(|o| (100.0 * o / max / 5.0).round() as u32 * 5 == sh)
+                });
+                let Some(p) = p else { continue };
+                let _ = writeln!(
+                    s,
+                    "| {} | {}% ({}/s) | {client} | {} | {} | {} | {} | {} |",
+                    name(target),
+                    sh,
+                    fmt_int(p.offered.unwrap_or_default()),
+                    fmt_int(p.rate),
+                    ms(p.p50_ms),
+                    ms(p.p99_ms),
+                    ms(p.p999_ms),
+                    ms(p.max_ms),
+                );
+                if sh == 50 {
+                    aims.push(aim(
+                        format!(
+                            "{} at 50% of its maximum, {client}: p99 {} ms (aim < {} ms)",
+                            name(target),
+                            ms(p.p99_ms),
+                            FIXED_P99_AIM_MS
+                        ),
+                        p.p99_ms < FIXED_P99_AIM_MS,
+                    ));
+                }
+            }
+        }
+    }
+    s.push('\n');
+
+    // --- how cost grows ----------------------------------------------------------------------
+    let _ = writeln!(
+        s,
+        "### How cost grows: ursula in memory, closed loop\n\n\
+         | streams | connections | ursula-bench | oha |\n| ---: | ---: | ---: | ---: |"
+    );
+    let mut grid: Vec<(usize, usize)> = points
+        .iter()
+        .filter(|p| p.target == MEMORY && p.offered.is_none())
+        .map(|p| (p.streams, p.connections))
+        .collect();
+    grid.sort_unstable();
+    grid.dedup();
+    for (streams, conns) in grid {
+        let cell = |client| rate_p99(closed(points, MEMORY, client, streams, conns));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            fmt_int(streams as f64),
+            fmt_int(conns as f64),
+            cell("ursula-bench"),
+            cell("oha")
+        );
+    }
+    s.push('\n');
+    if let Some(idle) = idle {
+        let _ = writeln!(
+            s,
+            "Memory per idle stream (a fresh in-memory node, {} streams created with a 10-byte \
+             `PUT` each, `VmRSS` growth divided by their count): {} B.\n",
+            fmt_int(idle.streams as f64),
+            fmt_int(idle.bytes_per_stream)
+        );
+        aims.push(aim(
+            format!(
+                "memory per idle stream: {} B (aim < 1 KiB)",
+                fmt_int(idle.bytes_per_stream)
+            ),
+            idle.bytes_per_stream < IDLE_STREAM_AIM_BYTES,
+        ));
+    }
+
+    let bad: u64 = points.iter().map(|p| p.bad).sum();
+    let _ = writeln!(
+        s,
+        "Failed requests over all points: {}.\n\n### Against the aims\n",
+        fmt_int(bad as f64)
+    );
+    for a in aims {
+        let _ = writeln!(s, "- {a}");
+    }
+    s
+}
+
+/// Puts `section` (which starts with its `## ` heading) into `doc` in place of the section of
+/// the same heading, or before `## SQLite extension` when there is none, or at the end.
+pub fn splice(doc: &str, section: &str) -> String {
+    let heading = section.lines().next().unwrap_or_default();
+    let section = section.trim_end();
+    if let Some(at) = doc.find(heading) {
+        let after = at + heading.len();
+        let end = doc[after..]
+            .find("\n## ")
+            .map_or(doc.len(), |i| after + i + 1);
+        return format!("{}{section}\n\n{}", &doc[..at], &doc[end..]);
+    }
+    if let Some(at) = doc.find("\n## SQLite extension") {
+        return format!("{}\n{section}\n{}", &doc[..at], &doc[at..]);
+    }
+    format!("{}\n\n{section}\n", doc.trim_end())
+}
+
+fn aim(text: String, met: bool) -> String {
+    format!("{text} — {}", if met { "**met**" } else { "**missed**" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(target: &str, client: &str, streams: usize, offered: Option<f64>, rate: f64) -> Point {
+        Point {
+            target: target.into(),
+            client: client.into(),
+            streams,
+            connections: 32,
+            offered,
+            round: 1,
+            rate,
+            p50_ms: 0.1,
+            p99_ms: rate / 10_000.0,
+            p999_ms: 1.0,
+            max_ms: 2.0,
+            ok: 1,
+            bad: 0,
+        }
+    }
+
+    #[test]
+    fn splice_replaces_the_section_of_the_same_heading_and_keeps_the_rest() {
+        let doc = "# B\n\n## One\nold\n\n## Speed x\nold speed\n\n## SQLite extension\nsql\n";
+        let out = splice(doc, "## Speed x\nnew speed\n");
+        assert_eq!(
+            out,
+            "# B\n\n## One\nold\n\n## Speed x\nnew speed\n\n## SQLite extension\nsql\n"
+        );
+        let fresh = splice(
+            "# B\n\n## One\nx\n\n## SQLite extension\nsql\n",
+            "## Speed x\ny\n",
+        );
+        assert_eq!(
+            fresh,
+            "# B\n\n## One\nx\n\n## Speed x\ny\n\n## SQLite extension\nsql\n"
+        );
+    }
+
+    #[test]
+    fn median_takes_the_middle_round_by_rate() {
+        let points = vec![
+            pt(MEMORY, "oha", 1, None, 30.0),
+            pt(MEMORY, "oha", 1, None, 10.0),
+            pt(MEMORY, "oha", 1, None, 20.0),
+        ];
+        let m = closed(&points, MEMORY, "oha", 1, 32).expect("a median");
+        assert_eq!(m.rate, 20.0);
+    }
+
+    #[test]
+    fn aims_report_the_fraction_of_the_ceiling_and_say_missed_below_it() {
+        let points = vec![
+            pt(CEILING, "ursula-bench", 1, None, 100_000.0),
+            pt(MEMORY, "ursula-bench", 1, None, 50_000.0),
+            pt(NEVER, "ursula-bench", 1, None, 90_000.0),
+            pt(MEMORY, "ursula-bench", 1, Some(25_000.0), 25_000.0),
+        ];
+        let md = markdown(&Context::default(), &points, None);
+        assert!(md.contains("ursula, in memory, 1 stream(s), ursula-bench: 50% of the ceiling"));
+        assert!(md.contains("50% of the ceiling (aim ≥ 80%) — **missed**"));
+        assert!(md.contains("90% of the ceiling (aim ≥ 80%) — **met**"));
+        // The open-loop point is 50% of the in-memory maximum, with p99 2.5 ms: over the aim.
+        assert!(md.contains("| ursula, in memory | 50% (25,000/s) | ursula-bench |"));
+        assert!(md.contains("p99 2.50 ms (aim < 2 ms) — **missed**"));
+    }
+}
