@@ -13,7 +13,8 @@
 # and measures, with `ursula-bench point` and with oha, appends of 100 bytes at 32 connections on
 # 1 and 1,000 streams (closed loop); on ursula, fixed offered rates at 25/50/75% of that round's
 # closed-loop maximum on one stream; on ursula in memory, 1 / 1,000 / 100,000 streams at 32 /
-# 256 / 1,024 connections. Memory per idle stream comes from `ursula-bench idle` on a fresh node.
+# 256 / 1,024 connections. Memory per idle stream comes from `ursula-bench idle` on a fresh node,
+# memory per held SSE subscriber from `ursula-bench idle-sse` (10,000 of them) on another.
 #
 # env: BENCH_ROUNDS=N (default 3)   BENCH_SECONDS=S per point (default 6)
 #      BENCH_OUT=DIR  keep points, oha reports and server logs (default: temp, removed)
@@ -150,7 +151,11 @@ if [[ $quick != 1 ]]; then
   start ursula-memory idle
   "$bench" idle --base "$base" --server ursula --pid "$server_pid" --out "$out/idle.json"
   stop_server
-  idle_args=(--idle "$out/idle.json")
+  echo "bench-speed.sh: 10,000 idle SSE subscribers" >&2
+  start ursula-memory idle-sse
+  "$bench" idle-sse --base "$base" --pid "$server_pid" --subscribers 10000 --out "$out/idle-sse.json"
+  stop_server
+  idle_args=(--idle "$out/idle.json" --idle-sse "$out/idle-sse.json")
 fi
 
 cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)

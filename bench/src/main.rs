@@ -9,15 +9,17 @@
 //!   --out docs/benchmarks.md`: the markdown report (each flag repeats once per round).
 //!
 //! - `scripts/bench-speed.sh` (issue 19) uses `ceiling` (a hyper server answering `204`),
-//!   `setup`, `point`, `oha` (converts an oha JSON report), `max` and `speed-report`.
+//!   `setup`, `point`, `oha` (converts an oha JSON report), `max`, `idle-sse` and
+//!   `speed-report`.
 //!
 //! Modules: [`http`] (the HTTP/1.1 client), [`load`] (closed-loop load), [`openloop`]
-//! (fixed offered rate), [`sse`] (fan-out), [`scenarios`] (what `load` measures), [`point`]
+//! (fixed offered rate), [`sse`] (fan-out), [`idle_sse`] (memory per held subscriber), [`scenarios`] (what `load` measures), [`point`]
 //! (one measured point of the speed run), [`ceiling`] (the hyper `204` server), [`report`] and
 //! [`speed`] (markdown), [`procfs`] (RSS and CPU time).
 
 mod ceiling;
 mod http;
+mod idle_sse;
 mod load;
 mod openloop;
 mod point;
@@ -68,8 +70,25 @@ enum Command {
     Oha(OhaArgs),
     /// Print the rate of a closed-loop point of one round (to derive fixed rates from).
     Max(MaxArgs),
+    /// Hold many idle SSE subscribers on a fresh server and measure its RSS growth.
+    IdleSse(IdleSseArgs),
     /// Write the speed section of docs/benchmarks.md from the points.
     SpeedReport(SpeedReportArgs),
+}
+
+#[derive(Debug, Args)]
+struct IdleSseArgs {
+    #[arg(long)]
+    base: String,
+    /// Server process id (the measurement is its RSS).
+    #[arg(long)]
+    pid: u32,
+    #[arg(long, default_value_t = 10_000)]
+    subscribers: usize,
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value_t = 1000)]
+    settle_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -157,6 +176,9 @@ struct SpeedReportArgs {
     /// An `idle` result (memory per idle stream), if measured.
     #[arg(long)]
     idle: Option<PathBuf>,
+    /// An `idle-sse` result (memory per held SSE subscriber), if measured.
+    #[arg(long)]
+    idle_sse: Option<PathBuf>,
     #[arg(long, default_value = "")]
     date: String,
     #[arg(long, default_value = "")]
@@ -416,9 +438,20 @@ fn run(command: Command) -> Result<(), BoxError> {
             println!("{:.0}", p.rate);
             Ok(())
         }
+        Command::IdleSse(a) => {
+            let target = http::Target::parse(&a.base)?;
+            let settle = Duration::from_millis(a.settle_ms);
+            let result =
+                runtime(2)?.block_on(idle_sse::run(&target, a.pid, a.subscribers, settle))?;
+            write_json(&a.out, &result)
+        }
         Command::SpeedReport(a) => {
             let points = point::read_all(&a.points)?;
             let idle: Option<report::IdleRun> = match &a.idle {
+                Some(f) => Some(read_json(f)?),
+                None => None,
+            };
+            let idle_sse: Option<idle_sse::IdleSse> = match &a.idle_sse {
                 Some(f) => Some(read_json(f)?),
                 None => None,
             };
@@ -430,7 +463,7 @@ fn run(command: Command) -> Result<(), BoxError> {
                 rounds: a.rounds,
                 seconds: a.seconds,
             };
-            let md = speed::markdown(&ctx, &points, idle.as_ref());
+            let md = speed::markdown(&ctx, &points, idle.as_ref(), idle_sse.as_ref());
             if let Some(doc) = &a.doc {
                 let old = std::fs::read_to_string(doc).unwrap_or_default();
                 std::fs::write(doc, speed::splice(&old, &md))

@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+use crate::idle_sse::IdleSse;
 use crate::point::Point;
 use crate::report::IdleRun;
 use crate::report::fmt_int;
@@ -92,7 +93,12 @@ fn name(target: &str) -> &str {
     }
 }
 
-pub fn markdown(ctx: &Context, points: &[Point], idle: Option<&IdleRun>) -> String {
+pub fn markdown(
+    ctx: &Context,
+    points: &[Point],
+    idle: Option<&IdleRun>,
+    idle_sse: Option<&IdleSse>,
+) -> String {
     let mut s = String::new();
     let mut aims = Vec::new();
     let _ = writeln!(s, "## Speed against the machine's ceiling (issue 19)\n");
@@ -264,6 +270,29 @@ pub fn markdown(ctx: &Context, points: &[Point], idle: Option<&IdleRun>) -> Stri
         ));
     }
 
+    if let Some(sse) = idle_sse {
+        let _ = writeln!(
+            s,
+            "Idle SSE subscribers (a fresh in-memory node, one `text/plain` stream, \
+             `?offset=now&live=sse`): {} held, `VmRSS` {} KiB -> {} KiB, {} B per subscriber; one \
+             append afterwards reached {} of them ({:.2} s until the client had read it on all).\n",
+            fmt_int(sse.subscribers as f64),
+            fmt_int(sse.rss_before_kib as f64),
+            fmt_int(sse.rss_after_kib as f64),
+            fmt_int(sse.bytes_per_subscriber),
+            fmt_int(sse.delivered as f64),
+            sse.delivery_s
+        );
+        aims.push(aim(
+            format!(
+                "{} idle SSE subscribers held and served: {} of them got the next append",
+                fmt_int(sse.subscribers as f64),
+                fmt_int(sse.delivered as f64)
+            ),
+            sse.delivered == sse.subscribers,
+        ));
+    }
+
     let bad: u64 = points.iter().map(|p| p.bad).sum();
     let _ = writeln!(
         s,
@@ -357,7 +386,7 @@ mod tests {
             pt(NEVER, "ursula-bench", 1, None, 90_000.0),
             pt(MEMORY, "ursula-bench", 1, Some(25_000.0), 25_000.0),
         ];
-        let md = markdown(&Context::default(), &points, None);
+        let md = markdown(&Context::default(), &points, None, None);
         assert!(md.contains("ursula, in memory, 1 stream(s), ursula-bench: 50% of the ceiling"));
         assert!(md.contains("50% of the ceiling (aim ≥ 80%) — **missed**"));
         assert!(md.contains("90% of the ceiling (aim ≥ 80%) — **met**"));
