@@ -13,13 +13,14 @@
 # and measures, with `ursula-bench point` and with oha, appends of 100 bytes at 32 connections on
 # 1 and 1,000 streams (closed loop); on ursula, fixed offered rates at 25/50/75% of that round's
 # closed-loop maximum on one stream; on ursula in memory, 1 / 1,000 / 100,000 streams at 32 /
-# 256 / 1,024 connections. Memory per idle stream comes from `ursula-bench idle` on a fresh node,
+# 256 / 1,024 connections, and the SSE fan-out to 1,000 subscribers. Memory per idle stream comes from `ursula-bench idle` on a fresh node,
 # memory per held SSE subscriber from `ursula-bench idle-sse` (10,000 of them) on another.
 #
 # env: BENCH_ROUNDS=N (default 3)   BENCH_SECONDS=S per point (default 6)
 #      BENCH_OUT=DIR  keep points, oha reports and server logs (default: temp, removed)
 #      BENCH_QUICK=1  only the ceiling rows (no fixed rates, no scaling grid, no idle streams)
 #      URSULA_BIN=F   measure this ursula binary instead (to compare two builds)
+#      BENCH_QUIET_WAIT=S  wait at most S seconds for a quiet machine before each start (120)
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -82,7 +83,7 @@ except Exception: sys.exit(1)' "$1" "$2" 2>/dev/null; then return 0; fi
 
 # start NAME ROUND: a fresh server; sets server_pid and base.
 start() {
-  "$bench" wait-quiet --max-wait 120
+  "$bench" wait-quiet --max-wait "${BENCH_QUIET_WAIT:-120}"
   local port; port=$(free_port); base="http://127.0.0.1:$port"
   log="$out/$1-$2.log"
   case $1 in
@@ -116,6 +117,7 @@ measure() {
 
 body=$(head -c 100 /dev/zero | tr '\0' x)
 declare -A urls
+fanout_args=()
 for round in $(seq "$rounds"); do
   for name in hyper-204 ursula-memory ursula-never; do
     echo "bench-speed.sh: round $round/$rounds: $name" >&2
@@ -135,6 +137,9 @@ for round in $(seq "$rounds"); do
       for share in 25 50 75; do measure "$name" "$round" 1 32 $((max * share / 100)); done
     fi
     if [[ $name == ursula-memory && $quick != 1 ]]; then
+      "$bench" load --base "$base" --server ursula --pid "$server_pid" --only sse-fanout \
+        --out "$out/fanout-$round.json"
+      fanout_args+=(--fanout "$out/fanout-$round.json")
       for n in 1 1000 100000; do
         for c in 32 256 1024; do
           [[ $c == 32 && $n != 100000 ]] || measure "$name" "$round" "$n" "$c"
@@ -159,7 +164,7 @@ if [[ $quick != 1 ]]; then
 fi
 
 cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
-"$bench" speed-report --points "$points" "${idle_args[@]}" --rounds "$rounds" --seconds "$seconds" \
+"$bench" speed-report --points "$points" "${idle_args[@]}" "${fanout_args[@]}" --rounds "$rounds" --seconds "$seconds" \
   --date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
   --machine "$(nproc) cores (${cpu_model:-unknown CPU}), $(uname -sr)" \
   --build "${URSULA_BIN:+ursula binary $URSULA_BIN, }tree ${rev}${dirty:+ (with uncommitted changes)}, release build" \

@@ -179,6 +179,9 @@ struct SpeedReportArgs {
     /// An `idle-sse` result (memory per held SSE subscriber), if measured.
     #[arg(long)]
     idle_sse: Option<PathBuf>,
+    /// `load --only sse-fanout` results, one per round.
+    #[arg(long)]
+    fanout: Vec<PathBuf>,
     #[arg(long, default_value = "")]
     date: String,
     #[arg(long, default_value = "")]
@@ -455,6 +458,18 @@ fn run(command: Command) -> Result<(), BoxError> {
                 Some(f) => Some(read_json(f)?),
                 None => None,
             };
+            let fanout = if a.fanout.is_empty() {
+                None
+            } else {
+                let runs = a
+                    .fanout
+                    .iter()
+                    .map(|f| read_json(f))
+                    .collect::<Result<Vec<_>, _>>()?;
+                report::merge_load(runs)
+            };
+            let fanout =
+                fanout.and_then(|r| r.scenarios.into_iter().find(|s| s.key == "sse-fanout"));
             let ctx = speed::Context {
                 date: a.date,
                 machine: a.machine,
@@ -463,7 +478,13 @@ fn run(command: Command) -> Result<(), BoxError> {
                 rounds: a.rounds,
                 seconds: a.seconds,
             };
-            let md = speed::markdown(&ctx, &points, idle.as_ref(), idle_sse.as_ref());
+            let md = speed::markdown(
+                &ctx,
+                &points,
+                idle.as_ref(),
+                idle_sse.as_ref(),
+                fanout.as_ref(),
+            );
             if let Some(doc) = &a.doc {
                 let old = std::fs::read_to_string(doc).unwrap_or_default();
                 std::fs::write(doc, speed::splice(&old, &md))

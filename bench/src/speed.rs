@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use crate::idle_sse::IdleSse;
 use crate::point::Point;
 use crate::report::IdleRun;
+use crate::report::Scenario;
 use crate::report::fmt_int;
 
 pub const CEILING: &str = "hyper-204";
@@ -21,6 +22,7 @@ pub const CLIENTS: [&str; 2] = ["ursula-bench", "oha"];
 const CEILING_AIM: f64 = 0.80;
 const FIXED_P99_AIM_MS: f64 = 2.0;
 const IDLE_STREAM_AIM_BYTES: f64 = 1024.0;
+const FANOUT_P99_AIM_MS: f64 = 10.0;
 
 /// What the run was, for the header.
 #[derive(Debug, Clone, Default)]
@@ -98,13 +100,14 @@ pub fn markdown(
     points: &[Point],
     idle: Option<&IdleRun>,
     idle_sse: Option<&IdleSse>,
+    fanout: Option<&Scenario>,
 ) -> String {
     let mut s = String::new();
     let mut aims = Vec::new();
     let _ = writeln!(s, "## Speed against the machine's ceiling (issue 19)\n");
     let _ = writeln!(
         s,
-        "`{}`, {}, {}; {}. Each server is started fresh for each of {} rounds and measured alone \
+        "`{}`, {}, {}; {}. Each server is started fresh in each of {} round(s) and measured alone \
          on loopback; every point runs {} s and every cell is the round with the median \
          throughput. 100-byte `application/octet-stream` appends under `/v1/stream/`. Two load \
          generators take every row: `ursula-bench` (ours; hand-written HTTP/1.1, 2 Tokio threads, \
@@ -270,6 +273,33 @@ pub fn markdown(
         ));
     }
 
+    if let Some(f) = fanout {
+        let p99_ms = f.p99_us / 1000.0;
+        let _ = writeln!(
+            s,
+            "{} (`ursula-bench load --only sse-fanout`, in memory): {} deliveries/s, \
+             p50 {} ms, p99 {} ms, max {} ms from just before the append's `POST` to the event \
+             parsed by a subscriber (median round; rounds {}).\n",
+            f.title,
+            fmt_int(f.rate),
+            ms(f.p50_us / 1000.0),
+            ms(p99_ms),
+            ms(f.max_us / 1000.0),
+            f.rounds
+                .iter()
+                .map(|r| fmt_int(*r))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        );
+        aims.push(aim(
+            format!(
+                "SSE fan-out to {}: p99 {} ms (aim < 10 ms)",
+                f.title,
+                ms(p99_ms)
+            ),
+            f.error.is_none() && p99_ms < FANOUT_P99_AIM_MS,
+        ));
+    }
     if let Some(sse) = idle_sse {
         let _ = writeln!(
             s,
@@ -386,7 +416,7 @@ mod tests {
             pt(NEVER, "ursula-bench", 1, None, 90_000.0),
             pt(MEMORY, "ursula-bench", 1, Some(25_000.0), 25_000.0),
         ];
-        let md = markdown(&Context::default(), &points, None, None);
+        let md = markdown(&Context::default(), &points, None, None, None);
         assert!(md.contains("ursula, in memory, 1 stream(s), ursula-bench: 50% of the ceiling"));
         assert!(md.contains("50% of the ceiling (aim ≥ 80%) — **missed**"));
         assert!(md.contains("90% of the ceiling (aim ≥ 80%) — **met**"));
