@@ -9,6 +9,9 @@
 //! - a request whose connection was idle is timed from when it was actually written: Tokio's
 //!   timer wakes a task up to a millisecond late, and that slack is the client's, not the
 //!   server's; a request due within that millisecond goes at once instead of sleeping.
+//!
+//! `BENCH_SLOW_MS=N` prints every measured request slower than N ms to stderr with its time
+//! since the start, to line stalls up with what the server logged.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +62,10 @@ pub async fn open_loop(target: &Target, spec: &Open) -> Result<Outcome, BoxError
     let start = Instant::now() + Duration::from_millis(10);
     let measure_from = start + spec.warmup;
     let end = measure_from + spec.duration;
+    let slow = std::env::var("BENCH_SLOW_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
     let mut set = JoinSet::new();
     for (i, conn) in conns.into_iter().enumerate() {
         let reqs = Arc::clone(&spec.requests);
@@ -77,6 +84,8 @@ pub async fn open_loop(target: &Target, spec: &Open) -> Result<Outcome, BoxError
                 interval,
                 measure_from,
                 end,
+                start,
+                slow,
             };
             worker(conn, &reqs, i, step, schedule, &mut t)
                 .await
@@ -111,6 +120,9 @@ struct Schedule {
     interval: Duration,
     measure_from: Instant,
     end: Instant,
+    /// For `BENCH_SLOW_MS`: when the run started and the threshold.
+    start: Instant,
+    slow: Option<Duration>,
 }
 
 async fn worker(
@@ -145,6 +157,17 @@ async fn worker(
         let (status, _) = conn.roundtrip_within(req, REQUEST_LIMIT).await?;
         let dt = from.elapsed();
         if due >= s.measure_from {
+            if s.slow.is_some_and(|d| dt > d) {
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                eprintln!(
+                    "slow: at {:.3} s (unix {:.3}), {:.1} ms",
+                    from.duration_since(s.start).as_secs_f64(),
+                    wall.as_secs_f64(),
+                    dt.as_secs_f64() * 1000.0
+                );
+            }
             if (200..300).contains(&status) {
                 t.hist.saturating_record(nanos(dt));
                 t.ok += 1;
