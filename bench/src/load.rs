@@ -50,11 +50,59 @@ pub struct Outcome {
     pub seconds: f64,
 }
 
-struct Tally {
+/// One task's counts; the scenario sums its tasks' with [`collect`].
+pub(crate) struct Tally {
     hist: Histogram<u64>,
     ok: u64,
     bad: u64,
     first_bad: Option<String>,
+}
+
+impl Tally {
+    pub(crate) fn new() -> Result<Tally, BoxError> {
+        Ok(Tally {
+            hist: histogram()?,
+            ok: 0,
+            bad: 0,
+            first_bad: None,
+        })
+    }
+
+    /// A good answer that took `dt`.
+    pub(crate) fn good(&mut self, dt: Duration) {
+        self.hist.saturating_record(nanos(dt));
+        self.ok += 1;
+    }
+
+    /// A bad answer; the first one's description is kept.
+    pub(crate) fn bad(&mut self, why: impl FnOnce() -> String) {
+        self.bad += 1;
+        if self.first_bad.is_none() {
+            self.first_bad = Some(why());
+        }
+    }
+}
+
+/// Waits for every task and sums their tallies over `seconds` measured.
+pub(crate) async fn collect(
+    mut set: JoinSet<Result<Tally, HttpError>>,
+    seconds: f64,
+) -> Result<Outcome, BoxError> {
+    let mut total = Tally::new()?;
+    while let Some(joined) = set.join_next().await {
+        let t = joined??;
+        total.hist.add(&t.hist)?;
+        total.ok += t.ok;
+        total.bad += t.bad;
+        total.first_bad = total.first_bad.or(t.first_bad);
+    }
+    Ok(Outcome {
+        hist: total.hist,
+        ok: total.ok,
+        bad: total.bad,
+        first_bad: total.first_bad,
+        seconds,
+    })
 }
 
 pub async fn closed_loop(target: &Target, spec: &Closed) -> Result<Outcome, BoxError> {
@@ -73,39 +121,14 @@ pub async fn closed_loop(target: &Target, spec: &Closed) -> Result<Outcome, BoxE
     for (i, conn) in conns.into_iter().enumerate() {
         let reqs = Arc::clone(&spec.requests);
         let (step, expect) = (spec.connections, spec.expect_len);
-        let hist = histogram()?;
+        let mut t = Tally::new()?;
         set.spawn(async move {
-            let mut t = Tally {
-                hist,
-                ok: 0,
-                bad: 0,
-                first_bad: None,
-            };
             worker(conn, &reqs, i, step, measure_from, end, expect, &mut t)
                 .await
                 .map(|()| t)
         });
     }
-    let mut total = Tally {
-        hist: histogram()?,
-        ok: 0,
-        bad: 0,
-        first_bad: None,
-    };
-    while let Some(joined) = set.join_next().await {
-        let t = joined??;
-        total.hist.add(&t.hist)?;
-        total.ok += t.ok;
-        total.bad += t.bad;
-        total.first_bad = total.first_bad.or(t.first_bad);
-    }
-    Ok(Outcome {
-        hist: total.hist,
-        ok: total.ok,
-        bad: total.bad,
-        first_bad: total.first_bad,
-        seconds: spec.duration.as_secs_f64(),
-    })
+    collect(set, spec.duration.as_secs_f64()).await
 }
 
 #[allow(
@@ -139,13 +162,9 @@ async fn worker(
         }
         let good = (200..300).contains(&status) && expect_len.is_none_or(|n| n == len);
         if good {
-            t.hist.saturating_record(nanos(dt));
-            t.ok += 1;
+            t.good(dt);
         } else {
-            t.bad += 1;
-            if t.first_bad.is_none() {
-                t.first_bad = Some(format!("status {status}, body {len} bytes"));
-            }
+            t.bad(|| format!("status {status}, body {len} bytes"));
         }
     }
 }

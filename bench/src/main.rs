@@ -382,20 +382,7 @@ fn run(command: Command) -> Result<(), BoxError> {
             };
             let outcome = runtime(a.threads)?.block_on(point::measure(&target, &plan))?;
             let p = point::from_outcome(&a.at.target, &plan, a.at.round, &outcome)?;
-            eprintln!(
-                "ursula-bench: {} {} streams {} conns{}: {:.0}/s p50 {:.3} p99 {:.3} p99.9 {:.3} ms, {} bad",
-                p.target,
-                p.streams,
-                p.connections,
-                p.offered
-                    .map(|r| format!(" at {r:.0}/s"))
-                    .unwrap_or_default(),
-                p.rate,
-                p.p50_ms,
-                p.p99_ms,
-                p.p999_ms,
-                p.bad
-            );
+            eprintln!("{}", p.summary());
             point::append(&a.at.out, &p)
         }
         Command::Oha(a) => {
@@ -409,20 +396,7 @@ fn run(command: Command) -> Result<(), BoxError> {
                 round: a.at.round,
             };
             let p = point::from_oha(&json, &meta)?;
-            eprintln!(
-                "oha: {} {} streams {} conns{}: {:.0}/s p50 {:.3} p99 {:.3} p99.9 {:.3} ms, {} bad",
-                p.target,
-                p.streams,
-                p.connections,
-                p.offered
-                    .map(|r| format!(" at {r:.0}/s"))
-                    .unwrap_or_default(),
-                p.rate,
-                p.p50_ms,
-                p.p99_ms,
-                p.p999_ms,
-                p.bad
-            );
+            eprintln!("{}", p.summary());
             point::append(&a.at.out, &p)
         }
         Command::Max(a) => {

@@ -25,8 +25,8 @@ use crate::http::HttpError;
 use crate::http::Target;
 use crate::load::Outcome;
 use crate::load::REQUEST_LIMIT;
-use crate::load::histogram;
-use crate::load::nanos;
+use crate::load::Tally;
+use crate::load::collect;
 
 /// An open-loop scenario.
 #[derive(Debug, Clone)]
@@ -42,13 +42,6 @@ pub struct Open {
 
 /// Tokio's timer resolution: how early a request may go rather than sleep.
 const EARLY: Duration = Duration::from_millis(1);
-
-struct Tally {
-    hist: hdrhistogram::Histogram<u64>,
-    ok: u64,
-    bad: u64,
-    first_bad: Option<String>,
-}
 
 pub async fn open_loop(target: &Target, spec: &Open) -> Result<Outcome, BoxError> {
     if spec.requests.is_empty() || spec.connections == 0 || spec.rate.is_nan() || spec.rate <= 0.0 {
@@ -72,12 +65,7 @@ pub async fn open_loop(target: &Target, spec: &Open) -> Result<Outcome, BoxError
         let step = spec.connections;
         // Spread the tasks' first sends over one interval.
         let first = start + interval.mul_f64(i as f64 / step as f64);
-        let mut t = Tally {
-            hist: histogram()?,
-            ok: 0,
-            bad: 0,
-            first_bad: None,
-        };
+        let mut t = Tally::new()?;
         set.spawn(async move {
             let schedule = Schedule {
                 first,
@@ -92,26 +80,7 @@ pub async fn open_loop(target: &Target, spec: &Open) -> Result<Outcome, BoxError
                 .map(|()| t)
         });
     }
-    let mut total = Tally {
-        hist: histogram()?,
-        ok: 0,
-        bad: 0,
-        first_bad: None,
-    };
-    while let Some(joined) = set.join_next().await {
-        let t = joined??;
-        total.hist.add(&t.hist)?;
-        total.ok += t.ok;
-        total.bad += t.bad;
-        total.first_bad = total.first_bad.or(t.first_bad);
-    }
-    Ok(Outcome {
-        hist: total.hist,
-        ok: total.ok,
-        bad: total.bad,
-        first_bad: total.first_bad,
-        seconds: spec.duration.as_secs_f64(),
-    })
+    collect(set, spec.duration.as_secs_f64()).await
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -169,13 +138,9 @@ async fn worker(
                 );
             }
             if (200..300).contains(&status) {
-                t.hist.saturating_record(nanos(dt));
-                t.ok += 1;
+                t.good(dt);
             } else {
-                t.bad += 1;
-                if t.first_bad.is_none() {
-                    t.first_bad = Some(format!("status {status}"));
-                }
+                t.bad(|| format!("status {status}"));
             }
         }
         due += s.interval;

@@ -49,6 +49,27 @@ pub struct Point {
     pub bad: u64,
 }
 
+impl Point {
+    /// One line for the log: which point, its rate and its latencies.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} {} streams {} conns{}: {:.0}/s p50 {:.3} p99 {:.3} p99.9 {:.3} ms, {} bad",
+            self.client,
+            self.target,
+            self.streams,
+            self.connections,
+            self.offered
+                .map(|r| format!(" at {r:.0}/s"))
+                .unwrap_or_default(),
+            self.rate,
+            self.p50_ms,
+            self.p99_ms,
+            self.p999_ms,
+            self.bad
+        )
+    }
+}
+
 /// The width of a stream index for `streams` streams.
 fn width(streams: usize) -> usize {
     streams.saturating_sub(1).max(1).to_string().len()
