@@ -75,38 +75,6 @@ impl Drop for Cluster {
     }
 }
 
-fn incarnation(n: &Proc) -> String {
-    metrics(&n.base())["process_incarnation"]
-        .as_str()
-        .expect("incarnation")
-        .to_owned()
-}
-
-/// An admin-plane call with the node's process incarnation; `(status, body)`.
-fn admin(n: &Proc, method: &str, path: &str) -> (u16, String) {
-    let inc = incarnation(n);
-    admin_with(n, method, path, Some(&inc))
-}
-
-fn admin_with(n: &Proc, method: &str, path: &str, inc: Option<&str>) -> (u16, String) {
-    let mut req = ureq::http::Request::builder()
-        .method(method)
-        .uri(n.admin_url(path));
-    if let Some(i) = inc {
-        req = req.header("x-ursula-process-incarnation", i);
-    }
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into();
-    let mut resp = agent
-        .run(req.body(Vec::new()).expect("request"))
-        .expect("admin call");
-    let status = resp.status().as_u16();
-    (status, resp.body_mut().read_to_string().unwrap_or_default())
-}
-
 /// The log without its colour codes.
 fn plain(log: &str) -> String {
     let mut out = String::with_capacity(log.len());

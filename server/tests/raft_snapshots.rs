@@ -1,6 +1,7 @@
 //! The snapshot driver against a real durable node: snapshots are taken by log bytes against
 //! `raft.snapshot_log_budget`, the log is purged below them, the metrics the Observability page
-//! names report it, and a restart rebuilds the stream from the snapshot plus the log's tail.
+//! names report it, a restart rebuilds the stream from the snapshot plus the log's tail, and a
+//! wiped follower catches up from a snapshot its leader reads back from disk.
 
 mod raft_common;
 
@@ -119,5 +120,62 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
     );
     eprintln!("RaftLogPressure refusals while the driver caught up: {pressure}");
     drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A snapshot's bytes live only in its file: a leader whose log no longer holds what a wiped
+/// follower lacks sends it the snapshot read back from disk, and the follower serves the whole
+/// stream from it.
+#[test]
+fn a_wiped_follower_catches_up_from_a_snapshot_its_leader_reads_back_from_disk() {
+    let dir = tempfile_dir("snapfile");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node(&dir, &ports, i))
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let path = "/demo/snapfile";
+    create_when_led(&bases, path);
+    producer_load(&bases, path, 0, 30, |_| {});
+    // Every node snapshots and purges every group, so no log holds the stream's start.
+    for n in &nodes {
+        for g in 0..4 {
+            let (status, body) = admin(n, "POST", &format!("/__ursula/raft/{g}/snapshot"));
+            assert_eq!(status, 200, "{body}");
+            let (status, body) = admin(n, "POST", &format!("/__ursula/raft/{g}/purge"));
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    let wiped = 2;
+    nodes[wiped].kill9();
+    std::fs::remove_dir_all(cluster_wal(&dir, wiped)).expect("wipe");
+    producer_load(&bases[..wiped], path, 30, 5, |_| {});
+    nodes[wiped].spawn();
+    nodes[wiped].wait_ready_until(Duration::from_secs(60), |s, _| s == 200);
+
+    let all = expected(35);
+    // The last append may still be on its way to the follower; all before it is not.
+    let want = &all[..all.len() - 1];
+    wait_for(60, "the wiped follower caught up", || {
+        (local_prefix(&bases[wiped], path, want.len()).as_deref() == Some(want)).then_some(())
+    });
+    let m = metrics(&bases[wiped]);
+    assert_eq!(
+        int(&m, "raft_snapshot_builds"),
+        0,
+        "the follower built no snapshot of its own"
+    );
+    let installed = std::fs::read_dir(cluster_wal(&dir, wiped).join("snapshots"))
+        .expect("snapshot dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+        .count();
+    assert!(
+        installed >= 1,
+        "the follower installed its leader's snapshot"
+    );
+    producer_load(&bases, path, 35, 5, |_| {});
+    assert_eq!(read_all(&bases, path), expected(40));
+    drop(nodes);
     let _ = std::fs::remove_dir_all(&dir);
 }

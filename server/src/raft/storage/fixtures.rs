@@ -230,6 +230,12 @@ fn the_checked_in_snapshot_file_decodes_to_its_streams_and_encodes_to_the_same_b
         state_machine::write_snapshot_file(&snap).expect("file"),
         bytes
     );
+    let mut streamed = Vec::new();
+    state_machine::write_snapshot_file_to(&snap, &mut streamed).expect("streamed file");
+    assert_eq!(
+        streamed, bytes,
+        "the file written piece by piece is the same record"
+    );
     assert_eq!(
         snapshot_file(),
         bytes,

@@ -86,6 +86,11 @@ pub enum RecordError {
         kind: &'static str,
         source: rmp_serde::encode::Error,
     },
+    #[error("{kind}: cannot write: {source}")]
+    Write {
+        kind: &'static str,
+        source: std::io::Error,
+    },
     #[error("{kind}: cannot decode: {source}")]
     Decode {
         kind: &'static str,
@@ -122,6 +127,87 @@ pub fn seal(kind: Kind, body: &[u8]) -> Result<Vec<u8>, RecordError> {
     out.extend_from_slice(body);
     finish(&mut out)?;
     Ok(out)
+}
+
+/// Writes `value` to `out` as a sealed record of `kind`: the bytes [`encode`] returns, without
+/// holding them in memory. A snapshot file wraps a group state of tens of MiB, and building
+/// the file in a buffer first copied all of it once more. A first pass only counts the body,
+/// whose length the header carries; the second writes it through the CRC.
+pub fn write_to<T: Serialize + ?Sized, W: std::io::Write>(
+    kind: Kind,
+    value: &T,
+    out: W,
+) -> Result<(), RecordError> {
+    let encode = |source| RecordError::Encode {
+        kind: kind.name,
+        source,
+    };
+    let mut counted = Sealing::new(std::io::sink());
+    rmp_serde::encode::write(&mut counted, value).map_err(encode)?;
+    let len = u32::try_from(counted.written).map_err(|_| RecordError::Length {
+        kind: kind.name,
+        len: counted.written,
+        have: u64::from(u32::MAX),
+    })?;
+    let mut sealed = Sealing::new(out);
+    let mut head = Vec::with_capacity(HEAD);
+    head.extend_from_slice(kind.magic);
+    head.push(kind.version);
+    head.extend_from_slice(&len.to_le_bytes());
+    let write = |source| RecordError::Write {
+        kind: kind.name,
+        source,
+    };
+    std::io::Write::write_all(&mut sealed, &head).map_err(write)?;
+    let encoded = rmp_serde::encode::write(&mut sealed, value);
+    // MessagePack's error for a failed write does not say why; the writer kept the reason.
+    encoded.map_err(|e| sealed.failed.take().map_or_else(|| encode(e), write))?;
+    if sealed.written != HEAD as u64 + u64::from(len) {
+        // The value encoded to other bytes the second time: its encoding is not deterministic.
+        return Err(RecordError::Length {
+            kind: kind.name,
+            len: u64::from(len),
+            have: sealed.written - HEAD as u64,
+        });
+    }
+    let crc = sealed.crc.finalize();
+    std::io::Write::write_all(&mut sealed.out, &crc.to_le_bytes()).map_err(write)?;
+    Ok(())
+}
+
+/// A writer that counts and checksums what passes through it.
+struct Sealing<W> {
+    out: W,
+    crc: crc32fast::Hasher,
+    written: u64,
+    /// Why the last write failed.
+    failed: Option<std::io::Error>,
+}
+
+impl<W> Sealing<W> {
+    fn new(out: W) -> Sealing<W> {
+        Sealing {
+            out,
+            crc: crc32fast::Hasher::new(),
+            written: 0,
+            failed: None,
+        }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Sealing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf).inspect_err(|e| {
+            self.failed = Some(std::io::Error::new(e.kind(), e.to_string()));
+        })?;
+        self.crc.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn start(kind: Kind, out: &mut Vec<u8>) {
@@ -203,6 +289,45 @@ pub fn decode<T: DeserializeOwned>(kind: Kind, bytes: &[u8]) -> Result<T, Record
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Takes at most three bytes per call, then fails after `fail_after` bytes if set.
+    struct Dribble {
+        got: Vec<u8>,
+        fail_after: Option<usize>,
+    }
+
+    impl std::io::Write for Dribble {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.fail_after.is_some_and(|n| self.got.len() >= n) {
+                return Err(std::io::Error::other("disk gone"));
+            }
+            let n = buf.len().min(3);
+            self.got.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_record_written_piece_by_piece_is_the_encoded_record_and_a_failed_write_is_an_error() {
+        let value = (9u64, serde_bytes::ByteBuf::from(vec![7u8; 100_000]), "tail");
+        let whole = encode(SNAPSHOT_FILE, &value).expect("encode");
+        let mut out = Dribble {
+            got: Vec::new(),
+            fail_after: None,
+        };
+        write_to(SNAPSHOT_FILE, &value, &mut out).expect("write");
+        assert_eq!(out.got, whole);
+        let mut failing = Dribble {
+            got: Vec::new(),
+            fail_after: Some(50),
+        };
+        let e = write_to(SNAPSHOT_FILE, &value, &mut failing).expect_err("fails");
+        assert!(e.to_string().contains("disk gone"), "{e}");
+    }
 
     #[test]
     fn a_record_round_trips_and_lays_out_magic_version_length_body_crc() {

@@ -62,6 +62,15 @@ pub fn write_snapshot_file(snap: &StoredSnapshot) -> Result<Vec<u8>, RecordError
     record::encode_sized(record::SNAPSHOT_FILE, snap, snap.data.len() + 256)
 }
 
+/// Writes a snapshot file's bytes ([`write_snapshot_file`]) to `out` without a copy of them in
+/// memory.
+pub fn write_snapshot_file_to(
+    snap: &StoredSnapshot,
+    out: impl std::io::Write,
+) -> Result<(), RecordError> {
+    record::write_to(record::SNAPSHOT_FILE, snap, out)
+}
+
 /// A group state as a snapshot carries it.
 pub fn write_group_state(state: &GroupState) -> Result<Vec<u8>, RecordError> {
     // Sized up front: the stream bytes plus some per-stream metadata.
@@ -78,6 +87,9 @@ pub struct StateMachine {
     applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, openraft::BasicNode>,
     current: Shelf,
+    /// The snapshot read at start, until openraft's start-up asks for it once: read again from
+    /// the file instead, it would be read twice for every group.
+    loaded: Option<StoredSnapshot>,
     /// Where the snapshot driver learns each build's size and time.
     stats: Arc<SnapStats>,
 }
@@ -85,34 +97,48 @@ pub struct StateMachine {
 /// A group's newest snapshot and its file, shared by the state machine and the builders that
 /// write it from a blocking thread: writing and syncing a large snapshot on the core stalled
 /// every group of the core for its duration.
+///
+/// Only the snapshot's metadata stays in memory. Its bytes are as large as the group's hot
+/// window, which the group's state already holds; keeping them too doubled what a durable node
+/// held for its streams. openraft asks for them only to send a lagging follower the snapshot,
+/// and gets them read back from the file.
 #[derive(Debug, Clone)]
 struct Shelf {
     path: PathBuf,
-    snap: Arc<Mutex<Option<StoredSnapshot>>>,
+    meta: Arc<Mutex<Option<SnapshotMeta<u64, openraft::BasicNode>>>>,
     /// Held while the file is written, so an older snapshot never overwrites a newer one.
     file: Arc<Mutex<()>>,
 }
 
 impl Shelf {
-    fn get(&self) -> Option<StoredSnapshot> {
-        lock(&self.snap).clone()
+    /// Reads the newest snapshot back from its file; `None` before the first one.
+    fn load(&self) -> Result<Option<StoredSnapshot>, StoreError> {
+        // The file lock keeps a store from replacing the file between the check and the read.
+        let _file = lock(&self.file);
+        if lock(&self.meta).is_none() {
+            return Ok(None);
+        }
+        let bytes =
+            std::fs::read(&self.path).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let snap =
+            read_snapshot_file(&bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        Ok(Some(snap))
     }
 
     /// Writes `snap` and makes it current unless a newer one already is. Returns whether it did.
     fn store(&self, snap: &StoredSnapshot) -> Result<bool, StoreError> {
         let _file = lock(&self.file);
-        let newer = lock(&self.snap)
+        let newer = lock(&self.meta)
             .as_ref()
-            .is_some_and(|c| c.meta.last_log_id > snap.meta.last_log_id);
+            .is_some_and(|c| c.last_log_id > snap.meta.last_log_id);
         if newer {
             return Ok(false);
         }
-        let bytes = write_snapshot_file(snap).map_err(|e| StorageIOError::write(&e))?;
         let tmp = self.path.with_extension("tmp");
         let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
+            let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+            write_snapshot_file_to(snap, &mut f).map_err(std::io::Error::other)?;
+            let f = f.into_inner().map_err(|e| e.into_error())?;
             f.sync_all()?;
             std::fs::rename(&tmp, &self.path)?;
             if let Some(dir) = self.path.parent() {
@@ -121,7 +147,7 @@ impl Shelf {
             Ok(())
         };
         write().map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        *lock(&self.snap) = Some(snap.clone());
+        *lock(&self.meta) = Some(snap.meta.clone());
         Ok(true)
     }
 }
@@ -152,9 +178,10 @@ impl StateMachine {
             membership: StoredMembership::default(),
             current: Shelf {
                 path,
-                snap: Arc::new(Mutex::new(None)),
+                meta: Arc::new(Mutex::new(None)),
                 file: Arc::new(Mutex::new(())),
             },
+            loaded: None,
             stats,
         };
         match std::fs::read(&sm.current.path) {
@@ -171,7 +198,8 @@ impl StateMachine {
                 sm.applied = snap.meta.last_log_id;
                 sm.membership = snap.meta.last_membership.clone();
                 sm.stats.built(group, snap.data.len() as u64, None);
-                *lock(&sm.current.snap) = Some(snap);
+                *lock(&sm.current.meta) = Some(snap.meta.clone());
+                sm.loaded = Some(snap);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(StorageIOError::read_snapshot(None, &e).into()),
@@ -373,7 +401,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StoreError> {
-        Ok(self.current.get().map(|s| Snapshot {
+        let current = lock(&self.current.meta).clone();
+        let snap = match self.loaded.take() {
+            Some(s) if current.as_ref() == Some(&s.meta) => Some(s),
+            _ => {
+                // Off the core: a snapshot file can be tens of MiB.
+                let shelf = self.current.clone();
+                tokio::task::spawn_blocking(move || shelf.load())
+                    .await
+                    .map_err(|e| StorageIOError::read_snapshot(None, &std::io::Error::other(e)))??
+            }
+        };
+        Ok(snap.map(|s| Snapshot {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.data)),
         }))
@@ -396,5 +435,66 @@ mod priority_tests {
         let after = rustix::process::getpriority_process(Some(rustix::thread::gettid()))
             .expect("own priority");
         assert_eq!(after, before, "only the snapshot thread is lowered");
+    }
+}
+
+#[cfg(test)]
+mod shelf_tests {
+    use openraft::RaftSnapshotBuilder;
+    use openraft::storage::RaftStateMachine;
+
+    use super::*;
+
+    fn open(rt: &runtime::Runtime, dir: &std::path::Path) -> StateMachine {
+        StateMachine::open(
+            rt.clone(),
+            0,
+            dir.to_path_buf(),
+            Arc::new(SnapStats::new(1)),
+        )
+        .expect("open")
+    }
+
+    async fn current(
+        sm: &mut StateMachine,
+    ) -> Option<(SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>)> {
+        sm.get_current_snapshot()
+            .await
+            .expect("current snapshot")
+            .map(|s| (s.meta, s.snapshot.into_inner()))
+    }
+
+    #[tokio::test]
+    async fn a_built_snapshot_is_served_from_its_file_and_after_a_restart_too() {
+        let dir = tempfile::tempdir().expect("dir");
+        let rt = runtime::Runtime::start(1, 1, 16).expect("runtime");
+        let mut sm = open(&rt, dir.path());
+        assert!(current(&mut sm).await.is_none(), "no snapshot yet");
+
+        let built = sm
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("build");
+        let built = (built.meta, built.snapshot.into_inner());
+        assert!(!built.1.is_empty());
+        assert!(dir.path().join("group-0.snap").exists());
+        assert_eq!(
+            current(&mut sm).await,
+            Some(built.clone()),
+            "read back from the file"
+        );
+
+        // A restart reads the file once and hands that copy to openraft's first ask; later
+        // asks read the file again.
+        drop(sm);
+        let mut again = open(&rt, dir.path());
+        assert_eq!(current(&mut again).await, Some(built.clone()));
+        assert_eq!(current(&mut again).await, Some(built));
+
+        // A missing file is an error, not an empty answer: the metadata says one was written.
+        std::fs::remove_file(dir.path().join("group-0.snap")).expect("remove");
+        assert!(again.get_current_snapshot().await.is_err());
     }
 }
