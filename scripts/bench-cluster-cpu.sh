@@ -29,16 +29,9 @@ if [[ $use_perf == 1 ]] && ! perf record -q -o /dev/null -- true 2>/dev/null; th
   use_perf=0
 fi
 conf_dir=$root/tests/conformance
-node_ok() {
-  "$1" -e 'const [a,b]=process.versions.node.split(".").map(Number);
-           process.exit((a===20&&b>=19)||(a===22&&b>=12)||a>=24?0:1)' 2>/dev/null
-}
-if command -v node >/dev/null && node_ok node; then
-  node_bin=$(command -v node)
-else
-  node_bin=$("$root/scripts/install-node.sh")
-  export PATH="$(dirname "$node_bin"):$PATH"
-fi
+# Node 22 (scripts/install-node.sh, idempotent) runs the reference and the npm install.
+node_bin=$("$root/scripts/install-node.sh")
+export PATH="$(dirname "$node_bin"):$PATH"
 if [[ ! -f "$conf_dir/node_modules/@durable-streams/server/package.json" ]]; then
   echo "bench-cluster-cpu.sh: npm ci in tests/conformance" >&2
   (cd "$conf_dir" && npm ci --no-audit --no-fund >&2)
@@ -129,6 +122,7 @@ port=$(free_port)
 PORT=$port "$node_bin" "$conf_dir/reference-server.mjs" >"$out/reference.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
+"$node_bin" --version >"$out/reference.node"
 "$bench" load --base "http://127.0.0.1:$port" --server reference --out "$out/reference.json" \
   --pid "${pids[0]}" --duration "$seconds" --warmup 1 --only append-1000-c32 >&2
 stop_all
@@ -137,6 +131,7 @@ section=$(python3 - "$out" "$use_perf" "${runs[@]}" <<'PY'
 import collections, json, sys
 out, use_perf, runs = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
 ref = json.load(open(f"{out}/reference.json"))["scenarios"][0]
+node = open(f"{out}/reference.node").read().strip()
 
 def threads(path):
     rows = {}
@@ -230,7 +225,7 @@ for run in runs:
             cells = [f"{100*p[k]/max(sum(p.values()),1):.0f}%" for p in profiles]
             lines.append(f"| {k} | " + " | ".join(cells) + " |")
         lines.append("")
-lines.append(f"The anchor, the reference server (one Node.js process, in memory), under the same load in "
+lines.append(f"The anchor, the reference server (one Node.js {node} process, in memory), under the same load in "
              f"the same run: {ref['rate']:,.0f} appends/s, p50 {ref['p50_us']/1000:.2f} ms, p99 {ref['p99_us']/1000:.2f} ms, "
              f"{ref['server_cores']:.2f} cores, {ref['server_cores']*1e6/max(ref['rate'],1):.0f} µs of CPU per append.")
 default = json.load(open(f"{out}/default.json"))["scenarios"][0] if "default" in runs else None
