@@ -118,6 +118,20 @@ pub struct WalMetrics {
     pub per_core_wal_segments: Vec<u64>,
     pub wal_rotations: u64,
     pub per_core_wal_rotations: Vec<u64>,
+    /// Time rotations spent syncing the sealed segment and the new one's head.
+    #[serde(default)]
+    pub wal_rotation_sync_ns: u64,
+    #[serde(default)]
+    pub per_core_wal_rotation_sync_ns: Vec<u64>,
+    /// Under `fsync = "never"`: syncs of the current segment off the write path as it grows.
+    #[serde(default)]
+    pub wal_background_syncs: u64,
+    #[serde(default)]
+    pub per_core_wal_background_syncs: Vec<u64>,
+    #[serde(default)]
+    pub wal_background_sync_ns: u64,
+    #[serde(default)]
+    pub per_core_wal_background_sync_ns: Vec<u64>,
     /// Segments deleted, their bytes, the time reclaim passes took, deletions that failed.
     pub wal_reclaims: u64,
     pub per_core_wal_reclaims: Vec<u64>,

@@ -66,6 +66,12 @@ pub fn report(journals: &[Journal], node: &Replicas, opening: &Opening) -> WalMe
         of(|c| counters::get(&c.physical_bytes));
     let (wal_segments, per_core_wal_segments) = of(|c| counters::get(&c.segments));
     let (wal_rotations, per_core_wal_rotations) = of(|c| counters::get(&c.rotations));
+    let (wal_rotation_sync_ns, per_core_wal_rotation_sync_ns) =
+        of(|c| counters::get(&c.rotation_sync_ns));
+    let (wal_background_syncs, per_core_wal_background_syncs) =
+        of(|c| counters::get(&c.background_syncs));
+    let (wal_background_sync_ns, per_core_wal_background_sync_ns) =
+        of(|c| counters::get(&c.background_sync_ns));
     let (wal_reclaims, per_core_wal_reclaims) = of(|c| counters::get(&c.reclaims));
     let (wal_reclaimed_bytes, per_core_wal_reclaimed_bytes) =
         of(|c| counters::get(&c.reclaimed_bytes));
@@ -91,6 +97,12 @@ pub fn report(journals: &[Journal], node: &Replicas, opening: &Opening) -> WalMe
         per_core_wal_segments,
         wal_rotations,
         per_core_wal_rotations,
+        wal_rotation_sync_ns,
+        per_core_wal_rotation_sync_ns,
+        wal_background_syncs,
+        per_core_wal_background_syncs,
+        wal_background_sync_ns,
+        per_core_wal_background_sync_ns,
         wal_reclaims,
         per_core_wal_reclaims,
         wal_reclaimed_bytes,

@@ -12,6 +12,12 @@ pub struct JournalCounters {
     pub physical_bytes: AtomicU64,
     pub segments: AtomicU64,
     pub rotations: AtomicU64,
+    /// Time the rotations spent syncing the sealed segment and the new one's head, on the
+    /// thread that wrote (a core thread under `never`).
+    pub rotation_sync_ns: AtomicU64,
+    /// Flush-ahead syncs under `never` (`flush.rs`), and their time on that thread.
+    pub background_syncs: AtomicU64,
+    pub background_sync_ns: AtomicU64,
     /// Sealed segments deleted, and their bytes.
     pub reclaims: AtomicU64,
     pub reclaimed_bytes: AtomicU64,

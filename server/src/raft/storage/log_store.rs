@@ -24,6 +24,7 @@ use openraft::Vote;
 use openraft::storage::LogFlushed;
 use openraft::storage::RaftLogStorage;
 
+use super::background;
 use super::record;
 use super::record::RecordError;
 use super::wal;
@@ -232,13 +233,18 @@ impl LogStore {
         }
     }
 
-    /// Forgets the sizes of entries `keep` rejects, and their bytes from the node's count.
-    fn forget(&self, d: &mut LogData, keep: impl Fn(u64) -> bool) {
-        let gone: Vec<u64> = d.sizes.keys().copied().filter(|i| !keep(*i)).collect();
-        let mut freed = 0;
-        for i in gone {
-            freed += d.sizes.remove(&i).unwrap_or(0);
+    /// Takes the entries at and after `from` (a truncation) or before it (a purge) out of the
+    /// log, with their sizes and their bytes from the node's count. What is taken is freed on
+    /// the reaper thread: a purge after a snapshot removes tens of thousands of entries, and
+    /// freeing them here stalled the core's appends for tens of milliseconds.
+    fn remove(&self, d: &mut LogData, from: u64, before: bool) {
+        let mut entries = d.entries.split_off(&from);
+        let mut sizes = d.sizes.split_off(&from);
+        if before {
+            std::mem::swap(&mut entries, &mut d.entries);
+            std::mem::swap(&mut sizes, &mut d.sizes);
         }
+        let freed: u64 = sizes.values().sum();
         d.bytes = d.bytes.saturating_sub(freed);
         // Saturating: the spread per-entry sizes may round below what was added.
         let _ = self
@@ -247,6 +253,9 @@ impl LogStore {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 Some(n.saturating_sub(freed))
             });
+        if !entries.is_empty() {
+            background::drop_later((entries, sizes));
+        }
     }
 
     fn write(
@@ -395,8 +404,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StoreError> {
         self.write(wal::KIND_TRUNCATE, enc(&log_id.index)?, false, None)?;
         let mut d = lock(&self.data);
-        d.entries.split_off(&log_id.index);
-        self.forget(&mut d, |i| i < log_id.index);
+        self.remove(&mut d, log_id.index, false);
         Ok(())
     }
 
@@ -409,9 +417,79 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             None,
         )?;
         let mut d = lock(&self.data);
-        d.entries = d.entries.split_off(&(log_id.index + 1));
+        self.remove(&mut d, log_id.index + 1, true);
         d.purged = Some(log_id);
-        self.forget(&mut d, |i| i > log_id.index);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(index: u64) -> LogId<u64> {
+        LogId::new(openraft::CommittedLeaderId::new(1, 1), index)
+    }
+
+    #[tokio::test]
+    async fn a_purge_and_a_truncation_take_their_entries_and_bytes_out_of_the_log() {
+        let dir = std::env::temp_dir().join(format!("ursula-log-remove-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let journal = wal::Journal::start(
+            dir.clone(),
+            wal::Options {
+                fsync_always: false,
+                segment_size: 1 << 20,
+                on_fatal: None,
+            },
+            Vec::new(),
+            std::collections::HashMap::new(),
+        )
+        .expect("journal");
+        let mut data = LogData::default();
+        for i in 1..=10 {
+            data.entries.insert(
+                i,
+                Entry {
+                    log_id: id(i),
+                    payload: openraft::EntryPayload::Blank,
+                },
+            );
+        }
+        let node = Arc::new(NodeLog::default());
+        let mut store = LogStore::new(3, journal, data, node.clone());
+        let size = |d: &LogData, r: std::ops::RangeInclusive<u64>| -> u64 {
+            r.map(|i| d.sizes.get(&i).copied().unwrap_or(0)).sum()
+        };
+        let (all, kept) = {
+            let d = lock(&store.data);
+            (d.bytes, size(&d, 5..=10))
+        };
+        assert!(all > 0 && node.bytes() == all);
+
+        store.purge(id(4)).await.expect("purge");
+        {
+            let d = lock(&store.data);
+            assert_eq!(
+                d.entries.keys().copied().collect::<Vec<_>>(),
+                (5..=10).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                d.sizes.keys().copied().collect::<Vec<_>>(),
+                (5..=10).collect::<Vec<_>>()
+            );
+            assert_eq!((d.bytes, node.bytes()), (kept, kept));
+            assert_eq!(d.purged, Some(id(4)));
+        }
+
+        store.truncate(id(8)).await.expect("truncate");
+        let d = lock(&store.data);
+        assert_eq!(d.entries.keys().copied().collect::<Vec<_>>(), vec![5, 6, 7]);
+        assert_eq!(d.sizes.keys().copied().collect::<Vec<_>>(), vec![5, 6, 7]);
+        let left = size(&d, 5..=7);
+        assert_eq!((d.bytes, node.bytes()), (left, left));
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

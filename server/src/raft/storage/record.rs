@@ -144,21 +144,13 @@ pub fn write_to<T: Serialize + ?Sized, W: std::io::Write>(
     };
     let mut counted = Sealing::new(std::io::sink());
     rmp_serde::encode::write(&mut counted, value).map_err(encode)?;
-    let len = u32::try_from(counted.written).map_err(|_| RecordError::Length {
-        kind: kind.name,
-        len: counted.written,
-        have: u64::from(u32::MAX),
-    })?;
+    let len = body_len(kind.name, counted.written)?;
     let mut sealed = Sealing::new(out);
-    let mut head = Vec::with_capacity(HEAD);
-    head.extend_from_slice(kind.magic);
-    head.push(kind.version);
-    head.extend_from_slice(&len.to_le_bytes());
     let write = |source| RecordError::Write {
         kind: kind.name,
         source,
     };
-    std::io::Write::write_all(&mut sealed, &head).map_err(write)?;
+    std::io::Write::write_all(&mut sealed, &head(kind, len)).map_err(write)?;
     let encoded = rmp_serde::encode::write(&mut sealed, value);
     // MessagePack's error for a failed write does not say why; the writer kept the reason.
     encoded.map_err(|e| sealed.failed.take().map_or_else(|| encode(e), write))?;
@@ -210,19 +202,31 @@ impl<W: std::io::Write> std::io::Write for Sealing<W> {
     }
 }
 
+/// A record's header; the length is filled in once the body is known.
+fn head(kind: Kind, len: u32) -> [u8; HEAD] {
+    let mut h = [0; HEAD];
+    h[..4].copy_from_slice(kind.magic);
+    h[4] = kind.version;
+    h[5..].copy_from_slice(&len.to_le_bytes());
+    h
+}
+
+/// A body's length as the header carries it: a record body is at most `u32::MAX` bytes.
+fn body_len(kind: &'static str, len: u64) -> Result<u32, RecordError> {
+    u32::try_from(len).map_err(|_| RecordError::Length {
+        kind,
+        len,
+        have: u64::from(u32::MAX),
+    })
+}
+
 fn start(kind: Kind, out: &mut Vec<u8>) {
-    out.extend_from_slice(kind.magic);
-    out.push(kind.version);
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&head(kind, 0));
 }
 
 /// Fills in the length and appends the CRC.
 fn finish(out: &mut Vec<u8>) -> Result<(), RecordError> {
-    let len = u32::try_from(out.len() - HEAD).map_err(|_| RecordError::Length {
-        kind: "record",
-        len: (out.len() - HEAD) as u64,
-        have: u64::from(u32::MAX),
-    })?;
+    let len = body_len("record", (out.len() - HEAD) as u64)?;
     out[5..9].copy_from_slice(&len.to_le_bytes());
     let crc = crc32fast::hash(out);
     out.extend_from_slice(&crc.to_le_bytes());

@@ -21,6 +21,7 @@ use openraft::StorageIOError;
 use openraft::StoredMembership;
 use openraft::storage::RaftStateMachine;
 
+use super::background;
 use super::record;
 use super::record::RecordError;
 use crate::raft::Outcome;
@@ -57,7 +58,9 @@ pub fn read_group_state(data: &[u8]) -> Result<GroupState, RecordError> {
     record::decode(record::GROUP_STATE, data)
 }
 
-/// A snapshot file's bytes.
+/// A snapshot file's bytes in one buffer, as the fixtures pin them; the node writes the file
+/// with [`write_snapshot_file_to`].
+#[cfg(test)]
 pub fn write_snapshot_file(snap: &StoredSnapshot) -> Result<Vec<u8>, RecordError> {
     record::encode_sized(record::SNAPSHOT_FILE, snap, snap.data.len() + 256)
 }
@@ -232,19 +235,6 @@ struct Captured {
     state: GroupState,
 }
 
-/// Lowers the calling thread to the lowest CPU priority. A snapshot of a group holding tens of
-/// MiB of stream bytes takes 100-300 ms of CPU to encode, copy and write; at normal priority it
-/// took its share of a 2-core machine from the core threads in that window, and appends queued
-/// behind it (at 30k appends/s on a durable node, p99 about halved at nice 19; see "Speed: what
-/// was tried" in docs/benchmarks.md). Failing to lower it only costs latency: logged, not
-/// returned.
-fn background_priority() {
-    let me = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(me), 19) {
-        tracing::debug!(error = %e, "cannot lower the snapshot thread's priority");
-    }
-}
-
 impl Captured {
     fn encode(self) -> Result<StoredSnapshot, StoreError> {
         let data =
@@ -282,7 +272,12 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         let spawned = std::thread::Builder::new()
             .name(format!("snapshot-{}", self.group))
             .spawn(move || {
-                background_priority();
+                // A snapshot of a group holding tens of MiB of stream bytes takes 100-300 ms of
+                // CPU to encode, copy and write; at normal priority it took its share of a
+                // 2-core machine from the core threads in that window, and appends queued
+                // behind it (at 30k appends/s on a durable node, p99 about halved at nice 19;
+                // see "Speed: what was tried" in docs/benchmarks.md).
+                background::lower_priority();
                 let built = captured.encode().and_then(|snap| {
                     shelf.store(&snap)?;
                     Ok(snap)
@@ -416,25 +411,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.data)),
         }))
-    }
-}
-
-#[cfg(test)]
-mod priority_tests {
-    #[test]
-    fn a_snapshot_thread_runs_at_the_lowest_priority_and_leaves_its_caller_alone() {
-        let before = rustix::process::getpriority_process(None).expect("own priority");
-        let inner = std::thread::spawn(|| {
-            super::background_priority();
-            rustix::process::getpriority_process(Some(rustix::thread::gettid()))
-                .expect("thread priority")
-        })
-        .join()
-        .expect("thread");
-        assert_eq!(inner, 19);
-        let after = rustix::process::getpriority_process(Some(rustix::thread::gettid()))
-            .expect("own priority");
-        assert_eq!(after, before, "only the snapshot thread is lowered");
     }
 }
 

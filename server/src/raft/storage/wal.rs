@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use super::counters;
 use super::counters::JournalCounters;
+use super::flush::FlushAhead;
 
 pub const KIND_ENTRIES: u8 = 1;
 pub const KIND_VOTE: u8 = 2;
@@ -37,6 +38,9 @@ pub const KIND_SYNC: u8 = 0;
 const HEADER: usize = 8;
 const MIN_BODY: usize = 8 + 1 + 4;
 const MAX_FRAME: usize = 1 << 30;
+/// Under `never`, a segment is synced in the background after each this many bytes (at most a
+/// quarter of a segment): the rotation's sync then finds at most this much dirty.
+const FLUSH_EVERY: u64 = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WalError {
@@ -276,7 +280,11 @@ struct Segment {
 struct Writer {
     dir: PathBuf,
     opts: Options,
-    file: File,
+    /// Shared with the flush-ahead thread, which syncs it while the core writes on.
+    file: Arc<File>,
+    /// Under `never`: syncs the segment in the background as it grows, so the rotation's sync
+    /// finds little left.
+    flush: Option<FlushAhead>,
     size: u64,
     seq: u64,
     seg_no: u64,
@@ -321,10 +329,12 @@ impl Writer {
     /// Starts a new segment that opens with the restated state, then deletes sealed segments
     /// whose every entry has been purged by its group.
     fn rotate(&mut self) -> std::io::Result<()> {
+        let started = Instant::now();
         self.file.sync_all()?;
+        let mut synced = started.elapsed();
         self.seg_no += 1;
         let path = self.dir.join(segment_name(self.seg_no));
-        self.file = OpenOptions::new().create(true).append(true).open(&path)?;
+        self.file = Arc::new(OpenOptions::new().create(true).append(true).open(&path)?);
         let mut old = std::mem::replace(
             &mut self.current,
             Segment {
@@ -344,11 +354,17 @@ impl Writer {
         for (kind, group, payload) in state {
             self.frame(kind, group, &payload, &mut buf);
         }
-        self.file.write_all(&buf)?;
+        self.file.as_ref().write_all(&buf)?;
+        let head = Instant::now();
         self.file.sync_all()?;
+        synced += head.elapsed();
         self.size = buf.len() as u64;
+        if let Some(f) = &mut self.flush {
+            f.rotated(self.size);
+        }
         let c = &self.counters;
         counters::add(&c.rotations, 1);
+        counters::add(&c.rotation_sync_ns, synced.as_nanos() as u64);
         counters::add(&c.restated_bytes, self.size);
         counters::add(&c.physical_bytes, self.size);
         self.reclaim();
@@ -412,11 +428,16 @@ impl Writer {
             }
             sync |= w.force_sync;
         }
-        let mut result = self.file.write_all(&buf);
+        let mut result = self.file.as_ref().write_all(&buf);
         if result.is_ok() && sync {
             result = self.file.sync_data();
         }
         self.size += buf.len() as u64;
+        if let Some(f) = &mut self.flush
+            && result.is_ok()
+        {
+            f.wrote(&self.file, self.size);
+        }
         counters::add(&self.counters.physical_bytes, buf.len() as u64);
         if buf.capacity() <= 1 << 20 {
             self.buf = buf;
@@ -487,6 +508,22 @@ impl Journal {
             .append(true)
             .open(&path)
             .map_err(io(&path))?;
+        let counters = Arc::new(JournalCounters::default());
+        let flush = if opts.fsync_always {
+            None
+        } else {
+            let core = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+            let core = core.as_deref().unwrap_or_default();
+            Some(
+                FlushAhead::start(super::flush::Options {
+                    every: FLUSH_EVERY.min(opts.segment_size / 4),
+                    name: format!("ursula-flush-{}", core.trim_start_matches("core-")),
+                    counters: counters.clone(),
+                    on_fatal: opts.on_fatal.clone(),
+                })
+                .map_err(io(&dir))?,
+            )
+        };
         let sealed: Vec<Segment> = segs
             .into_iter()
             .map(|(_, path)| Segment {
@@ -495,7 +532,6 @@ impl Journal {
                 max_index: recovered_max.clone(),
             })
             .collect();
-        let counters = Arc::new(JournalCounters::default());
         counters::set(
             &counters.physical_bytes,
             sealed.iter().map(|s| s.bytes).sum(),
@@ -503,7 +539,8 @@ impl Journal {
         let mut w = Writer {
             dir: dir.clone(),
             opts,
-            file,
+            file: Arc::new(file),
+            flush,
             size: 0,
             seq: 0,
             seg_no,
@@ -528,6 +565,7 @@ impl Journal {
             w.frame(r.kind, r.group, &r.payload, &mut buf);
         }
         w.file
+            .as_ref()
             .write_all(&buf)
             .and_then(|_| w.file.sync_all())
             .map_err(io(&path))?;
@@ -679,6 +717,13 @@ mod tests {
             .sum();
         assert_eq!(counters::get(&c.physical_bytes), on_disk);
         assert_eq!(counters::get(&c.segments), after as u64);
+        // Under `never` the rotations sync (timed) and the segment is synced ahead of them.
+        assert!(counters::get(&c.rotation_sync_ns) > 0);
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while counters::get(&c.background_syncs) == 0 && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(counters::get(&c.background_syncs) > 0);
         assert_eq!(
             counters::get(&c.reclaims),
             counters::get(&c.rotations) + 1 - after as u64,
