@@ -6,12 +6,14 @@
 //! - [`record`]: the sealed, versioned envelope of journal payloads and snapshots.
 //! - [`background`]: the nice-19 threads the cores hand work to (frees, snapshot builds).
 //! - [`flush`]: flush-ahead of a journal segment under `fsync = "never"`, off the core.
+//! - [`reclaim`]: deleting sealed journal segments on a thread of their own.
 //! - [`counters`]: the journal's counters, written on the write path, read by the metrics.
 
 pub mod background;
 pub mod counters;
 pub mod flush;
 pub mod log_store;
+pub mod reclaim;
 pub mod record;
 pub mod state_machine;
 pub mod wal;

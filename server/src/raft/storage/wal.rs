@@ -25,6 +25,8 @@ use std::time::Instant;
 use super::counters;
 use super::counters::JournalCounters;
 use super::flush::FlushAhead;
+use super::reclaim::Reclaimer;
+use super::reclaim::Segment;
 
 pub const KIND_ENTRIES: u8 = 1;
 pub const KIND_VOTE: u8 = 2;
@@ -100,6 +102,14 @@ impl Recovered {
             })
             .map_err(io(path))
     }
+}
+
+/// The core a journal directory (`core-<i>`) belongs to, for its threads' names.
+fn core_no(dir: &Path) -> String {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+    name.unwrap_or_default()
+        .trim_start_matches("core-")
+        .to_owned()
 }
 
 fn segment_name(n: u64) -> String {
@@ -268,14 +278,6 @@ pub struct Restated {
 
 pub type Restate = Vec<Restated>;
 
-/// A segment, its bytes and the highest entry index of each group it holds.
-#[derive(Debug)]
-struct Segment {
-    path: PathBuf,
-    bytes: u64,
-    max_index: HashMap<u32, u64>,
-}
-
 /// The journal thread's state.
 struct Writer {
     dir: PathBuf,
@@ -285,6 +287,8 @@ struct Writer {
     /// Under `never`: syncs the segment in the background as it grows, so the rotation's sync
     /// finds little left.
     flush: Option<FlushAhead>,
+    /// Deletes reclaimed segments off the thread that writes.
+    reclaimer: Reclaimer,
     size: u64,
     seq: u64,
     seg_no: u64,
@@ -371,11 +375,13 @@ impl Writer {
         Ok(())
     }
 
-    /// Deletes the sealed segments every group purged past. A segment that cannot be deleted
-    /// stays sealed, so the next pass tries again and the metrics still count its bytes.
+    /// Hands the sealed segments every group purged past to the reclaimer. A segment that
+    /// cannot be deleted comes back and stays sealed, so the next pass tries again and the
+    /// metrics still count its bytes.
     fn reclaim(&mut self) {
         let started = Instant::now();
         let c = self.counters.clone();
+        self.sealed.extend(self.reclaimer.failed());
         let purged = &self.purged;
         let behind = |g: &u32, max: &u64| purged.get(g).is_none_or(|p| p < max);
         let (gone, mut keep): (Vec<_>, Vec<_>) = self
@@ -383,21 +389,8 @@ impl Writer {
             .drain(..)
             .partition(|seg| !seg.max_index.iter().any(|(g, m)| behind(g, m)));
         for seg in gone {
-            match std::fs::remove_file(&seg.path) {
-                Ok(()) => {
-                    tracing::debug!(path = %seg.path.display(), "journal segment reclaimed");
-                    counters::add(&c.reclaims, 1);
-                    counters::add(&c.reclaimed_bytes, seg.bytes);
-                    c.physical_bytes.fetch_sub(
-                        seg.bytes.min(counters::get(&c.physical_bytes)),
-                        std::sync::atomic::Ordering::Relaxed,
-                    );
-                }
-                Err(e) => {
-                    tracing::warn!(path = %seg.path.display(), error = %e, "cannot remove a journal segment");
-                    counters::add(&c.reclaim_failures, 1);
-                    keep.push(seg);
-                }
+            if let Err(seg) = self.reclaimer.delete(seg) {
+                keep.push(seg);
             }
         }
         keep.sort_by(|a, b| a.path.cmp(&b.path));
@@ -512,18 +505,19 @@ impl Journal {
         let flush = if opts.fsync_always {
             None
         } else {
-            let core = dir.file_name().map(|n| n.to_string_lossy().into_owned());
-            let core = core.as_deref().unwrap_or_default();
             Some(
                 FlushAhead::start(super::flush::Options {
                     every: FLUSH_EVERY.min(opts.segment_size / 4),
-                    name: format!("ursula-flush-{}", core.trim_start_matches("core-")),
+                    name: format!("ursula-flush-{}", core_no(&dir)),
                     counters: counters.clone(),
                     on_fatal: opts.on_fatal.clone(),
                 })
                 .map_err(io(&dir))?,
             )
         };
+        let reclaimer =
+            Reclaimer::start(format!("ursula-unlink-{}", core_no(&dir)), counters.clone())
+                .map_err(io(&dir))?;
         let sealed: Vec<Segment> = segs
             .into_iter()
             .map(|(_, path)| Segment {
@@ -541,6 +535,7 @@ impl Journal {
             opts,
             file: Arc::new(file),
             flush,
+            reclaimer,
             size: 0,
             seq: 0,
             seg_no,
@@ -703,19 +698,31 @@ mod tests {
         for _ in 0..4 {
             write_and_wait(&j, KIND_COMMITTED, 9, vec![0u8; 200], None);
         }
-        let after = segments(&dir).expect("segments").len();
+        let c = j.counters();
+        let on_disk = || -> (usize, u64) {
+            let segs = segments(&dir).expect("segments");
+            let bytes = segs
+                .iter()
+                .map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len()))
+                .sum();
+            (segs.len(), bytes)
+        };
+        // Deletions run on the reclaimer's thread: wait for the directory the journal kept.
+        let settled = || {
+            let (n, bytes) = on_disk();
+            n as u64 == counters::get(&c.segments) && bytes == counters::get(&c.physical_bytes)
+        };
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while !settled() && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (after, bytes) = on_disk();
         assert!(
             after < before,
             "purged segments were deleted: {before} -> {after}"
         );
         // The counters agree with the directory: bytes and segments on disk, and what went.
-        let c = j.counters();
-        let on_disk: u64 = segments(&dir)
-            .expect("segments")
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len()))
-            .sum();
-        assert_eq!(counters::get(&c.physical_bytes), on_disk);
+        assert_eq!(counters::get(&c.physical_bytes), bytes);
         assert_eq!(counters::get(&c.segments), after as u64);
         // Under `never` the rotations sync (timed) and the segment is synced ahead of them.
         assert!(counters::get(&c.rotation_sync_ns) > 0);
