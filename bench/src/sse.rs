@@ -68,8 +68,7 @@ pub async fn fan_out(target: &Target, spec: &FanOut) -> Result<FanOutOutcome, Bo
             Arc::clone(&gate),
             stop_rx.clone(),
         );
-        let hist = histogram()?;
-        set.spawn(async move { subscriber(target, &get, ready, gate, stop, base, hist).await });
+        set.spawn(async move { subscriber(target, &get, ready, gate, stop, base).await });
     }
 
     // Wait until every subscriber has its response head (bounded).
@@ -126,9 +125,11 @@ pub async fn fan_out(target: &Target, spec: &FanOut) -> Result<FanOutOutcome, Bo
     };
     while let Some(joined) = set.join_next().await {
         match joined? {
-            Ok(h) => {
-                out.delivered += h.len();
-                out.hist.add(&h)?;
+            Ok(latencies) => {
+                out.delivered += latencies.len() as u64;
+                for ns in latencies {
+                    out.hist.saturating_record(ns);
+                }
             }
             Err(e) => {
                 out.failed_subscribers += 1;
@@ -146,8 +147,7 @@ async fn subscriber(
     gate: Arc<Semaphore>,
     mut stop: tokio::sync::watch::Receiver<Option<Instant>>,
     base: Instant,
-    mut hist: Histogram<u64>,
-) -> Result<Histogram<u64>, HttpError> {
+) -> Result<Vec<u64>, HttpError> {
     let (mut conn, base64) = {
         let _permit = gate.acquire().await.map_err(|_| HttpError::Closed)?;
         let mut conn = tokio::time::timeout(REQUEST_LIMIT, Conn::connect(&target))
@@ -169,24 +169,37 @@ async fn subscriber(
     let mut chunked = Chunked::default();
     let mut parser = EventParser::default();
     let mut text = Vec::with_capacity(4096);
-    let far = Instant::now() + Duration::from_secs(3600);
+    // Latencies in ns, made a histogram once the run is over: a histogram of this range per
+    // subscriber is ~300 KiB, and recording into a thousand of them cost the client cache
+    // misses on every delivery, on the cores the server shares.
+    let mut latencies = Vec::with_capacity(4096);
+    // One future for the end of the run, not a timer armed and cleared on every read.
+    let end = async move {
+        loop {
+            let stop_at = *stop.borrow_and_update();
+            if let Some(at) = stop_at {
+                tokio::time::sleep_until(at.into()).await;
+                return;
+            }
+            if stop.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::pin!(end);
     loop {
         let mut n = 0;
         let done = chunked.decode(conn.buffer(), Some(&mut text), &mut n)?;
         parser.feed(&mut text, base64, |sent_us| {
             let now_us = micros_since(base);
-            hist.saturating_record(now_us.saturating_sub(sent_us).saturating_mul(1000).max(1));
+            latencies.push(now_us.saturating_sub(sent_us).saturating_mul(1000).max(1));
         })?;
         if done {
             return Err(HttpError::Closed);
         }
-        let stop_at = (*stop.borrow()).unwrap_or(far);
         tokio::select! {
-            r = tokio::time::timeout_at(stop_at.into(), conn.fill()) => match r {
-                Ok(filled) => filled?,
-                Err(_) => return Ok(hist),
-            },
-            _ = stop.changed() => {}
+            filled = conn.fill() => filled?,
+            () = &mut end => return Ok(latencies),
         }
     }
 }
