@@ -6,6 +6,7 @@
 //! - [`config`]: TOML config, presets and CLI overrides, validated at start.
 //! - [`stream`]: the deterministic stream state machine every engine applies.
 //! - [`runtime`]: core threads, group ownership, live-reader wake-ups.
+//! - [`relay`]: one task per core and stream that repeats a group's wake-ups to the core's readers.
 //! - [`engine`]: the `GroupEngine` seam: in memory, or Raft ([`raft`]) behind the same trait.
 //! - [`raft`]: openraft groups over the per-core disk journal, and their peer transport.
 //! - [`backup`]: the backup format: group objects, the manifest, and their deep check.
@@ -22,5 +23,6 @@ pub mod fence;
 pub mod http;
 pub mod node;
 pub mod raft;
+pub mod relay;
 pub mod runtime;
 pub mod stream;

@@ -25,6 +25,8 @@ use super::reply::Reply;
 use super::request;
 use super::request::StreamPath;
 use crate::engine::EngineError;
+use crate::relay;
+use crate::runtime::Group;
 use crate::runtime::Tick;
 use crate::runtime::WaiterSlot;
 use crate::runtime::now_ms;
@@ -37,6 +39,11 @@ fn cursor_for(client: Option<&str>) -> String {
 }
 
 type Subscribed = (ReadView, Option<watch::Receiver<Tick>>);
+
+/// Subscribes to `key` through this core's relay; in the group turn, like the read before it.
+fn subscribe(g: &mut Group, key: &str, now: u64) -> Option<watch::Receiver<Tick>> {
+    g.subscribe(key, now).map(|rx| relay::local(key, rx))
+}
 
 /// Reads at `from`; subscribes in the same turn when the read found nothing to send.
 async fn read_and_subscribe(
@@ -54,7 +61,7 @@ async fn read_and_subscribe(
             let now = now_ms();
             let view = g.state.read(&key, from, max, incarnation, now)?;
             let rx = if view.data.is_empty() && !view.closed {
-                g.subscribe(&key, now)
+                subscribe(g, &key, now)
             } else {
                 None
             };
@@ -219,6 +226,9 @@ struct Session {
     /// A wake-up that carried exactly the bytes after `at`.
     fresh: Option<Tick>,
     first: bool,
+    /// The last batch reached the tail the reader knew of: only a change can bring more, so
+    /// the next call waits for one instead of reading the group again.
+    caught_up: bool,
     done: bool,
     _slot: WaiterSlot,
 }
@@ -249,7 +259,7 @@ pub async fn sse(
                 Err(Refusal::BeyondTail { tail }) => Err(tail),
                 Err(other) => return Err(other),
             };
-            let rx = g.subscribe(&key, now);
+            let rx = subscribe(g, &key, now);
             Ok((head, start, rx))
         })
         .await
@@ -289,6 +299,7 @@ pub async fn sse(
         content_type: head.content_type.clone(),
         fresh: None,
         first: true,
+        caught_up: false,
         done: false,
         _slot: slot,
     };
@@ -336,6 +347,12 @@ impl Session {
             return None;
         }
         loop {
+            if self.caught_up {
+                self.caught_up = false;
+                if let Err(last) = self.wait_for_change().await {
+                    return last;
+                }
+            }
             let fast = self.fresh.take().and_then(|t| self.view_from_tick(t));
             let read = match fast {
                 Some(v) => Ok(v),
@@ -363,7 +380,8 @@ impl Session {
                     return Some(Bytes::from(error_event(e.status.as_u16(), token, self.at)));
                 }
             };
-            let mut out = String::new();
+            // Room for a base64 body and a control event, so the event is built in one go.
+            let mut out = String::with_capacity(view.data.len() * 4 / 3 + 192);
             let mut view = view;
             if self.text && !view.data.is_empty() {
                 // Never split a UTF-8 sequence: stop before an incomplete trailing one.
@@ -413,23 +431,36 @@ impl Session {
                 self.done = true;
             }
             if !out.is_empty() {
+                self.caught_up = caught_up && !self.done;
                 return Some(Bytes::from(out));
             }
             // Caught up: wait for the next change.
-            let rx = self.rx.as_mut()?;
-            if rx.changed().await.is_err() {
-                self.done = true;
-                let ended =
-                    super::read::read_view(&self.st, &self.sp, ReadFrom::Now, 1, None).await;
-                let (status, token) = match ended {
-                    Err(e) if e.status == StatusCode::NOT_FOUND => (404, "StreamNotFound"),
-                    _ => (412, "StreamRecreated"),
-                };
-                self.count_error();
-                return Some(Bytes::from(error_event(status, token, self.at)));
+            if let Err(last) = self.wait_for_change().await {
+                return last;
             }
-            self.fresh = Some(rx.borrow_and_update().clone());
         }
+    }
+
+    /// Waits for the stream's next change and keeps its tick in `fresh`. When the stream is
+    /// gone instead, the session ends: `Err` holds its last chunk (the error event), or `None`
+    /// for a session that never subscribed.
+    async fn wait_for_change(&mut self) -> Result<(), Option<Bytes>> {
+        let Some(rx) = self.rx.as_mut() else {
+            self.done = true;
+            return Err(None);
+        };
+        if rx.changed().await.is_ok() {
+            self.fresh = Some(rx.borrow_and_update().clone());
+            return Ok(());
+        }
+        self.done = true;
+        let ended = super::read::read_view(&self.st, &self.sp, ReadFrom::Now, 1, None).await;
+        let (status, token) = match ended {
+            Err(e) if e.status == StatusCode::NOT_FOUND => (404, "StreamNotFound"),
+            _ => (412, "StreamRecreated"),
+        };
+        self.count_error();
+        Err(Some(Bytes::from(error_event(status, token, self.at))))
     }
 
     /// The fast path of a fan-out: a tick that carries the bytes right after `at`.
@@ -459,23 +490,39 @@ impl Session {
     }
 
     fn push_control(&mut self, out: &mut String, next: u64, up_to_date: bool, closed: bool) {
-        let mut control = serde_json::Map::new();
-        control.insert("streamNextOffset".into(), Offset(next).to_string().into());
-        if !closed {
-            let cursor = cursor_for(self.cursor.as_deref());
-            control.insert("streamCursor".into(), cursor.clone().into());
-            self.cursor = Some(cursor);
+        if let Some(sent) = push_control(out, self.cursor.as_deref(), next, up_to_date, closed) {
+            self.cursor = Some(sent);
         }
-        if up_to_date {
-            control.insert("upToDate".into(), true.into());
-        }
-        if closed {
-            control.insert("streamClosed".into(), true.into());
-        }
-        out.push_str("event: control\ndata:");
-        out.push_str(&serde_json::Value::Object(control).to_string());
-        out.push_str("\n\n");
     }
+}
+
+/// Writes a control event, by hand: it goes to every reader after every append, and building
+/// a JSON map for it cost more than the rest of the event. Its values are digits and literals,
+/// with nothing to escape, and the keys keep the sorted order a JSON map gave them. Returns the
+/// cursor it sent (none once the stream is closed).
+fn push_control(
+    out: &mut String,
+    cursor: Option<&str>,
+    next: u64,
+    up_to_date: bool,
+    closed: bool,
+) -> Option<String> {
+    use std::fmt::Write as _;
+    out.push_str("event: control\ndata:{");
+    let sent = if closed {
+        out.push_str("\"streamClosed\":true,");
+        None
+    } else {
+        let cursor = cursor_for(cursor);
+        let _ = write!(out, "\"streamCursor\":\"{cursor}\",");
+        Some(cursor)
+    };
+    let _ = write!(out, "\"streamNextOffset\":\"{}\"", Offset(next));
+    if up_to_date {
+        out.push_str(",\"upToDate\":true");
+    }
+    out.push_str("}\n\n");
+    sent
 }
 
 /// Writes `text` as `data:` lines. CR, LF and CRLF all end an SSE line, so each becomes a line
@@ -507,7 +554,53 @@ fn push_data_lines(out: &mut String, text: &str) {
 
 #[cfg(test)]
 mod tests {
+    use super::push_control;
     use super::push_data_lines;
+
+    fn control_json(out: &str) -> serde_json::Value {
+        let data = out
+            .strip_prefix("event: control\ndata:")
+            .and_then(|d| d.strip_suffix("\n\n"))
+            .expect("one control event");
+        serde_json::from_str(data).expect("the control event's data is JSON")
+    }
+
+    #[test]
+    fn a_control_event_is_the_json_a_map_would_give_with_a_cursor_past_the_clients() {
+        let mut out = String::new();
+        let sent = push_control(&mut out, Some("99999999999"), 21, true, false).expect("a cursor");
+        let value = control_json(&out);
+        let keys: Vec<&str> = value
+            .as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["streamCursor", "streamNextOffset", "upToDate"]);
+        assert_eq!(value["streamNextOffset"], "00000000000000000021");
+        assert_eq!(value["upToDate"], true);
+        assert_eq!(value["streamCursor"], sent.as_str());
+        assert!(sent.parse::<u64>().expect("digits") > 99_999_999_999);
+        // serde_json writes the same text back: same keys, same order, no spaces.
+        assert_eq!(
+            value.to_string(),
+            out["event: control\ndata:".len()..out.len() - 2]
+        );
+    }
+
+    #[test]
+    fn a_closed_streams_control_event_has_no_cursor_and_says_closed() {
+        let mut out = String::new();
+        assert_eq!(push_control(&mut out, None, 6, true, true), None);
+        assert_eq!(
+            out,
+            "event: control\ndata:{\"streamClosed\":true,\"streamNextOffset\":\"00000000000000000006\",\"upToDate\":true}\n\n"
+        );
+        let mut out = String::new();
+        assert!(push_control(&mut out, None, 6, false, false).is_some());
+        let value = control_json(&out);
+        assert!(value.get("upToDate").is_none() && value.get("streamClosed").is_none());
+    }
 
     #[test]
     fn every_line_ending_starts_a_data_line() {
