@@ -57,3 +57,14 @@ pub struct ScanWork {
     /// Entries the core's groups hold once the scan's truncates and purges were applied.
     pub live_entries: u64,
 }
+
+/// Polls `done` every 5 ms for up to 10 s; whether it became true (tests: the journal's
+/// background threads move their counters a moment after they are asked).
+#[cfg(test)]
+pub fn eventually(done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    done()
+}

@@ -19,6 +19,8 @@ use std::time::Instant;
 
 use super::counters;
 use super::counters::JournalCounters;
+use super::fatal;
+use super::fatal::OnFatal;
 
 /// The flush-ahead of one core's journal: the write path tells it how far the segment has
 /// grown, and it hands the segment to its thread at each `every` bytes.
@@ -37,7 +39,7 @@ pub struct Options {
     pub name: String,
     pub counters: Arc<JournalCounters>,
     /// Records why the process stops before it does (the journal's own hook).
-    pub on_fatal: Option<Arc<dyn Fn() + Send + Sync>>,
+    pub on_fatal: Option<OnFatal>,
 }
 
 impl FlushAhead {
@@ -73,11 +75,7 @@ impl FlushAhead {
     }
 }
 
-fn run(
-    rx: mpsc::Receiver<Arc<File>>,
-    counters: &JournalCounters,
-    on_fatal: Option<Arc<dyn Fn() + Send + Sync>>,
-) {
+fn run(rx: mpsc::Receiver<Arc<File>>, counters: &JournalCounters, on_fatal: Option<OnFatal>) {
     while let Ok(mut file) = rx.recv() {
         // Syncs asked for while the last one ran: the newest covers them when it is the same
         // segment, and an older segment was synced by the rotation that replaced it.
@@ -87,10 +85,7 @@ fn run(
         let started = Instant::now();
         if let Err(e) = file.sync_data() {
             tracing::error!(error = %e, "journal background sync failed; the process stops");
-            if let Some(f) = &on_fatal {
-                f();
-            }
-            std::process::abort();
+            fatal::stop(on_fatal.as_ref());
         }
         counters::add(&counters.background_syncs, 1);
         counters::add(
@@ -111,10 +106,7 @@ mod tests {
 
     /// Waits up to 10 s for the thread to have synced `n` times.
     fn until(c: &JournalCounters, n: u64) -> u64 {
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while syncs(c) < n && Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        counters::eventually(|| syncs(c) >= n);
         syncs(c)
     }
 

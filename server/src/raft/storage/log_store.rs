@@ -233,17 +233,31 @@ impl LogStore {
         }
     }
 
-    /// Takes the entries at and after `from` (a truncation) or before it (a purge) out of the
-    /// log, with their sizes and their bytes from the node's count. What is taken is freed on
-    /// the reaper thread: a purge after a snapshot removes tens of thousands of entries, and
-    /// freeing them here stalled the core's appends for tens of milliseconds.
-    fn remove(&self, d: &mut LogData, from: u64, before: bool) {
-        let mut entries = d.entries.split_off(&from);
-        let mut sizes = d.sizes.split_off(&from);
-        if before {
-            std::mem::swap(&mut entries, &mut d.entries);
-            std::mem::swap(&mut sizes, &mut d.sizes);
-        }
+    /// Takes the entries at and after `from` out of the log (a truncation).
+    fn remove_from(&self, d: &mut LogData, from: u64) {
+        let entries = d.entries.split_off(&from);
+        let sizes = d.sizes.split_off(&from);
+        self.release(d, entries, sizes);
+    }
+
+    /// Takes the entries before `end` out of the log (a purge).
+    fn remove_before(&self, d: &mut LogData, end: u64) {
+        let kept = d.entries.split_off(&end);
+        let kept_sizes = d.sizes.split_off(&end);
+        let entries = std::mem::replace(&mut d.entries, kept);
+        let sizes = std::mem::replace(&mut d.sizes, kept_sizes);
+        self.release(d, entries, sizes);
+    }
+
+    /// Takes what a truncation or purge removed off the log's and the node's byte counts, and
+    /// frees it on the reaper thread: a purge after a snapshot removes tens of thousands of
+    /// entries, and freeing them here stalled the core's appends for tens of milliseconds.
+    fn release(
+        &self,
+        d: &mut LogData,
+        entries: BTreeMap<u64, Entry<TypeConfig>>,
+        sizes: BTreeMap<u64, u64>,
+    ) {
         let freed: u64 = sizes.values().sum();
         d.bytes = d.bytes.saturating_sub(freed);
         // Saturating: the spread per-entry sizes may round below what was added.
@@ -404,7 +418,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StoreError> {
         self.write(wal::KIND_TRUNCATE, enc(&log_id.index)?, false, None)?;
         let mut d = lock(&self.data);
-        self.remove(&mut d, log_id.index, false);
+        self.remove_from(&mut d, log_id.index);
         Ok(())
     }
 
@@ -417,7 +431,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             None,
         )?;
         let mut d = lock(&self.data);
-        self.remove(&mut d, log_id.index + 1, true);
+        self.remove_before(&mut d, log_id.index + 1);
         d.purged = Some(log_id);
         Ok(())
     }

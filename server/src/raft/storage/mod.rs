@@ -8,9 +8,11 @@
 //! - [`flush`]: flush-ahead of a journal segment under `fsync = "never"`, off the core.
 //! - [`reclaim`]: deleting sealed journal segments on a thread of their own.
 //! - [`counters`]: the journal's counters, written on the write path, read by the metrics.
+//! - [`fatal`]: how the journal stops the process when the disk fails it.
 
 pub mod background;
 pub mod counters;
+pub mod fatal;
 pub mod flush;
 pub mod log_store;
 pub mod reclaim;

@@ -8,6 +8,10 @@
 //! them instead. A deletion that fails comes back to the journal, which keeps the segment and
 //! tries again at its next pass, as it did when it deleted inline. A segment whose deletion
 //! is still pending when the process stops is found at the next start and reclaimed then.
+//!
+//! It is not the flush-ahead's thread (`flush.rs`) with a second kind of job: that one must
+//! run at normal priority, since the rotation waits for whatever it has not synced yet, while a
+//! deletion waits for nobody and yields to everything at nice 19.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -85,14 +89,6 @@ fn run(rx: mpsc::Receiver<Segment>, failed: mpsc::Sender<Segment>, c: &JournalCo
 mod tests {
     use super::*;
 
-    fn until(c: &JournalCounters, f: impl Fn(&JournalCounters) -> bool) -> bool {
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while !f(c) && Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        f(c)
-    }
-
     #[test]
     fn a_segment_is_deleted_on_the_thread_and_one_that_cannot_be_comes_back() {
         let dir = std::env::temp_dir().join(format!("ursula-reclaim-{}", std::process::id()));
@@ -110,7 +106,7 @@ mod tests {
         };
 
         assert!(r.delete(seg(path.clone())).is_ok());
-        assert!(until(&c, |c| counters::get(&c.reclaims) == 1));
+        assert!(counters::eventually(|| counters::get(&c.reclaims) == 1));
         assert!(!path.exists());
         assert_eq!(counters::get(&c.reclaimed_bytes), 4096);
         assert_eq!(counters::get(&c.physical_bytes), 0);
@@ -120,13 +116,15 @@ mod tests {
         let stuck = dir.join("0000000000000002.seg");
         std::fs::create_dir_all(&stuck).expect("stuck");
         assert!(r.delete(seg(stuck.clone())).is_ok());
-        assert!(until(&c, |c| counters::get(&c.reclaim_failures) == 1));
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        let mut back: Vec<Segment> = Vec::new();
-        while back.is_empty() && Instant::now() < deadline {
-            back.extend(r.failed());
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        assert!(counters::eventually(
+            || counters::get(&c.reclaim_failures) == 1
+        ));
+        let back = std::cell::RefCell::new(Vec::<Segment>::new());
+        counters::eventually(|| {
+            back.borrow_mut().extend(r.failed());
+            !back.borrow().is_empty()
+        });
+        let back = back.into_inner();
         assert_eq!(back.len(), 1, "the failed segment comes back to be kept");
         assert_eq!(back[0].path, stuck);
         assert_eq!(back[0].max_index.get(&1), Some(&9));

@@ -24,6 +24,8 @@ use std::time::Instant;
 
 use super::counters;
 use super::counters::JournalCounters;
+use super::fatal;
+use super::fatal::OnFatal;
 use super::flush::FlushAhead;
 use super::reclaim::Reclaimer;
 use super::reclaim::Segment;
@@ -262,7 +264,7 @@ pub struct Options {
     pub segment_size: u64,
     /// Called once before the process stops on a journal I/O error: it records the run state
     /// that gates the groups at the next start.
-    pub on_fatal: Option<Arc<dyn Fn() + Send + Sync>>,
+    pub on_fatal: Option<OnFatal>,
 }
 
 /// A record the journal restates at the start of a segment so that older segments are needed
@@ -450,10 +452,7 @@ impl Writer {
     /// Stops the process after recording why, so the next start does not trust the journal's
     /// tail to the page cache.
     fn fatal(&self) -> ! {
-        if let Some(f) = &self.opts.on_fatal {
-            f();
-        }
-        std::process::abort();
+        fatal::stop(self.opts.on_fatal.as_ref())
     }
 }
 
@@ -712,10 +711,7 @@ mod tests {
             let (n, bytes) = on_disk();
             n as u64 == counters::get(&c.segments) && bytes == counters::get(&c.physical_bytes)
         };
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while !settled() && Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        counters::eventually(settled);
         let (after, bytes) = on_disk();
         assert!(
             after < before,
@@ -726,11 +722,9 @@ mod tests {
         assert_eq!(counters::get(&c.segments), after as u64);
         // Under `never` the rotations sync (timed) and the segment is synced ahead of them.
         assert!(counters::get(&c.rotation_sync_ns) > 0);
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while counters::get(&c.background_syncs) == 0 && Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(counters::get(&c.background_syncs) > 0);
+        assert!(counters::eventually(
+            || counters::get(&c.background_syncs) > 0
+        ));
         assert_eq!(
             counters::get(&c.reclaims),
             counters::get(&c.rotations) + 1 - after as u64,
