@@ -273,13 +273,21 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
     Ok(())
 }
 
-/// Proposes a sweep to every group it leads: expiry is decided inside the state machine, at
-/// the time the proposal carries, so every replica drops the same streams.
+/// Proposes a sweep to every group it leads that holds an expired stream: expiry is decided
+/// inside the state machine, at the time the proposal carries, so every replica drops the same
+/// streams. A group with nothing to drop gets no proposal, and so no log entry.
 async fn sweep_expired(state: &AppState) {
     for group in 0..state.rt.group_count() {
         if !state.engine.leads(group) {
             continue;
         }
-        let _ = state.engine.propose(group, Command::Sweep).await;
+        let now = crate::runtime::now_ms();
+        let due = state
+            .rt
+            .with_group_now(group, |g| g.state.any_expired(now))
+            .unwrap_or(false);
+        if due {
+            let _ = state.engine.propose(group, Command::Sweep).await;
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The snapshot driver against a real durable node: snapshots are taken by log bytes against
 //! `raft.snapshot_log_budget`, the log is purged below them, the metrics the Observability page
 //! names report it, a restart rebuilds the stream from the snapshot plus the log's tail, and a
-//! wiped follower catches up from a snapshot its leader reads back from disk.
+//! wiped follower catches up from a snapshot its leader reads back from disk, and idle groups
+//! neither take empty sweeps nor keep journal segments.
 
 mod raft_common;
 
@@ -177,5 +178,97 @@ fn a_wiped_follower_catches_up_from_a_snapshot_its_leader_reads_back_from_disk()
     producer_load(&bases, path, 35, 5, |_| {});
     assert_eq!(read_all(&bases, path), expected(40));
     drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The sum of every group's applied index: what the groups' logs took in.
+fn applied_total(base: &str) -> u64 {
+    metrics(base)["raft_groups"]
+        .as_array()
+        .expect("raft_groups")
+        .iter()
+        .map(|g| g["last_applied_index"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Idle groups neither grow their logs nor keep journal segments: the node proposes a sweep
+/// only to a group holding an expired stream (an empty one was a log entry of every group
+/// every 2 s), and the driver purges a group whose few entries keep a sealed segment (every
+/// group's first entries are in its core's first segment, which was never deleted).
+#[test]
+fn idle_groups_add_no_entries_and_keep_no_journal_segment_while_one_stream_fills_many() {
+    let dir = tempfile_dir("idlepins");
+    let port = free_port();
+    let args = single_node_args(
+        &dir,
+        port,
+        "[storage.snapshot]\ndrive_interval = \"100ms\"",
+        "fsync = \"never\"\nsegment_size = \"1MiB\"",
+    );
+    let node = Proc::start(port, args, dir.join("node.log"));
+    let bases = vec![node.base()];
+    let put = |path: &str, headers: &[(&str, String)]| {
+        send(&bases, 0, "PUT", path, headers, b"").map(|r| r.0)
+    };
+    assert_eq!(put("/demo/busy", &[]), Some(201));
+
+    // Quiet: no stream can expire, so no group takes an entry over two sweep intervals.
+    let before = applied_total(&bases[0]);
+    std::thread::sleep(Duration::from_millis(4500));
+    assert_eq!(applied_total(&bases[0]), before, "no empty sweeps");
+
+    // One stream fills segment after segment, until its core's first segment is gone and only
+    // its own group still pins a sealed one (40 MiB at most).
+    let first_segments: Vec<std::path::PathBuf> = std::fs::read_dir(dir.join("wal/raft-log"))
+        .expect("journal dirs")
+        .map(|d| d.expect("journal entry").path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("core-"))
+        })
+        .map(|core| core.join("0000000000000001.seg"))
+        .collect();
+    assert!(
+        !first_segments.is_empty() && first_segments.iter().all(|p| p.exists()),
+        "{first_segments:?}"
+    );
+    let body = vec![b'b'; 4096];
+    let octet = [("content-type", "application/octet-stream".to_owned())];
+    let mut appended: u64 = 0;
+    let released = loop {
+        for _ in 0..64 {
+            let r = send(&bases, 0, "POST", "/demo/busy", &octet, &body).expect("append");
+            if r.0 == 503 {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            assert_eq!(r.0, 204);
+            appended += body.len() as u64;
+        }
+        let m = metrics(&bases[0]);
+        let gone = first_segments.iter().any(|p| !p.exists());
+        if gone && int(&m, "wal_lagging_groups") <= 1 && int(&m, "wal_reclaims") >= 1 {
+            break m;
+        }
+        assert!(
+            appended < 40 << 20,
+            "after {appended} bytes, idle groups still pin segments: {m}"
+        );
+    };
+    assert!(
+        int(&released, "wal_pinned_segments") <= 3,
+        "the sealed segments left are the busy group's: {released}"
+    );
+
+    // A stream that expires is still swept: its group takes a sweep after the create.
+    let before = applied_total(&bases[0]);
+    assert_eq!(
+        put("/demo/brief", &[("stream-ttl", "1".to_owned())]),
+        Some(201)
+    );
+    wait_for(10, "the expired stream swept", || {
+        (applied_total(&bases[0]) >= before + 2).then_some(())
+    });
+    drop(node);
     let _ = std::fs::remove_dir_all(&dir);
 }

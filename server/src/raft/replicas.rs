@@ -140,6 +140,13 @@ impl Replicas {
         self.logs.get(group as usize).map_or(0, LogStore::bytes)
     }
 
+    /// Whether `group`'s unpurged entries keep a sealed journal segment on disk.
+    pub fn pins_sealed_segment(&self, group: GroupId) -> bool {
+        self.logs
+            .get(group as usize)
+            .is_some_and(LogStore::pins_sealed_segment)
+    }
+
     /// The lowest read index this node may give for `group` as its leader. openraft restores a
     /// node whose committed vote names itself as leader at once, in the same term, and its read
     /// index is then the commit index it had persisted, which can lag entries it acknowledged

@@ -7,6 +7,11 @@
 //! spent most of its core rebuilding snapshots. Weighing the log since the last snapshot against
 //! twice that snapshot's size keeps the work per logged byte bounded, and the pressure pass
 //! keeps the node's log under the budget that `RaftLogPressure` enforces.
+//!
+//! Each pass also releases idle groups that keep a sealed journal segment on disk: a group
+//! whose log stopped growing below its threshold is never snapshotted, and its few entries
+//! would pin the segment that holds them for the node's life. Every core's first segment holds
+//! every group's first entries, so on a node with idle groups it was never deleted.
 
 use std::collections::BTreeMap;
 use std::sync::Weak;
@@ -134,6 +139,7 @@ impl HeldOut {
 pub async fn run(engine: Weak<Replicas>, settings: Settings) {
     let mut pending: BTreeMap<u32, Pending> = BTreeMap::new();
     let mut held = HeldOut::default();
+    let mut idle = Idle::default();
     let mut tick = tokio::time::interval(settings.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -170,10 +176,20 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
             .into_iter()
             .take(per_tick as usize)
             .collect();
+        let unchosen: Vec<GroupLog> = groups
+            .iter()
+            .filter(|g| !chosen.contains(&g.group))
+            .copied()
+            .collect();
+        let idle_pins = idle.pass(&unchosen, |g| e.pins_sealed_segment(g));
+        drop(e);
+        let releases = idle_pins
+            .into_iter()
+            .take(settings.max_groups_per_tick as usize);
+        release(&engine, releases, &mut pending, allowed).await;
         if chosen.is_empty() {
             continue;
         }
-        drop(e);
         let mut started_builds = 0u64;
         for group in chosen {
             // Wait for a free slot, seeing builds end meanwhile.
@@ -226,6 +242,110 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
     }
 }
 
+/// The groups that kept a sealed journal segment at the last pass, with their log bytes then.
+#[derive(Default)]
+struct Idle(BTreeMap<u32, u64>);
+
+impl Idle {
+    /// Of `groups`, those that `pins` a sealed segment now and did at the last pass with the
+    /// same log: idle, so no threshold will ever take them.
+    fn pass(&mut self, groups: &[GroupLog], pins: impl Fn(u32) -> bool) -> Vec<u32> {
+        let mut now = BTreeMap::new();
+        let mut idle = Vec::new();
+        for g in groups.iter().filter(|g| pins(g.group)) {
+            if self.0.get(&g.group) == Some(&g.log) {
+                idle.push(g.group);
+            }
+            now.insert(g.group, g.log);
+        }
+        self.0 = now;
+        idle
+    }
+}
+
+/// What frees an idle group's hold on a sealed segment.
+#[derive(Debug, PartialEq, Eq)]
+enum Release {
+    /// A snapshot covers entries the log still holds: purge up to it. openraft keeps a few
+    /// hundred entries past a snapshot for a follower a little behind; an idle group's
+    /// followers have them all.
+    Purge(u64),
+    /// The log holds entries past the last snapshot (or there is none): build one first.
+    Snapshot,
+    /// Nothing to do: the journal's view is from its last rotation and may be stale.
+    Nothing,
+}
+
+fn release_step(
+    snapshot: Option<u64>,
+    purged: Option<u64>,
+    last_log_index: Option<u64>,
+) -> Release {
+    match snapshot {
+        Some(s) if purged < Some(s) => Release::Purge(s),
+        _ if last_log_index > snapshot => Release::Snapshot,
+        _ => Release::Nothing,
+    }
+}
+
+/// Releases each of `groups`: a purge now, or a snapshot when a build slot is free (its purge
+/// follows at a later pass).
+async fn release(
+    engine: &Weak<Replicas>,
+    groups: impl Iterator<Item = u32>,
+    pending: &mut BTreeMap<u32, Pending>,
+    allowed: u32,
+) {
+    for group in groups {
+        let Some(e) = engine.upgrade() else {
+            return;
+        };
+        if e.stopping() {
+            return;
+        }
+        let Some(raft) = e.raft(group).cloned() else {
+            continue;
+        };
+        drop(e);
+        let (snapshot, purged, last) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (
+                m.snapshot.map(|l| l.index),
+                m.purged.map(|l| l.index),
+                m.last_log_index,
+            )
+        };
+        match release_step(snapshot, purged, last) {
+            Release::Purge(upto) => {
+                if raft.trigger().purge_log(upto).await.is_ok() {
+                    tracing::debug!(
+                        group,
+                        upto,
+                        "purged an idle group's log off a sealed segment"
+                    );
+                }
+            }
+            Release::Snapshot if (pending.len() as u32) < allowed => {
+                if raft.trigger().snapshot().await.is_ok() {
+                    tracing::debug!(
+                        group,
+                        "snapshot of an idle group that pins a sealed segment"
+                    );
+                    pending.insert(
+                        group,
+                        Pending {
+                            since: Instant::now(),
+                            before: snapshot,
+                        },
+                    );
+                }
+            }
+            Release::Snapshot | Release::Nothing => {}
+        }
+    }
+}
+
 /// Drops the triggered builds that finished (their group's snapshot moved) or that were never
 /// claimed.
 fn settle(e: &Replicas, pending: &mut BTreeMap<u32, Pending>, held: &mut HeldOut) {
@@ -253,6 +373,60 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    fn log(group: u32, log: u64) -> GroupLog {
+        GroupLog {
+            group,
+            log,
+            last_snapshot: 0,
+        }
+    }
+
+    #[test]
+    fn a_group_is_idle_once_it_pins_a_segment_with_the_same_log_at_two_passes() {
+        let mut idle = Idle::default();
+        let pins = |g: u32| g != 3;
+        assert!(
+            idle.pass(&[log(1, 10), log(2, 20), log(3, 5)], pins)
+                .is_empty()
+        );
+        // Group 2 grew: still busy. Group 3 does not pin anything.
+        assert_eq!(
+            idle.pass(&[log(1, 10), log(2, 25), log(3, 5)], pins),
+            vec![1]
+        );
+        assert_eq!(
+            idle.pass(&[log(1, 10), log(2, 25), log(3, 5)], pins),
+            vec![1, 2]
+        );
+        // A group that stops pinning is forgotten; pinning again starts over.
+        assert!(idle.pass(&[log(1, 10)], |_| false).is_empty());
+        assert!(idle.pass(&[log(1, 10)], |_| true).is_empty());
+        assert_eq!(idle.pass(&[log(1, 10)], |_| true), vec![1]);
+    }
+
+    #[test]
+    fn an_idle_group_is_purged_to_its_snapshot_or_snapshotted_first() {
+        // A fresh group's first entries and no snapshot: build one.
+        assert_eq!(release_step(None, None, Some(2)), Release::Snapshot);
+        // A snapshot past the purge point: purge to it (openraft kept entries past it).
+        assert_eq!(
+            release_step(Some(300), Some(40), Some(300)),
+            Release::Purge(300)
+        );
+        assert_eq!(release_step(Some(2), None, Some(2)), Release::Purge(2));
+        // Purged to the snapshot, entries after it: a new snapshot first.
+        assert_eq!(
+            release_step(Some(300), Some(300), Some(310)),
+            Release::Snapshot
+        );
+        // Purged to the end: the journal's view was stale; nothing to do.
+        assert_eq!(
+            release_step(Some(300), Some(300), Some(300)),
+            Release::Nothing
+        );
+        assert_eq!(release_step(None, None, None), Release::Nothing);
+    }
 
     #[test]
     fn builds_step_up_past_the_budget_as_the_configuration_page_counts_them() {

@@ -162,6 +162,14 @@ impl GroupState {
         self.streams.len()
     }
 
+    /// Whether a sweep at `now_ms` would drop a stream. The node proposes a sweep only then:
+    /// an empty one still went through Raft as an entry of every group every sweep interval,
+    /// replicated, journaled, and keeping every journal segment it landed in until the group's
+    /// next snapshot.
+    pub fn any_expired(&self, now_ms: u64) -> bool {
+        self.streams.values().any(|s| s.expired(now_ms))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.streams.is_empty()
     }

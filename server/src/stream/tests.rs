@@ -311,15 +311,18 @@ fn a_sweep_drops_only_expired_streams() {
     let mut g = GroupState::default();
     g.apply(create(Some(Lifetime::Ttl(10))), 0).expect("create");
     g.apply(create_key("demo/t", None), 0).expect("create");
+    assert!(!g.any_expired(9 * SEC), "nothing to sweep yet");
     assert_eq!(
         g.apply(Command::Sweep, 9 * SEC),
         Ok(Applied::Swept { removed: 0 })
     );
+    assert!(g.any_expired(10 * SEC));
     assert_eq!(
         g.apply(Command::Sweep, 10 * SEC),
         Ok(Applied::Swept { removed: 1 })
     );
     assert_eq!(g.len(), 1);
+    assert!(!g.any_expired(u64::MAX), "the stream left has no expiry");
     assert!(g.get("demo/t", 10 * SEC).is_some());
 }
 

@@ -2,6 +2,7 @@
 //! the journal (under its own lock, on the write path) and read by the metrics without any
 //! lock, so a metrics request never waits behind a write.
 
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
@@ -31,6 +32,19 @@ pub struct JournalCounters {
     /// and the sealed segments kept.
     pub lagging_groups: AtomicU64,
     pub pinned_segments: AtomicU64,
+    /// Those groups by id, ascending: the snapshot driver releases the idle ones.
+    pub lagging: Mutex<Vec<u32>>,
+}
+
+impl JournalCounters {
+    /// Whether `group`'s unpurged entries kept a sealed segment at the last reclaim pass.
+    pub fn is_lagging(&self, group: u32) -> bool {
+        self.lagging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .binary_search(&group)
+            .is_ok()
+    }
 }
 
 /// A value of a counter, for the metrics.

@@ -218,6 +218,12 @@ impl LogStore {
         lock(&self.data).bytes
     }
 
+    /// Whether this group's unpurged entries kept a sealed journal segment on disk at the
+    /// journal's last reclaim pass.
+    pub fn pins_sealed_segment(&self) -> bool {
+        self.journal.counters().is_lagging(self.group)
+    }
+
     pub fn view(&self) -> LogView {
         let d = lock(&self.data);
         LogView {

@@ -396,13 +396,14 @@ impl Writer {
             }
         }
         keep.sort_by(|a, b| a.path.cmp(&b.path));
-        let lagging: std::collections::HashSet<u32> = keep
+        let lagging: std::collections::BTreeSet<u32> = keep
             .iter()
             .flat_map(|seg| seg.max_index.iter())
             .filter(|(g, m)| behind(g, m))
             .map(|(g, _)| *g)
             .collect();
         counters::set(&c.lagging_groups, lagging.len() as u64);
+        *c.lagging.lock().unwrap_or_else(|p| p.into_inner()) = lagging.into_iter().collect();
         counters::set(&c.pinned_segments, keep.len() as u64);
         counters::set(&c.segments, keep.len() as u64 + 1);
         self.sealed = keep;
@@ -734,6 +735,7 @@ mod tests {
         assert_eq!(counters::get(&c.reclaim_failures), 0);
         // Group 8 purged only half: its later entries pin the segments that hold them.
         assert_eq!(counters::get(&c.lagging_groups), 1);
+        assert!(c.is_lagging(8) && !c.is_lagging(7), "group 8 is named");
         assert_eq!(counters::get(&c.pinned_segments), after as u64 - 1);
         let r = recover(&dir).expect("recover");
         let votes: Vec<_> = r
