@@ -490,7 +490,7 @@ impl Session {
     }
 
     fn push_control(&mut self, out: &mut String, next: u64, up_to_date: bool, closed: bool) {
-        if let Some(sent) = push_control(out, self.cursor.as_deref(), next, up_to_date, closed) {
+        if let Some(sent) = write_control(out, self.cursor.as_deref(), next, up_to_date, closed) {
             self.cursor = Some(sent);
         }
     }
@@ -500,7 +500,7 @@ impl Session {
 /// a JSON map for it cost more than the rest of the event. Its values are digits and literals,
 /// with nothing to escape, and the keys keep the sorted order a JSON map gave them. Returns the
 /// cursor it sent (none once the stream is closed).
-fn push_control(
+fn write_control(
     out: &mut String,
     cursor: Option<&str>,
     next: u64,
@@ -554,8 +554,8 @@ fn push_data_lines(out: &mut String, text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::push_control;
     use super::push_data_lines;
+    use super::write_control;
 
     fn control_json(out: &str) -> serde_json::Value {
         let data = out
@@ -568,7 +568,7 @@ mod tests {
     #[test]
     fn a_control_event_is_the_json_a_map_would_give_with_a_cursor_past_the_clients() {
         let mut out = String::new();
-        let sent = push_control(&mut out, Some("99999999999"), 21, true, false).expect("a cursor");
+        let sent = write_control(&mut out, Some("99999999999"), 21, true, false).expect("a cursor");
         let value = control_json(&out);
         let keys: Vec<&str> = value
             .as_object()
@@ -591,13 +591,13 @@ mod tests {
     #[test]
     fn a_closed_streams_control_event_has_no_cursor_and_says_closed() {
         let mut out = String::new();
-        assert_eq!(push_control(&mut out, None, 6, true, true), None);
+        assert_eq!(write_control(&mut out, None, 6, true, true), None);
         assert_eq!(
             out,
             "event: control\ndata:{\"streamClosed\":true,\"streamNextOffset\":\"00000000000000000006\",\"upToDate\":true}\n\n"
         );
         let mut out = String::new();
-        assert!(push_control(&mut out, None, 6, false, false).is_some());
+        assert!(write_control(&mut out, None, 6, false, false).is_some());
         let value = control_json(&out);
         assert!(value.get("upToDate").is_none() && value.get("streamClosed").is_none());
     }

@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
+use super::GroupRaft;
 use super::replicas::Replicas;
 
 /// A group's own threshold is at most this, however large the budget.
@@ -214,20 +215,9 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
                 continue;
             };
             let before = raft.metrics().borrow().snapshot.map(|l| l.index);
-            if raft.trigger().snapshot().await.is_err() {
-                continue;
+            if start_build(&e, &raft, group, before, &mut pending).await {
+                started_builds += 1;
             }
-            pending.insert(
-                group,
-                Pending {
-                    since: Instant::now(),
-                    before,
-                },
-            );
-            started_builds += 1;
-            let n = pending.len() as u64;
-            e.snap_stats.in_flight.store(n, Ordering::Relaxed);
-            e.snap_stats.in_flight_max.fetch_max(n, Ordering::Relaxed);
         }
         if level >= 1
             && let Some(e) = engine.upgrade()
@@ -306,7 +296,6 @@ async fn release(
         let Some(raft) = e.raft(group).cloned() else {
             continue;
         };
-        drop(e);
         let (snapshot, purged, last) = {
             let m = raft.metrics();
             let m = m.borrow();
@@ -327,23 +316,41 @@ async fn release(
                 }
             }
             Release::Snapshot if (pending.len() as u32) < allowed => {
-                if raft.trigger().snapshot().await.is_ok() {
+                if start_build(&e, &raft, group, snapshot, pending).await {
                     tracing::debug!(
                         group,
                         "snapshot of an idle group that pins a sealed segment"
-                    );
-                    pending.insert(
-                        group,
-                        Pending {
-                            since: Instant::now(),
-                            before: snapshot,
-                        },
                     );
                 }
             }
             Release::Snapshot | Release::Nothing => {}
         }
     }
+}
+
+/// Triggers a snapshot of `group` and records it as pending, with the build counters; false
+/// when openraft refused the trigger (the group is stopping).
+async fn start_build(
+    e: &Replicas,
+    raft: &GroupRaft,
+    group: u32,
+    before: Option<u64>,
+    pending: &mut BTreeMap<u32, Pending>,
+) -> bool {
+    if raft.trigger().snapshot().await.is_err() {
+        return false;
+    }
+    pending.insert(
+        group,
+        Pending {
+            since: Instant::now(),
+            before,
+        },
+    );
+    let n = pending.len() as u64;
+    e.snap_stats.in_flight.store(n, Ordering::Relaxed);
+    e.snap_stats.in_flight_max.fetch_max(n, Ordering::Relaxed);
+    true
 }
 
 /// Drops the triggered builds that finished (their group's snapshot moved) or that were never
