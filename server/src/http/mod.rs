@@ -76,10 +76,14 @@ pub struct AppState {
 
 /// The client plane.
 pub fn client_router(state: AppState) -> Router {
-    Router::new().fallback(dispatch).with_state(state)
+    // Behind an `Arc`: axum clones the state for every request, and a clone of `AppState`
+    // copies a `String` and bumps a handful of counters.
+    Router::new()
+        .fallback(dispatch)
+        .with_state(Arc::new(state))
 }
 
-async fn dispatch(State(st): State<AppState>, req: Request) -> Response {
+async fn dispatch(State(st): State<Arc<AppState>>, req: Request) -> Response {
     // A `Uri` clone shares its bytes: no copy on the path every request takes, and the
     // target is spelled out only for a redirect.
     let uri = req.uri().clone();
@@ -280,9 +284,10 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let method = parts.method;
     let headers = parts.headers;
-    let path = parts.uri.path().to_owned();
-    let query = parts.uri.query().map(str::to_owned);
-    let route = request::route(&path)?;
+    let uri = parts.uri;
+    let path = uri.path();
+    let query = uri.query();
+    let route = request::route(path)?;
     let reply = match (route, &method) {
         (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
         (Route::Ready, &Method::GET) => admin::ready(st),
@@ -304,7 +309,7 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
             let mut permit = admit(st, &headers)?;
             let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
             let charge = charge(st, &mut permit, &sp, &body)?;
-            let at = location(&headers, &path);
+            let at = location(&headers, path);
             write::create_stream(st, &sp, &headers, at, body, charge).await?
         }
         (Route::Stream(sp), &Method::POST) => {
@@ -316,7 +321,7 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         (Route::Stream(sp), &Method::DELETE) => write::delete(st, &sp, &headers).await?,
         (Route::Stream(sp), &Method::HEAD) => read::head(st, &sp, &headers).await?,
         (Route::Stream(sp), &Method::GET) => {
-            let q = read::parse_read_query(query.as_deref(), st.long_poll_default_ms)?;
+            let q = read::parse_read_query(query, st.long_poll_default_ms)?;
             match q.live {
                 Live::No => read::catch_up(st, &sp, &q, &headers).await?,
                 Live::LongPoll => live::long_poll(st, &sp, &q, &headers).await?,
@@ -326,7 +331,7 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         (Route::Stream(_), _) => return Err(ApiError::method_not_allowed(STREAM_METHODS)),
         (Route::Bootstrap(_), &Method::OPTIONS) => return Ok(preflight(&headers, "GET, OPTIONS")),
         (Route::Bootstrap(sp), &Method::GET) => {
-            read::bootstrap(st, &sp, query.as_deref(), &headers).await?
+            read::bootstrap(st, &sp, query, &headers).await?
         }
         (Route::Bootstrap(_), _) => return Err(ApiError::method_not_allowed("GET, OPTIONS")),
         (Route::Snapshot(..), &Method::OPTIONS) => {

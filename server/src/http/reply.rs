@@ -67,11 +67,62 @@ impl ApiError {
         e
     }
 
-    pub fn header(mut self, name: impl TryInto<HeaderName>, value: impl AsRef<str>) -> ApiError {
-        if let (Ok(name), Ok(value)) = (name.try_into(), HeaderValue::from_str(value.as_ref())) {
+    pub fn header(mut self, name: impl Name, value: impl Text) -> ApiError {
+        if let (Some(name), Some(value)) = (name.into_name(), value.into_value()) {
             self.headers.insert(name, value);
         }
         self
+    }
+}
+
+/// A response header's name. A `&'static str` becomes one without a copy: `TryInto` copied
+/// every name outside the standard set into a buffer of its own, several per answer.
+pub trait Name {
+    fn into_name(self) -> Option<HeaderName>;
+}
+
+impl Name for HeaderName {
+    fn into_name(self) -> Option<HeaderName> {
+        Some(self)
+    }
+}
+
+impl Name for &'static str {
+    fn into_name(self) -> Option<HeaderName> {
+        // `from_static` panics on what is not a lowercase token; such a name takes the
+        // copying path, which refuses it instead.
+        let lowercase_token = !self.is_empty()
+            && self.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.!#$%&'*+^`|~".contains(&b)
+            });
+        if lowercase_token {
+            Some(HeaderName::from_static(self))
+        } else {
+            HeaderName::from_bytes(self.as_bytes()).ok()
+        }
+    }
+}
+
+/// A response header's value: an owned `String` is taken as it is instead of copied.
+pub trait Text {
+    fn into_value(self) -> Option<HeaderValue>;
+}
+
+impl Text for &str {
+    fn into_value(self) -> Option<HeaderValue> {
+        HeaderValue::from_str(self).ok()
+    }
+}
+
+impl Text for &String {
+    fn into_value(self) -> Option<HeaderValue> {
+        HeaderValue::from_str(self).ok()
+    }
+}
+
+impl Text for String {
+    fn into_value(self) -> Option<HeaderValue> {
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(self)).ok()
     }
 }
 
@@ -212,8 +263,8 @@ impl Reply {
         }
     }
 
-    pub fn header(mut self, name: impl TryInto<HeaderName>, value: impl AsRef<str>) -> Reply {
-        if let (Ok(name), Ok(value)) = (name.try_into(), HeaderValue::from_str(value.as_ref())) {
+    pub fn header(mut self, name: impl Name, value: impl Text) -> Reply {
+        if let (Some(name), Some(value)) = (name.into_name(), value.into_value()) {
             self.headers.insert(name, value);
         }
         self
@@ -252,4 +303,41 @@ pub fn json_reply(status: StatusCode, body: String) -> Reply {
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::CACHE_CONTROL, "no-store")
         .body(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_names_are_taken_without_a_panic_whatever_their_spelling() {
+        let reply = Reply::new(StatusCode::NO_CONTENT)
+            .header(h::STREAM_NEXT_OFFSET, "00000000000000000010")
+            .header("content-type", "text/plain")
+            .header("X-Upper-Case", "kept, lowercased")
+            .header("bad name", "refused")
+            .header("", "refused")
+            .header(header::ETAG, String::from("\"e\""));
+        let names: Vec<&str> = reply.headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(
+            names,
+            ["stream-next-offset", "content-type", "x-upper-case", "etag"]
+        );
+        assert_eq!(reply.headers["x-upper-case"], "kept, lowercased");
+        assert_eq!(reply.headers[header::ETAG], "\"e\"");
+    }
+
+    #[test]
+    fn a_value_with_a_line_break_is_left_out_whether_borrowed_or_owned() {
+        let owned = String::from("a\r\nInjected: yes");
+        let reply = Reply::new(StatusCode::OK)
+            .header(h::STREAM_CURSOR, "a\nb")
+            .header(h::STREAM_SEQ, &owned)
+            .header(h::STREAM_TTL, owned.clone())
+            .header(h::STREAM_CLOSED, "true");
+        assert_eq!(reply.headers.len(), 1);
+        assert_eq!(reply.headers[h::STREAM_CLOSED], "true");
+        let err = ApiError::bad_request("x").header(h::NOT_APPLIED, owned);
+        assert!(err.headers.get(h::NOT_APPLIED).is_none());
+    }
 }

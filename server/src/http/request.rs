@@ -1,6 +1,8 @@
 //! Turning a request line and headers into typed values, refusing malformed ones with 400.
 
 use axum::http::HeaderMap;
+use axum::http::HeaderName;
+use axum::http::header::AsHeaderName;
 use ursula_protocol::content_type;
 use ursula_protocol::headers as h;
 use ursula_protocol::ids;
@@ -13,6 +15,16 @@ use super::reply::ApiError;
 use super::reply::parse_incarnation;
 use crate::stream::Lifetime;
 use crate::stream::ProducerTuple;
+
+/// The request headers every write reads, parsed once: a `&str` name is parsed and
+/// classified again at each lookup, several per append.
+const STREAM_CLOSED: HeaderName = HeaderName::from_static(h::STREAM_CLOSED);
+const STREAM_SEQ: HeaderName = HeaderName::from_static(h::STREAM_SEQ);
+const STREAM_INCARNATION: HeaderName = HeaderName::from_static(h::STREAM_INCARNATION);
+pub const STREAM_RECORD_MATCH: HeaderName = HeaderName::from_static(h::STREAM_RECORD_MATCH);
+const PRODUCER_ID: HeaderName = HeaderName::from_static(h::PRODUCER_ID);
+const PRODUCER_EPOCH: HeaderName = HeaderName::from_static(h::PRODUCER_EPOCH);
+const PRODUCER_SEQ: HeaderName = HeaderName::from_static(h::PRODUCER_SEQ);
 
 /// A route of the client plane. The admin plane's and the cluster plane's routes are routers
 /// of their own ([`super::admin`], `raft::routes`): here they are `NotFound`.
@@ -68,7 +80,10 @@ fn bad_id(e: ids::IdError) -> ApiError {
 }
 
 /// One header as UTF-8; several values or bytes outside visible ASCII are refused.
-pub fn single<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, ApiError> {
+pub fn single<N>(headers: &HeaderMap, name: N) -> Result<Option<&str>, ApiError>
+where
+    N: AsHeaderName + Copy + std::fmt::Display,
+{
     let mut values = headers.get_all(name).iter();
     let Some(first) = values.next() else {
         return Ok(None);
@@ -83,7 +98,7 @@ pub fn single<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&
 }
 
 pub fn incarnation(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
-    match single(headers, h::STREAM_INCARNATION)? {
+    match single(headers, &STREAM_INCARNATION)? {
         None => Ok(None),
         Some(raw) => parse_incarnation(raw).map(Some).ok_or_else(|| {
             ApiError::bad_request("Stream-Incarnation is not a token this server issues")
@@ -94,14 +109,14 @@ pub fn incarnation(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 /// `Stream-Closed` counts only as `true`, any case; other values are as if absent.
 pub fn closed(headers: &HeaderMap) -> bool {
     headers
-        .get(h::STREAM_CLOSED)
+        .get(&STREAM_CLOSED)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
 /// The normalized `Content-Type`, if sent.
 pub fn content_type(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    match single(headers, "content-type")? {
+    match single(headers, &axum::http::header::CONTENT_TYPE)? {
         None => Ok(None),
         Some(raw) => content_type::normalize(raw).map(Some).ok_or_else(|| {
             ApiError::bad_request(format!("Content-Type {raw:?} is not a media type"))
@@ -132,7 +147,7 @@ pub fn lifetime(headers: &HeaderMap) -> Result<Option<Lifetime>, ApiError> {
 
 /// A printable `Stream-Seq` to check and store; `None` when absent or ignored.
 pub fn stream_seq(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
-    let mut values = headers.get_all(h::STREAM_SEQ).iter();
+    let mut values = headers.get_all(&STREAM_SEQ).iter();
     let Some(v) = values.next() else {
         return Ok(None);
     };
@@ -146,9 +161,9 @@ pub fn stream_seq(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
 }
 
 pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerTuple>, ApiError> {
-    let id = single(headers, h::PRODUCER_ID)?;
-    let epoch = single(headers, h::PRODUCER_EPOCH)?;
-    let seq_raw = single(headers, h::PRODUCER_SEQ)?;
+    let id = single(headers, &PRODUCER_ID)?;
+    let epoch = single(headers, &PRODUCER_EPOCH)?;
+    let seq_raw = single(headers, &PRODUCER_SEQ)?;
     match (id, epoch, seq_raw) {
         (None, None, None) => Ok(None),
         (Some(id), Some(epoch), Some(s)) => {

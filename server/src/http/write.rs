@@ -111,7 +111,7 @@ pub async fn append(
     body: Bytes,
     charge: Option<GroupCharge>,
 ) -> Result<Reply, ApiError> {
-    if headers.contains_key(h::STREAM_RECORD_MATCH) {
+    if headers.contains_key(&request::STREAM_RECORD_MATCH) {
         return Err(ApiError::bad_request(
             "Stream-Record-Match was removed in 0.6.0",
         ));
