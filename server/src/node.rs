@@ -235,11 +235,25 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
         head_timeout: config.request_head_timeout,
         max_connections: config.max_connections,
     };
+    use crate::http::serve::routed;
     let serve = |listener: &std::net::TcpListener, app: Router| {
-        crate::http::serve::spawn_accept_loops(&state.rt, listener, app, shutdown.clone(), limits)
-            .map_err(NodeError::Serve)
+        crate::http::serve::spawn_accept_loops(
+            &state.rt,
+            listener,
+            routed(app),
+            shutdown.clone(),
+            limits,
+        )
+        .map_err(NodeError::Serve)
     };
-    serve(&client, client_app)?;
+    crate::http::serve::spawn_accept_loops(
+        &state.rt,
+        &client,
+        crate::http::ClientPlane::new(state.clone(), client_app),
+        shutdown.clone(),
+        limits,
+    )
+    .map_err(NodeError::Serve)?;
     if let (Some(l), Some(app)) = (&cluster, cluster_app) {
         serve(l, app)?;
     }

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::response::Response;
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
@@ -24,14 +26,29 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
 }
 
+/// A router as hyper serves it: the admin and cluster planes.
+pub fn routed(app: Router) -> TowerToHyperService<Router> {
+    TowerToHyperService::new(app)
+}
+
 /// Starts one accept loop per core. `shutdown` flips to `true` to stop accepting.
-pub fn spawn_accept_loops(
+pub fn spawn_accept_loops<S>(
     rt: &Runtime,
     listener: &StdListener,
-    app: Router,
+    app: S,
     shutdown: watch::Receiver<bool>,
     limits: ConnectionLimits,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    S: hyper::service::Service<
+            axum::http::Request<Incoming>,
+            Response = Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     listener.set_nonblocking(true)?;
     // One count for the listener, whichever core accepts.
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -72,7 +89,7 @@ pub fn spawn_accept_loops(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(app.clone());
+                let service = app.clone();
                 tokio::spawn(async move {
                     let conn = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)

@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::http::HeaderName;
@@ -27,6 +26,7 @@ use ursula::config::EngineChoice;
 use ursula::config::Overrides;
 use ursula::config::resolve_from;
 use ursula::http::AppState;
+use ursula::http::ClientPlane;
 
 /// How long any single non-live request may take before the test fails.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -48,7 +48,7 @@ pub fn off(n: u64) -> String {
 #[derive(Clone)]
 pub struct Server {
     pub state: AppState,
-    app: Router,
+    app: ClientPlane,
     /// The Raft engine's WAL directory, removed with the last clone.
     _wal: Option<std::sync::Arc<tempfile::TempDir>>,
 }
@@ -93,7 +93,10 @@ impl Server {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let app = ursula::http::client_router(state.clone());
+        let app = ursula::http::ClientPlane::new(
+            state.clone(),
+            ursula::http::client_router(state.clone()),
+        );
         Server {
             state,
             app,
@@ -102,7 +105,7 @@ impl Server {
     }
 
     /// The router itself, to drive with hand-built requests.
-    pub fn app(&self) -> Router {
+    pub fn app(&self) -> ClientPlane {
         self.app.clone()
     }
 
@@ -209,7 +212,7 @@ impl Server {
 }
 
 pub struct Req {
-    app: Router,
+    app: ClientPlane,
     method: Method,
     uri: Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -245,7 +248,7 @@ impl Req {
         self
     }
 
-    fn build(self) -> (Router, Request<Body>) {
+    fn build(self) -> (ClientPlane, Request<Body>) {
         let mut req = Request::new(self.body);
         *req.method_mut() = self.method;
         *req.uri_mut() = self.uri;
