@@ -8,12 +8,11 @@ pub const NDJSON: &str = "application/x-ndjson";
 /// Returns `None` for a value that is not `type/subtype[; name=value]*`.
 pub fn normalize(raw: &str) -> Option<String> {
     let mut parts = raw.split(';');
-    let essence = parts.next()?.trim().to_ascii_lowercase();
-    let (ty, sub) = essence.split_once('/')?;
+    let mut out = parts.next()?.trim().to_ascii_lowercase();
+    let (ty, sub) = out.split_once('/')?;
     if !is_token(ty) || !is_token(sub) {
         return None;
     }
-    let mut out = essence.clone();
     for param in parts {
         let param = param.trim();
         if param.is_empty() {

@@ -235,30 +235,33 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
         head_timeout: config.request_head_timeout,
         max_connections: config.max_connections,
     };
-    use crate::http::serve::routed;
-    let serve = |listener: &std::net::TcpListener, app: Router| {
+    // The client and cluster listeners take stream requests straight to the dispatcher; the
+    // admin plane is a router of its own.
+    let plane_state = Arc::new(state.clone());
+    let start = |listener: &std::net::TcpListener, app: Router| {
         crate::http::serve::spawn_accept_loops(
             &state.rt,
             listener,
-            routed(app),
+            crate::http::ClientPlane::new(plane_state.clone(), app),
             shutdown.clone(),
             limits,
         )
         .map_err(NodeError::Serve)
     };
-    crate::http::serve::spawn_accept_loops(
-        &state.rt,
-        &client,
-        crate::http::ClientPlane::new(state.clone(), client_app),
-        shutdown.clone(),
-        limits,
-    )
-    .map_err(NodeError::Serve)?;
+    start(&client, client_app)?;
     if let (Some(l), Some(app)) = (&cluster, cluster_app) {
-        serve(l, app)?;
+        start(l, app)?;
     }
     if let Some(l) = &admin {
-        serve(l, crate::http::admin::router(state.clone(), admin_routes))?;
+        let admin_app = crate::http::admin::router(state.clone(), admin_routes);
+        crate::http::serve::spawn_accept_loops(
+            &state.rt,
+            l,
+            hyper_util::service::TowerToHyperService::new(admin_app),
+            shutdown.clone(),
+            limits,
+        )
+        .map_err(NodeError::Serve)?;
     }
     let local = |l: &Option<std::net::TcpListener>| {
         l.as_ref()

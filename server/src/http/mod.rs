@@ -88,15 +88,10 @@ pub struct ClientPlane {
 }
 
 impl ClientPlane {
-    pub fn new(state: AppState, routed: Router) -> ClientPlane {
-        ClientPlane {
-            state: Arc::new(state),
-            routed,
-        }
+    pub fn new(state: Arc<AppState>, routed: Router) -> ClientPlane {
+        ClientPlane { state, routed }
     }
-}
 
-impl ClientPlane {
     fn serve(&self, req: Request) -> BoxFuture<'static, Result<Response, Infallible>> {
         if req.uri().path().starts_with("/__ursula/") {
             let routed = self.routed.clone();

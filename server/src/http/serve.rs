@@ -8,12 +8,10 @@ use std::net::TcpListener as StdListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::response::Response;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::TokioTimer;
-use hyper_util::service::TowerToHyperService;
 use tokio::sync::Semaphore;
 use tokio::sync::watch;
 
@@ -24,11 +22,6 @@ use crate::runtime::Runtime;
 pub struct ConnectionLimits {
     pub head_timeout: Duration,
     pub max_connections: usize,
-}
-
-/// A router as hyper serves it: the admin and cluster planes.
-pub fn routed(app: Router) -> TowerToHyperService<Router> {
-    TowerToHyperService::new(app)
 }
 
 /// Starts one accept loop per core. `shutdown` flips to `true` to stop accepting.

@@ -94,7 +94,7 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let app = ursula::http::ClientPlane::new(
-            state.clone(),
+            std::sync::Arc::new(state.clone()),
             ursula::http::client_router(state.clone()),
         );
         Server {
