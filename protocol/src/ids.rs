@@ -3,6 +3,8 @@
 //! Path segments arrive percent-encoded; they are decoded first and the rules apply to the
 //! decoded bytes, so `%2F` cannot smuggle a `/` into a stream ID.
 
+use std::borrow::Cow;
+
 use percent_encoding::percent_decode_str;
 
 /// The longest `{bucket}/{stream}` pair, slash included.
@@ -31,11 +33,10 @@ pub enum IdError {
     NotUtf8,
 }
 
-/// Percent-decodes one path segment into UTF-8.
-pub fn decode_segment(raw: &str) -> Result<String, IdError> {
+/// Percent-decodes one path segment into UTF-8; borrowed when it has no escapes (most do).
+pub fn decode_segment(raw: &str) -> Result<Cow<'_, str>, IdError> {
     percent_decode_str(raw)
         .decode_utf8()
-        .map(|s| s.into_owned())
         .map_err(|_| IdError::NotUtf8)
 }
 

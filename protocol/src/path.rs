@@ -29,35 +29,53 @@ pub enum Target<'a> {
 
 /// Parses a raw request path (no query). Invalid stream IDs are errors; unknown shapes are
 /// [`Target::Unknown`].
+///
+/// Every request passes here, so it walks the segments once and allocates only the key (and a
+/// segment that had percent escapes).
 pub fn parse(path: &str) -> Result<Target<'_>, IdError> {
     let Some(rest) = path.strip_prefix('/') else {
         return Ok(Target::Unknown);
     };
-    let raw: Vec<&str> = rest.split('/').collect();
-    if raw.first() == Some(&INTERNAL) {
-        return Ok(Target::Internal(raw[1..].to_vec()));
+    let mut segments = rest.split('/');
+    let first = segments.next().unwrap_or_default();
+    if first == INTERNAL {
+        return Ok(Target::Internal(segments.collect()));
     }
-    if raw.iter().any(|s| s.is_empty()) {
+    // An empty segment: an empty path, a leading or trailing `/` after the first, or `//`.
+    if rest.is_empty() || rest.starts_with('/') || rest.ends_with('/') || rest.contains("//") {
         return Ok(Target::Unknown);
     }
-    if let ["v1", "stream", name, sub @ ..] = raw.as_slice() {
+    let Some(second) = segments.next() else {
+        return Ok(Target::Bucket(ids::decode_segment(first)?.into_owned()));
+    };
+    if first == "v1"
+        && second == "stream"
+        && let Some(name) = segments.clone().next()
+    {
+        segments.next();
         let stream = ids::decode_segment(name)?;
         ids::validate_stream(&stream)?;
         return Ok(Target::Stream {
-            key: format!("{COMPAT_BUCKET}/{stream}"),
-            rest: sub.to_vec(),
+            key: key_of(COMPAT_BUCKET, &stream),
+            rest: segments.collect(),
         });
     }
-    let bucket = ids::decode_segment(raw[0])?;
-    if raw.len() == 1 {
-        return Ok(Target::Bucket(bucket));
-    }
-    let stream = ids::decode_segment(raw[1])?;
+    let bucket = ids::decode_segment(first)?;
+    let stream = ids::decode_segment(second)?;
     ids::validate_pair(&bucket, &stream)?;
     Ok(Target::Stream {
-        key: format!("{bucket}/{stream}"),
-        rest: raw[2..].to_vec(),
+        key: key_of(&bucket, &stream),
+        rest: segments.collect(),
     })
+}
+
+/// `bucket/stream`, in one allocation of the right size.
+fn key_of(bucket: &str, stream: &str) -> String {
+    let mut key = String::with_capacity(bucket.len() + 1 + stream.len());
+    key.push_str(bucket);
+    key.push('/');
+    key.push_str(stream);
+    key
 }
 
 /// The stream a path names, `bucket/stream`, or `None` for anything else (buckets, internal
@@ -102,5 +120,40 @@ mod tests {
         assert_eq!(stream_key("/__ursula/flush-cold/demo/s"), None);
         assert!(parse("/demo/a..b").is_err());
         assert_eq!(stream_key("/demo/a..b"), None);
+    }
+
+    #[test]
+    fn every_shape_of_path_parses_as_the_segment_rules_say() {
+        let stream = |key: &str, rest: Vec<&'static str>| {
+            Ok(Target::Stream {
+                key: key.to_owned(),
+                rest,
+            })
+        };
+        assert_eq!(parse(""), Ok(Target::Unknown));
+        assert_eq!(parse("/"), Ok(Target::Unknown));
+        assert_eq!(parse("//demo"), Ok(Target::Unknown));
+        assert_eq!(parse("/demo/"), Ok(Target::Unknown));
+        assert_eq!(parse("/demo/s/"), Ok(Target::Unknown));
+        assert_eq!(parse("/__ursula"), Ok(Target::Internal(vec![])));
+        assert_eq!(parse("/__ursula/"), Ok(Target::Internal(vec![""])));
+        assert_eq!(
+            parse("/__ursula/flush-cold/demo/s"),
+            Ok(Target::Internal(vec!["flush-cold", "demo", "s"]))
+        );
+        assert_eq!(parse("/d%65mo"), Ok(Target::Bucket("demo".into())));
+        assert_eq!(parse("/%ff"), Err(IdError::NotUtf8));
+        assert_eq!(parse("/demo/s"), stream("demo/s", vec![]));
+        assert_eq!(parse("/demo/%73x"), stream("demo/sx", vec![]));
+        assert_eq!(parse("/demo/s%2Fx"), Err(IdError::StreamForbiddenBytes));
+        assert_eq!(
+            parse("/demo/s/snapshot/%30"),
+            stream("demo/s", vec!["snapshot", "%30"])
+        );
+        assert_eq!(parse("/v1/stream/x"), stream("__v1/x", vec![]));
+        assert_eq!(parse("/v1/stream/a%20b/x"), stream("__v1/a b", vec!["x"]));
+        // Two segments only: an ordinary bucket and stream, which `v1` is too short to be.
+        assert_eq!(parse("/v1/stream"), Err(IdError::BucketSyntax));
+        assert_eq!(parse("/v1/other/x"), Err(IdError::BucketSyntax));
     }
 }

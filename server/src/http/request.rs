@@ -69,10 +69,14 @@ fn subresource(sp: StreamPath, sub: &[&str]) -> Result<Route, ApiError> {
         [] => Route::Stream(sp),
         ["bootstrap"] => Route::Bootstrap(sp),
         ["snapshot"] => Route::SnapshotBare(sp),
-        ["snapshot", off] => Route::Snapshot(sp, ids::decode_segment(off).map_err(bad_id)?),
-        ["retention", off] => Route::Retention(sp, ids::decode_segment(off).map_err(bad_id)?),
+        ["snapshot", off] => Route::Snapshot(sp, decoded(off)?),
+        ["retention", off] => Route::Retention(sp, decoded(off)?),
         _ => Route::NotFound,
     })
+}
+
+fn decoded(segment: &str) -> Result<String, ApiError> {
+    Ok(ids::decode_segment(segment).map_err(bad_id)?.into_owned())
 }
 
 fn bad_id(e: ids::IdError) -> ApiError {
