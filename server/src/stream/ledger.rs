@@ -86,7 +86,13 @@ impl Tenancy {
     /// Counts one committed, non-deduplicated create or append of `bytes` payload bytes.
     pub fn count(&mut self, key: &str, bytes: u64) {
         let units = bytes.div_ceil(self.write_unit_bytes).max(1);
-        let u = self.usage.entry(bucket_of(key).into()).or_default();
+        let bucket = bucket_of(key);
+        // Looked up by `&str` first: `entry` takes an owned key, an allocation per append for
+        // a bucket that is almost always there already.
+        let u = match self.usage.get_mut(bucket) {
+            Some(u) => u,
+            None => self.usage.entry(bucket.into()).or_default(),
+        };
         u.committed_append_bytes += bytes;
         u.committed_records += 1;
         u.committed_write_units += units;
