@@ -256,6 +256,10 @@ impl Cluster {
     }
 }
 
+/// Lines of each node's log a failing test prints: enough to cover a drain, a stop and a
+/// restart, so a failure seen once in CI can be read afterwards.
+const LOG_TAIL_ON_FAILURE: usize = 150;
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for i in 0..3 {
@@ -264,6 +268,29 @@ impl Drop for Cluster {
         if let Some(mut g) = self.gateway.take() {
             let _ = g.kill();
             let _ = g.wait();
+        }
+        // The logs live in the cluster's temporary directory, gone after this: a failing test
+        // prints their tails, and copies them whole under `URSULA_TEST_KEEP_LOGS/<pid>/` when
+        // that is set (to chase a failure seen once in a loop of runs).
+        if std::thread::panicking() && self.admin_ports.is_some() {
+            if let Ok(keep) = std::env::var("URSULA_TEST_KEEP_LOGS") {
+                let d = std::path::Path::new(&keep).join(std::process::id().to_string());
+                let _ = std::fs::create_dir_all(&d);
+                for i in 0..3 {
+                    let _ = std::fs::copy(self.log_path(i), d.join(format!("n{}.log", i + 1)));
+                }
+            }
+            for i in 0..3 {
+                let log = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(LOG_TAIL_ON_FAILURE)..];
+                eprintln!(
+                    "--- node {} log, last {} lines ---\n{}",
+                    i + 1,
+                    tail.len(),
+                    tail.join("\n")
+                );
+            }
         }
     }
 }

@@ -118,13 +118,38 @@ impl Batcher {
         })
     }
 
+    /// For a group this node no longer leads (by its Raft's latest metrics): the leader's
+    /// URL, if another node is known to lead it.
+    fn not_leading(&self, raft: &GroupRaft) -> Option<Option<String>> {
+        let m = raft.metrics();
+        let m = m.borrow();
+        if m.current_leader == Some(m.id) && m.running_state.is_ok() {
+            return None;
+        }
+        Some(
+            m.current_leader
+                .filter(|l| *l != m.id)
+                .and_then(|id| self.urls.get(&id).cloned()),
+        )
+    }
+
     async fn drive(self: Arc<Self>, raft: GroupRaft, group: GroupId) {
         let Some(queue) = self.queues.get(group as usize) else {
             return;
         };
         loop {
             // Held writes stay queued, still counted in flight, so none overtakes the hold.
-            self.holds.wait_open(group).await;
+            // The batch is counted as proposing before it looks at the hold, so a handoff that
+            // holds the group sees it and waits for it (`WriteHolds::settle`).
+            let mut waited = false;
+            let proposing = loop {
+                waited |= self.holds.is_held(group);
+                let open = self.holds.wait_open(group).await;
+                match self.holds.begin_proposal(group, !open) {
+                    Some(p) => break p,
+                    None => waited = true,
+                }
+            };
             let batch = {
                 let mut q = lock(queue);
                 if q.waiting.is_empty() {
@@ -151,12 +176,26 @@ impl Batcher {
                 senders.push(w.answer);
                 charges.push(w.charge);
             }
+            // Writes that waited out a handoff go to whoever leads now, unproposed: here they
+            // could only meet a Raft that stepped down, or one stopping with its node.
+            if waited && let Some(leader) = self.not_leading(&raft) {
+                drop(proposing);
+                drop(charges);
+                for tx in senders {
+                    let _ = tx.send(Err(EngineError::NotLeader {
+                        leader: leader.clone(),
+                        single: self.urls.is_empty(),
+                    }));
+                }
+                continue;
+            }
             let result = raft
                 .client_write(Writes {
                     now_ms: now_ms(),
                     cmds,
                 })
                 .await;
+            drop(proposing);
             // Applied or failed: the bytes left the group's queue. Released before the answers
             // go out, so a writer that sends again at once finds its budget free.
             drop(charges);

@@ -179,6 +179,17 @@ pub async fn transfer(
     }
     let held = node.holds.hold(group);
     let abandoned = |why: String| HandoffError::Abandoned { group, target, why };
+    // A batch that passed the hold just before it began is still on its way into the log;
+    // once it is in, the log below is the whole log this leader will have.
+    if !node
+        .holds
+        .settle(group, DEADLINE.saturating_sub(started.elapsed()))
+        .await
+    {
+        return Err(abandoned(
+            "a batch proposed before the hold did not finish".into(),
+        ));
+    }
     // Every entry proposed before the hold must reach the target, or the leader's own
     // log check refuses its vote request.
     loop {

@@ -5,6 +5,14 @@
 //!
 //! A hold is an RAII [`Held`]: a handoff that fails, times out or whose caller goes away
 //! releases it by being dropped, so no group stays paused.
+//!
+//! A hold alone does not close the log: a batch that passed the hold a moment before it began
+//! is still on its way into the leader's log. Each proposal is counted while it runs
+//! ([`Proposing`]), counted before it looks at the holds, and the handoff waits for the
+//! count to reach zero ([`WriteHolds::settle`]) before it compares the target's log with
+//! its own. Without that wait, an entry appended after the comparison left the target a log
+//! shorter than the leader's: the voters refused its votes and the group had no leader until
+//! the handoff was abandoned, its writes held the whole time.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU32;
@@ -23,6 +31,9 @@ struct Slot {
     /// Set while a handoff of the group runs: two at once (the balancer's and an operator's)
     /// would ask two targets to campaign, split the vote and both be abandoned.
     handing_off: AtomicBool,
+    /// The group's batches being proposed now.
+    proposing: AtomicU32,
+    settled: Notify,
 }
 
 /// One slot per group.
@@ -40,6 +51,22 @@ impl std::fmt::Debug for WriteHolds {
 #[must_use]
 pub struct Held<'a> {
     slot: &'a Slot,
+}
+
+/// A batch being proposed: counted until dropped.
+#[must_use]
+pub struct Proposing<'a> {
+    slot: Option<&'a Slot>,
+}
+
+impl Drop for Proposing<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot
+            && slot.proposing.fetch_sub(1, Ordering::SeqCst) == 1
+        {
+            slot.settled.notify_waiters();
+        }
+    }
 }
 
 impl Drop for Held<'_> {
@@ -70,6 +97,8 @@ impl WriteHolds {
                     holds: AtomicU32::new(0),
                     released: Notify::new(),
                     handing_off: AtomicBool::new(false),
+                    proposing: AtomicU32::new(0),
+                    settled: Notify::new(),
                 })
                 .collect(),
         )
@@ -78,7 +107,9 @@ impl WriteHolds {
     /// Holds `group`'s writes until the answer is dropped.
     pub fn hold(&self, group: u32) -> Option<Held<'_>> {
         let slot = self.0.get(group as usize)?;
-        slot.holds.fetch_add(1, Ordering::AcqRel);
+        // SeqCst with `begin_proposal`: either the proposal sees this hold, or `settle` sees
+        // the proposal.
+        slot.holds.fetch_add(1, Ordering::SeqCst);
         Some(Held { slot })
     }
 
@@ -97,12 +128,13 @@ impl WriteHolds {
             .is_some_and(|s| s.holds.load(Ordering::Acquire) > 0)
     }
 
-    /// Waits while `group`'s writes are held, at most [`MAX_WAIT`].
-    pub async fn wait_open(&self, group: u32) {
+    /// Waits while `group`'s writes are held, at most [`MAX_WAIT`]. `false`: it waited that
+    /// long and the hold is still there.
+    pub async fn wait_open(&self, group: u32) -> bool {
         let Some(slot) = self.0.get(group as usize) else {
-            return;
+            return true;
         };
-        let _ = tokio::time::timeout(MAX_WAIT, async {
+        tokio::time::timeout(MAX_WAIT, async {
             loop {
                 let released = slot.released.notified();
                 if slot.holds.load(Ordering::Acquire) == 0 {
@@ -111,7 +143,42 @@ impl WriteHolds {
                 released.await;
             }
         })
-        .await;
+        .await
+        .is_ok()
+    }
+
+    /// Counts a batch of `group` as being proposed, unless the group is held: then `None`,
+    /// and the caller waits for the hold again. `past_hold` proposes anyway (the caller
+    /// waited [`MAX_WAIT`] already). A group this node does not run counts nothing.
+    pub fn begin_proposal(&self, group: u32, past_hold: bool) -> Option<Proposing<'_>> {
+        let Some(slot) = self.0.get(group as usize) else {
+            return Some(Proposing { slot: None });
+        };
+        slot.proposing.fetch_add(1, Ordering::SeqCst);
+        let p = Proposing { slot: Some(slot) };
+        if !past_hold && slot.holds.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        Some(p)
+    }
+
+    /// Waits, at most `within`, until no batch of `group` is being proposed; `false` if one
+    /// still is. Called under a hold, so no new one starts meanwhile.
+    pub async fn settle(&self, group: u32, within: Duration) -> bool {
+        let Some(slot) = self.0.get(group as usize) else {
+            return true;
+        };
+        tokio::time::timeout(within, async {
+            loop {
+                let settled = slot.settled.notified();
+                if slot.proposing.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                settled.await;
+            }
+        })
+        .await
+        .is_ok()
     }
 }
 
@@ -137,6 +204,34 @@ mod tests {
             .expect("released")
             .expect("join");
         assert!(!holds.is_held(0));
+    }
+
+    #[tokio::test]
+    async fn a_handoff_settles_only_once_the_batches_that_passed_before_its_hold_are_done() {
+        let holds = std::sync::Arc::new(WriteHolds::new(2));
+        let before = holds.begin_proposal(0, false).expect("not held yet");
+        let held = holds.hold(0).expect("group 0");
+        assert!(
+            holds.begin_proposal(0, false).is_none(),
+            "a batch that comes after the hold waits for it"
+        );
+        assert!(
+            holds.begin_proposal(0, true).is_some(),
+            "one that waited out MAX_WAIT goes anyway"
+        );
+        assert!(
+            !holds.settle(0, Duration::from_millis(50)).await,
+            "the batch from before the hold is still being proposed"
+        );
+        assert!(holds.settle(1, Duration::from_millis(50)).await);
+        let h2 = holds.clone();
+        let settling = tokio::spawn(async move { h2.settle(0, Duration::from_secs(5)).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!settling.is_finished());
+        drop(before);
+        assert!(settling.await.expect("join"), "settled once it finished");
+        drop(held);
+        assert!(holds.begin_proposal(0, false).is_some());
     }
 
     #[test]
