@@ -41,22 +41,24 @@ pub fn parse(path: &str) -> Result<Target<'_>, IdError> {
     if first == INTERNAL {
         return Ok(Target::Internal(segments.collect()));
     }
-    // An empty segment: an empty path, a leading or trailing `/` after the first, or `//`.
+    // Any empty segment makes the shape unknown: `rest` is empty, starts or ends with `/`,
+    // or holds `//`.
     if rest.is_empty() || rest.starts_with('/') || rest.ends_with('/') || rest.contains("//") {
         return Ok(Target::Unknown);
     }
     let Some(second) = segments.next() else {
         return Ok(Target::Bucket(ids::decode_segment(first)?.into_owned()));
     };
+    // `/v1/stream` alone is the bucket `v1`'s stream `stream`: `next` finds no name and
+    // leaves nothing behind for the plain case below.
     if first == "v1"
         && second == "stream"
-        && let Some(name) = segments.clone().next()
+        && let Some(name) = segments.next()
     {
-        segments.next();
         let stream = ids::decode_segment(name)?;
         ids::validate_stream(&stream)?;
         return Ok(Target::Stream {
-            key: key_of(COMPAT_BUCKET, &stream),
+            key: [COMPAT_BUCKET, &stream].join("/"),
             rest: segments.collect(),
         });
     }
@@ -64,18 +66,9 @@ pub fn parse(path: &str) -> Result<Target<'_>, IdError> {
     let stream = ids::decode_segment(second)?;
     ids::validate_pair(&bucket, &stream)?;
     Ok(Target::Stream {
-        key: key_of(&bucket, &stream),
+        key: [&*bucket, &*stream].join("/"),
         rest: segments.collect(),
     })
-}
-
-/// `bucket/stream`, in one allocation of the right size.
-fn key_of(bucket: &str, stream: &str) -> String {
-    let mut key = String::with_capacity(bucket.len() + 1 + stream.len());
-    key.push_str(bucket);
-    key.push('/');
-    key.push_str(stream);
-    key
 }
 
 /// The stream a path names, `bucket/stream`, or `None` for anything else (buckets, internal
