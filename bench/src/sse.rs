@@ -219,9 +219,13 @@ impl EventParser {
         base64: bool,
         mut on_record: impl FnMut(u64),
     ) -> Result<(), HttpError> {
-        text.retain(|b| *b != b'\r');
+        // Byte-at-a-time scans here were 6.5% of the client's CPU in the fan-out, on the same
+        // two cores as the server it measures: memchr's vectorised search instead.
+        if memchr::memchr(b'\r', text).is_some() {
+            text.retain(|b| *b != b'\r');
+        }
         let mut consumed = 0;
-        while let Some(end) = text[consumed..].windows(2).position(|w| w == b"\n\n") {
+        while let Some(end) = memchr::memmem::find(&text[consumed..], b"\n\n") {
             let event = &text[consumed..consumed + end];
             consumed += end + 2;
             let mut is_data = false;
