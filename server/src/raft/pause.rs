@@ -3,8 +3,8 @@
 //! when it asks for votes. The writes wait in the group's queue ([`super::batch`]) and then
 //! meet the new leader's redirect.
 //!
-//! A hold is an RAII [`Held`]: a handoff that fails, times out or whose caller goes away
-//! releases it by being dropped, so no group stays paused.
+//! A hold is an RAII [`Held`], a unit of the group's count of holds: a handoff that fails,
+//! times out or whose caller goes away releases it by being dropped, so no group stays paused.
 //!
 //! A hold alone does not close the log: a batch that passed the hold a moment before it began
 //! is still on its way into the leader's log. Each proposal is counted while it runs
@@ -25,15 +25,76 @@ use tokio::sync::Notify;
 /// somehow never released costs a pause, not a stuck queue.
 const MAX_WAIT: Duration = Duration::from_secs(8);
 
+/// A count that can be waited on until it is zero: the holds of a group, and its batches
+/// being proposed. SeqCst throughout: `begin_proposal` and `hold` each raise one count and
+/// read the other, so either the proposal sees the hold or the handoff sees the proposal.
+struct Count {
+    n: AtomicU32,
+    zero: Notify,
+}
+
+impl Count {
+    fn new() -> Count {
+        Count {
+            n: AtomicU32::new(0),
+            zero: Notify::new(),
+        }
+    }
+
+    fn enter(&self) -> Counted<'_> {
+        self.n.fetch_add(1, Ordering::SeqCst);
+        Counted { count: Some(self) }
+    }
+
+    fn is_zero(&self) -> bool {
+        self.n.load(Ordering::SeqCst) == 0
+    }
+
+    /// Waits, at most `within`, until the count is zero; `false` if it still is not.
+    async fn zero_within(&self, within: Duration) -> bool {
+        tokio::time::timeout(within, async {
+            loop {
+                let zero = self.zero.notified();
+                if self.is_zero() {
+                    return;
+                }
+                zero.await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+}
+
+/// One unit of a [`Count`], given back on drop.
+#[must_use]
+pub struct Counted<'a> {
+    /// `None` for a group this node does not run: it counts nothing.
+    count: Option<&'a Count>,
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.count
+            && c.n.fetch_sub(1, Ordering::SeqCst) == 1
+        {
+            c.zero.notify_waiters();
+        }
+    }
+}
+
+/// A group's writes are held while this lives.
+pub type Held<'a> = Counted<'a>;
+/// A batch being proposed: counted until dropped.
+pub type Proposing<'a> = Counted<'a>;
+
 struct Slot {
-    holds: AtomicU32,
-    released: Notify,
+    holds: Count,
     /// Set while a handoff of the group runs: two at once (the balancer's and an operator's)
     /// would ask two targets to campaign, split the vote and both be abandoned.
     handing_off: AtomicBool,
     /// The group's batches being proposed now.
-    proposing: AtomicU32,
-    settled: Notify,
+    proposing: Count,
 }
 
 /// One slot per group.
@@ -44,36 +105,6 @@ impl std::fmt::Debug for WriteHolds {
         f.debug_struct("WriteHolds")
             .field("groups", &self.0.len())
             .finish()
-    }
-}
-
-/// A group's writes are held while this lives.
-#[must_use]
-pub struct Held<'a> {
-    slot: &'a Slot,
-}
-
-/// A batch being proposed: counted until dropped.
-#[must_use]
-pub struct Proposing<'a> {
-    slot: Option<&'a Slot>,
-}
-
-impl Drop for Proposing<'_> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot
-            && slot.proposing.fetch_sub(1, Ordering::SeqCst) == 1
-        {
-            slot.settled.notify_waiters();
-        }
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        if self.slot.holds.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.slot.released.notify_waiters();
-        }
     }
 }
 
@@ -94,11 +125,9 @@ impl WriteHolds {
         WriteHolds(
             (0..groups)
                 .map(|_| Slot {
-                    holds: AtomicU32::new(0),
-                    released: Notify::new(),
+                    holds: Count::new(),
                     handing_off: AtomicBool::new(false),
-                    proposing: AtomicU32::new(0),
-                    settled: Notify::new(),
+                    proposing: Count::new(),
                 })
                 .collect(),
         )
@@ -106,11 +135,7 @@ impl WriteHolds {
 
     /// Holds `group`'s writes until the answer is dropped.
     pub fn hold(&self, group: u32) -> Option<Held<'_>> {
-        let slot = self.0.get(group as usize)?;
-        // SeqCst with `begin_proposal`: either the proposal sees this hold, or `settle` sees
-        // the proposal.
-        slot.holds.fetch_add(1, Ordering::SeqCst);
-        Some(Held { slot })
+        Some(self.0.get(group as usize)?.holds.enter())
     }
 
     /// The right to hand `group` off, if no other handoff of it runs; given back on drop.
@@ -125,26 +150,16 @@ impl WriteHolds {
     pub fn is_held(&self, group: u32) -> bool {
         self.0
             .get(group as usize)
-            .is_some_and(|s| s.holds.load(Ordering::Acquire) > 0)
+            .is_some_and(|s| !s.holds.is_zero())
     }
 
     /// Waits while `group`'s writes are held, at most [`MAX_WAIT`]. `false`: it waited that
     /// long and the hold is still there.
     pub async fn wait_open(&self, group: u32) -> bool {
-        let Some(slot) = self.0.get(group as usize) else {
-            return true;
-        };
-        tokio::time::timeout(MAX_WAIT, async {
-            loop {
-                let released = slot.released.notified();
-                if slot.holds.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                released.await;
-            }
-        })
-        .await
-        .is_ok()
+        match self.0.get(group as usize) {
+            Some(slot) => slot.holds.zero_within(MAX_WAIT).await,
+            None => true,
+        }
     }
 
     /// Counts a batch of `group` as being proposed, unless the group is held: then `None`,
@@ -152,33 +167,19 @@ impl WriteHolds {
     /// waited [`MAX_WAIT`] already). A group this node does not run counts nothing.
     pub fn begin_proposal(&self, group: u32, past_hold: bool) -> Option<Proposing<'_>> {
         let Some(slot) = self.0.get(group as usize) else {
-            return Some(Proposing { slot: None });
+            return Some(Counted { count: None });
         };
-        slot.proposing.fetch_add(1, Ordering::SeqCst);
-        let p = Proposing { slot: Some(slot) };
-        if !past_hold && slot.holds.load(Ordering::SeqCst) > 0 {
-            return None;
-        }
-        Some(p)
+        let p = slot.proposing.enter();
+        (past_hold || slot.holds.is_zero()).then_some(p)
     }
 
     /// Waits, at most `within`, until no batch of `group` is being proposed; `false` if one
     /// still is. Called under a hold, so no new one starts meanwhile.
     pub async fn settle(&self, group: u32, within: Duration) -> bool {
-        let Some(slot) = self.0.get(group as usize) else {
-            return true;
-        };
-        tokio::time::timeout(within, async {
-            loop {
-                let settled = slot.settled.notified();
-                if slot.proposing.load(Ordering::SeqCst) == 0 {
-                    return;
-                }
-                settled.await;
-            }
-        })
-        .await
-        .is_ok()
+        match self.0.get(group as usize) {
+            Some(slot) => slot.proposing.zero_within(within).await,
+            None => true,
+        }
     }
 }
 
