@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
 
+use openraft::BasicNode;
 use openraft::error::ClientWriteError;
+use openraft::error::Fatal;
 use openraft::error::RaftError;
 use tokio::sync::oneshot;
 
@@ -212,21 +214,77 @@ impl Batcher {
                     }
                 }
                 Err(e) => {
-                    let single = self.urls.is_empty();
                     for tx in senders {
-                        let err = match &e {
-                            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-                                EngineError::NotLeader {
-                                    leader: f.leader_id.and_then(|id| self.urls.get(&id).cloned()),
-                                    single,
-                                }
-                            }
-                            other => EngineError::Unavailable(other.to_string()),
-                        };
-                        let _ = tx.send(Err(err));
+                        let _ = tx.send(Err(refused(&e, &self.urls)));
                     }
                 }
             }
         }
+    }
+}
+
+/// What a write whose proposal failed is answered. Only a redirect is marked not applied: a
+/// Raft that stopped (its node is shutting down) or failed may have put the entry in its log
+/// already, and another leader may still commit it, so the outcome is unknown.
+fn refused(
+    e: &RaftError<u64, ClientWriteError<u64, BasicNode>>,
+    urls: &BTreeMap<u64, String>,
+) -> EngineError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => EngineError::NotLeader {
+            leader: f.leader_id.and_then(|id| urls.get(&id).cloned()),
+            single: urls.is_empty(),
+        },
+        RaftError::Fatal(Fatal::Stopped) => EngineError::Unavailable(
+            "this node is shutting down; the write may or may not have been applied".into(),
+        ),
+        other => EngineError::Unavailable(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::error::ForwardToLeader;
+
+    use super::*;
+
+    #[test]
+    fn a_write_met_by_a_stopping_raft_is_told_the_node_is_shutting_down_not_raft_stopped() {
+        let urls = BTreeMap::from([(2, "http://n2".to_owned())]);
+        let EngineError::Unavailable(m) = refused(&RaftError::Fatal(Fatal::Stopped), &urls) else {
+            panic!("a stopped Raft is an unavailable group");
+        };
+        assert!(m.contains("shutting down"), "{m}");
+        assert!(m.contains("may or may not have been applied"), "{m}");
+        assert!(!m.contains("raft stopped"), "{m}");
+    }
+
+    #[test]
+    fn a_forward_to_a_known_leader_names_its_url_and_an_unknown_one_none() {
+        let urls = BTreeMap::from([(2, "http://n2".to_owned())]);
+        let forward = |leader_id| {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(ForwardToLeader {
+                leader_id,
+                leader_node: None,
+            }))
+        };
+        assert!(matches!(
+            refused(&forward(Some(2)), &urls),
+            EngineError::NotLeader { leader: Some(u), single: false } if u == "http://n2"
+        ));
+        assert!(matches!(
+            refused(&forward(None), &urls),
+            EngineError::NotLeader {
+                leader: None,
+                single: false
+            }
+        ));
+        assert!(matches!(
+            refused(&forward(None), &BTreeMap::new()),
+            EngineError::NotLeader {
+                leader: None,
+                single: true
+            }
+        ));
     }
 }
