@@ -72,6 +72,10 @@ pub struct NodeMetrics {
     pub sse_streams_opened: u64,
     #[serde(default)]
     pub per_core_sse_streams_opened: Vec<u64>,
+    /// Live reads (long-poll and SSE) waiting for new data, per core: the same counts as
+    /// `cores[].live_waiters`, under the name the spec's troubleshooting selector reads.
+    #[serde(default)]
+    pub per_core_live_read_waiters: Vec<u64>,
     /// `event: error` events written to SSE responses, in all and per core.
     #[serde(default)]
     pub sse_error_events: u64,

@@ -44,13 +44,27 @@ fn admission(base: &str) -> (u64, u64) {
     )
 }
 
+/// Live readers waiting, by the spec's selector (`per_core_live_read_waiters`), checked
+/// against the same counts in `cores[].live_waiters` of the same document.
 fn live_waiters(base: &str) -> u64 {
-    metrics(base)["cores"]
+    let m = metrics(base);
+    let per_core: Vec<u64> = m["per_core_live_read_waiters"]
+        .as_array()
+        .expect("per_core_live_read_waiters")
+        .iter()
+        .map(|n| n.as_u64().expect("a count"))
+        .collect();
+    let cores: Vec<u64> = m["cores"]
         .as_array()
         .expect("cores")
         .iter()
-        .map(|c| c["live_waiters"].as_u64().unwrap_or(0))
-        .sum()
+        .map(|c| c["live_waiters"].as_u64().expect("live_waiters"))
+        .collect();
+    assert_eq!(
+        per_core, cores,
+        "the two views of the live waiters disagree"
+    );
+    per_core.iter().sum()
 }
 
 #[test]

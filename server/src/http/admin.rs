@@ -79,6 +79,7 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
         let stats = st.rt.stats(core);
         let load = |f: fn(&crate::runtime::CoreStats) -> u64| stats.map_or(0, f);
         let live = load(|s| s.live_waiters.load(Relaxed) as u64);
+        m.per_core_live_read_waiters.push(live);
         m.per_core_sse_streams_opened
             .push(load(|s| s.sse_streams_opened.load(Relaxed)));
         m.per_core_sse_error_events
