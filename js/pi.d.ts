@@ -6,6 +6,12 @@ import type { NodeSqliteStorageOptions } from "@earendil-works/pi-durable/storag
 export type UrsulaPiStorageOptions = NodeSqliteStorageOptions & { readOnly?: boolean };
 
 /**
+ * The Ursula error inside a failure Pi reports (its driver's AggregateError around a failed
+ * ROLLBACK, its StorageRejected around a read), classified for `file`; else the failure itself.
+ */
+export function ursulaErrorOf(error: unknown, file: string): unknown;
+
+/**
  * Attaches `file` to `streamUrl` and opens it with Pi's own node driver. Failures of the
  * extension reject with the errors of the root entry (UrsulaFencedError, UrsulaWriteRefusedError, ...).
  */

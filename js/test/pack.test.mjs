@@ -8,6 +8,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
+import { pathToFileURL } from "node:url";
 import { startProxy, streamUrl, tempDir } from "./helpers/kit.mjs";
 import { repoRoot, startServer } from "./helpers/server.mjs";
 
@@ -135,4 +136,16 @@ test("the manifests: ESM, Node >= 22.19, two entries with types, the platform pa
   assert.deepEqual(p.files, ["sqlite-ursula.linux-x64-gnu.node", "README.md"]);
   assert.deepEqual(m.peerDependencies, { "@earendil-works/pi-durable": ">=1.0.0 <1.2.0" });
   assert.deepEqual(m.peerDependenciesMeta, { "@earendil-works/pi-durable": { optional: true } });
+});
+
+test("each entry's types declare exactly the values it exports", async () => {
+  for (const [entry, types] of [["index.js", "index.d.ts"], ["pi.js", "pi.d.ts"]]) {
+    const mod = await import(pathToFileURL(join(repoRoot, "js", entry)).href);
+    const dts = readFileSync(join(repoRoot, "js", types), "utf8");
+    const declared = [...dts.matchAll(/^export (?:declare )?(?:function|class|const|let|var|enum)\s+(\w+)/gm)].map(
+      (d) => d[1],
+    );
+    const exported = Object.keys(mod).sort();
+    assert.deepEqual([...new Set(declared)].sort(), exported, `${types} against what ${entry} exports`);
+  }
 });

@@ -1,7 +1,7 @@
 // A stream that went missing (server restarted empty), and an unreachable endpoint.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { after, before, test } from "node:test";
 import { DatabaseSync } from "node:sqlite";
 import { open, status, UrsulaSetupError, UrsulaWriteRefusedError } from "../index.js";
@@ -30,7 +30,8 @@ test("after a server restart the stream is gone: not_found, the local file is ke
   assert.ok(e instanceof UrsulaSetupError, e.stack);
   assert.equal(e.kind, "not_found");
   assert.equal(e.action, "fix");
-  assert.match(e.message, /^ursula_attach: not_found: the stream .* does not exist; the local file holds data/);
+  assert.match(e.message, /^ursula_attach: not_found: the stream .* does not exist; the local file .* holds data/);
+  assert.ok(e.message.includes(`${basename(file)} holds data`), `the message names the file: ${e.message}`);
   assert.deepEqual(readFileSync(file), bytes, "the local file is unchanged");
   assert.equal((await fetch(url, { method: "HEAD" })).status, 404, "no stream was created");
   // status names the failed attach.

@@ -113,6 +113,11 @@ fn a_missing_stream_over_a_file_with_data_is_not_found_and_the_file_is_kept() {
     let size_before = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let err = attach(&ctl, &path, &url).expect_err("the stream is gone");
     assert!(message(&err).contains("ursula_attach: not_found:"), "{err}");
+    // The message names the file it refuses to overwrite, so the user knows what to move.
+    assert!(
+        message(&err).contains(&format!("the local file {} holds data", path.display())),
+        "{err}"
+    );
     assert_eq!(
         http("HEAD", &url, &[], b"").0,
         404,

@@ -298,6 +298,23 @@ fn a_307_is_retried_and_a_308_poisons_naming_the_location() {
 }
 
 #[test]
+fn an_https_url_to_a_plain_http_server_is_refused_with_a_hint_to_use_http() {
+    unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "300") };
+    let server = Server::start();
+    let url = format!("https://127.0.0.1:{}/demo/tls", server.port);
+    let ctl = control();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.db");
+    let err = attach(&ctl, &path, &url).expect_err("no TLS on a plain-HTTP server");
+    let text = err.to_string();
+    assert!(text.contains("InvalidContentType"), "{text}");
+    assert!(
+        text.contains("use an http:// URL for a server without TLS"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_stopped_endpoint_fails_the_commit_alone_as_unreachable() {
     unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "500") };
     let mut server = Server::start();

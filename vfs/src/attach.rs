@@ -252,10 +252,15 @@ fn run(
             let has_data =
                 sidecar.as_ref().is_some_and(|s| s.offset.is_some()) || local::holds_data(path);
             if has_data || read_only {
+                // Name the file: with `open(url)` it sits in a cache directory the user never chose.
                 let why = if read_only {
-                    "a read-only attach never creates it"
+                    "a read-only attach never creates it".to_owned()
                 } else {
-                    "the local file holds data, which may be the only copy left: delete it to start over"
+                    format!(
+                        "the local file {} holds data, which may be the only copy left: move it \
+                         away, or delete it and its -ursula sidecar, to start over",
+                        path.display()
+                    )
                 };
                 return Err(no_pages(VfsError::new(
                     Kind::NotFound,

@@ -373,7 +373,31 @@ fn reason(e: &ureq::Error) -> String {
     match e {
         // Only our own deadline reports Global: ureq's global timeout is never set.
         ureq::Error::Timeout(Timeout::Global) => "timeout: request".to_owned(),
+        e if answered_in_plain_http(e) => format!(
+            "{e} (the server answered the TLS handshake with something else, most likely plain \
+             HTTP: use an http:// URL for a server without TLS)"
+        ),
         e => e.to_string(),
+    }
+}
+
+/// Whether a TLS handshake failed because the peer's first bytes were no TLS record, which is
+/// what an `https://` URL pointed at a plain-HTTP server gets. rustls reports it as an invalid
+/// content type, directly or inside the I/O error of the stream it wraps.
+fn answered_in_plain_http(e: &ureq::Error) -> bool {
+    let plain = |r: &rustls::Error| {
+        matches!(
+            r,
+            rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+        )
+    };
+    match e {
+        ureq::Error::Rustls(r) => plain(r),
+        ureq::Error::Io(io) => io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .is_some_and(plain),
+        _ => false,
     }
 }
 
