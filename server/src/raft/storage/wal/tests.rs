@@ -93,21 +93,18 @@ fn segments_go_once_every_group_purged_their_entries_and_the_vote_survives() {
     assert!(c.is_lagging(8) && !c.is_lagging(7), "group 8 is named");
     assert_eq!(counters::get(&c.pinned_segments), after as u64 - 1);
     let r = recover(&dir).expect("recover");
-    let votes: Vec<_> = r
-        .records
-        .iter()
-        .filter(|x| x.kind == KIND_VOTE && x.group == 7)
-        .collect();
+    let records_of = |kind: u8, group: u32| -> Vec<_> {
+        r.records
+            .iter()
+            .filter(|x| x.kind == kind && x.group == group)
+            .collect()
+    };
     assert_eq!(
-        votes.last().map(|v| v.payload.clone()),
+        records_of(KIND_VOTE, 7).last().map(|v| v.payload.clone()),
         Some(vote),
         "the vote was restated"
     );
-    let kept: Vec<_> = r
-        .records
-        .iter()
-        .filter(|x| x.kind == KIND_ENTRIES && x.group == 8)
-        .collect();
+    let kept = records_of(KIND_ENTRIES, 8);
     assert!(
         kept.len() >= 10,
         "group 8's unpurged entries stay: {}",
