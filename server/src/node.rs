@@ -105,6 +105,8 @@ fn app_state(
         process_incarnation: process_incarnation(),
         ignored_keys: Arc::from(Vec::<String>::new()),
         fence: Arc::default(),
+        // The node's own signal replaces it in `run`; a state no node runs never stops.
+        stopping: watch::channel(false).1,
     }
 }
 
@@ -188,6 +190,9 @@ fn bind(key: &'static str, addr: std::net::SocketAddr) -> Result<std::net::TcpLi
 /// How long a graceful stop waits for its leaderships to move (the spec's five seconds).
 const HANDOFF_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a stopping node waits for its connections to close (the spec's ten seconds).
+const DRAIN_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Runs the node until `signal` flips to `true`.
 pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<(), NodeError> {
     if !config.ignored_keys.is_empty() {
@@ -223,6 +228,8 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
         .map(|a| bind("server.cluster_listen", a))
         .transpose()?;
     let addr = client.local_addr().map_err(NodeError::Serve)?;
+    // Live reads end when the listeners stop, so their connections can drain.
+    state.stopping = shutdown.clone();
     let client_plane = crate::http::client_router(state.clone());
     let peers = peer_routes.unwrap_or_default();
     // With a cluster listener, peer RPCs are served there only. It serves the client plane
@@ -248,13 +255,13 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
         )
         .map_err(NodeError::Serve)
     };
-    start(&client, client_app)?;
+    let mut drains = vec![start(&client, client_app)?];
     if let (Some(l), Some(app)) = (&cluster, cluster_app) {
-        start(l, app)?;
+        drains.push(start(l, app)?);
     }
     if let Some(l) = &admin {
         let admin_app = crate::http::admin::router(state.clone(), admin_routes);
-        crate::http::serve::spawn_accept_loops(
+        let drain = crate::http::serve::spawn_accept_loops(
             &state.rt,
             l,
             hyper_util::service::TowerToHyperService::new(admin_app),
@@ -262,6 +269,7 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
             limits,
         )
         .map_err(NodeError::Serve)?;
+        drains.push(drain);
     }
     let local = |l: &Option<std::net::TcpListener>| {
         l.as_ref()
@@ -273,6 +281,9 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
         engine = state.engine.name(), cores = state.rt.core_count(), groups = state.rt.group_count(),
         preset = %config.preset, "ursula node listening"
     );
+    // The accept loops hold their own handles: once they stop, the sockets close, and a
+    // client or peer that connects then is refused at once instead of waiting in a backlog.
+    drop((client, admin, cluster));
     let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
     loop {
         tokio::select! {
@@ -282,12 +293,31 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
     }
     state.engine.hand_off(HANDOFF_WITHIN).await;
     let _ = stop_listeners.send(true);
+    drain_listeners(&drains).await;
     state.engine.shutdown().await;
     if let Some(TempWal(dir)) = temp_wal {
         let _ = std::fs::remove_dir_all(&dir);
     }
     tracing::info!("ursula node stopped");
     Ok(())
+}
+
+/// Waits, up to the spec's ten seconds, for every listener's connections to close once their
+/// answers in flight are written: a write that was in flight when the node began to stop is
+/// answered with its outcome, not cut off. What is still open then is abandoned.
+async fn drain_listeners(drains: &[crate::http::serve::Drain]) {
+    let started = tokio::time::Instant::now();
+    let open: usize = drains.iter().map(|d| d.open()).sum();
+    let all = futures_util::future::join_all(drains.iter().map(|d| d.wait(DRAIN_WITHIN))).await;
+    if all.iter().all(|done| *done) {
+        tracing::info!(connections = open, elapsed = ?started.elapsed(), "HTTP listeners drained");
+    } else {
+        let left: usize = drains.iter().map(|d| d.open()).sum();
+        tracing::warn!(
+            connections = left,
+            "HTTP connections still open {DRAIN_WITHIN:?} after the listeners stopped: abandoned"
+        );
+    }
 }
 
 /// Proposes a sweep to every group it leads that holds an expired stream: expiry is decided

@@ -156,7 +156,13 @@ pub async fn long_poll(
     };
     let deadline = tokio::time::Instant::now() + Duration::from_millis(q.timeout_ms);
     loop {
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
+        let changed = tokio::select! {
+            changed = tokio::time::timeout_at(deadline, rx.changed()) => changed,
+            // A stopping node answers as if the wait had timed out: the client asks again
+            // from the same offset, here once the node is back or at another replica.
+            () = st.stopping() => return Ok(timeout_reply(at, registered, false, &cursor)),
+        };
+        match changed {
             Err(_) => return Ok(timeout_reply(at, registered, false, &cursor)),
             Ok(Err(_)) => return Err(ended(st, sp, at, registered, incarnation.is_some()).await),
             Ok(Ok(())) => {
@@ -343,7 +349,8 @@ impl Session {
 
     /// The next batch of events to write; `None` ends the response.
     async fn next_events(&mut self) -> Option<Bytes> {
-        if self.done {
+        // A stopping node ends even a session that never waits (its stream keeps changing).
+        if self.done || *self.st.stopping.borrow() {
             return None;
         }
         loop {
@@ -449,7 +456,16 @@ impl Session {
             self.done = true;
             return Err(None);
         };
-        if rx.changed().await.is_ok() {
+        let changed = tokio::select! {
+            changed = rx.changed() => changed,
+            () = self.st.stopping() => {
+                // A stopping node ends the response after the last whole event: the client
+                // reconnects from the offset of the last control event it read.
+                self.done = true;
+                return Err(None);
+            }
+        };
+        if changed.is_ok() {
             self.fresh = Some(rx.borrow_and_update().clone());
             return Ok(());
         }

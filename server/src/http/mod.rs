@@ -74,6 +74,16 @@ pub struct AppState {
     pub ignored_keys: Arc<[String]>,
     /// The maintenance fence, required on admin mutations once active.
     pub fence: Arc<crate::fence::Fence>,
+    /// Flips to `true` when the node starts to stop: live reads answer or end then, so their
+    /// connections can close within the listeners' drain.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// Waits until the node starts to stop (never, for a state no node runs).
+    pub async fn stopping(&self) {
+        serve::until_stopping(self.stopping.clone()).await;
+    }
 }
 
 /// The client plane as hyper calls it. A stream request goes straight to [`dispatch`]: an axum

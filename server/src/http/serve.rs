@@ -3,6 +3,11 @@
 //! at most `max_connections` at once (the rest wait in the kernel's backlog), and closes a
 //! connection that does not send a whole request head within `head_timeout` of opening or of
 //! its last answer: a client that sends half a head and then nothing holds no slot for long.
+//!
+//! When the node stops, the loops stop accepting and every connection is told to close once
+//! its answer in flight is written (an idle keep-alive connection closes at once); the
+//! [`Drain`] the loops return waits for the last one, within a deadline (Operations, "Graceful
+//! voter shutdown": up to ten seconds, then what is still open is abandoned).
 
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
@@ -24,14 +29,43 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
 }
 
-/// Starts one accept loop per core. `shutdown` flips to `true` to stop accepting.
+/// Waits until `stop` holds `true`. A sender that is gone never stops anything: it pends.
+pub async fn until_stopping(mut stop: watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The open connections of one listener's accept loops, for a stopping node to wait on.
+#[derive(Debug, Clone)]
+pub struct Drain {
+    slots: Arc<Semaphore>,
+    max: u32,
+}
+
+impl Drain {
+    /// How many connections are open now.
+    pub fn open(&self) -> usize {
+        (self.max as usize).saturating_sub(self.slots.available_permits())
+    }
+
+    /// Waits, up to `within`, until every connection has closed; `true` when they all did.
+    /// Call it after the loops were told to stop: an accept loop holds a slot while it waits.
+    pub async fn wait(&self, within: Duration) -> bool {
+        let all = self.slots.acquire_many(self.max);
+        matches!(tokio::time::timeout(within, all).await, Ok(Ok(_)))
+    }
+}
+
+/// Starts one accept loop per core. `shutdown` flips to `true` to stop accepting and to close
+/// every connection once its answer in flight is written.
 pub fn spawn_accept_loops<S>(
     rt: &Runtime,
     listener: &StdListener,
     app: S,
     shutdown: watch::Receiver<bool>,
     limits: ConnectionLimits,
-) -> std::io::Result<()>
+) -> std::io::Result<Drain>
 where
     S: hyper::service::Service<
             axum::http::Request<Incoming>,
@@ -43,8 +77,9 @@ where
     S::Future: Send + 'static,
 {
     listener.set_nonblocking(true)?;
-    // One count for the listener, whichever core accepts.
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // One count for the listener, whichever core accepts. The config keeps it within u32.
+    let max = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let slots = Arc::new(Semaphore::new(max as usize));
     for core in 0..rt.core_count() {
         let Some(handle) = rt.core_handle(core) else {
             continue;
@@ -83,13 +118,23 @@ where
                 };
                 let _ = stream.set_nodelay(true);
                 let service = app.clone();
+                let stop = shutdown.clone();
                 tokio::spawn(async move {
                     let conn = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)
                         .timer(TokioTimer::new())
                         .header_read_timeout(limits.head_timeout)
                         .serve_connection(TokioIo::new(stream), service);
-                    if let Err(e) = conn.await {
+                    let mut conn = std::pin::pin!(conn);
+                    let ended = tokio::select! {
+                        r = conn.as_mut() => r,
+                        () = until_stopping(stop) => {
+                            // The answer in flight is still written; then the connection closes.
+                            conn.as_mut().graceful_shutdown();
+                            conn.await
+                        }
+                    };
+                    if let Err(e) = ended {
                         tracing::debug!(error = %e, "connection ended with an error");
                     }
                     // The slot is free once the connection is gone, however it ended.
@@ -98,5 +143,5 @@ where
             }
         });
     }
-    Ok(())
+    Ok(Drain { slots, max })
 }
