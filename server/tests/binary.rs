@@ -385,6 +385,25 @@ fn a_declared_oversized_append_is_refused_before_its_body_is_sent() {
 }
 
 #[test]
+fn the_binary_reports_the_release_its_packages_carry() {
+    // One release, one number: the npm package (and the wheel, which reads it) and the binary.
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../js/package.json");
+    let package: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(package).expect("js/package.json"))
+            .expect("package.json is JSON");
+    let release = package["version"].as_str().expect("a version");
+    let scratch = Scratch::new("version");
+    let out = ursula(&scratch, &["--version"])
+        .output()
+        .expect("run ursula");
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("ursula {release}")
+    );
+}
+
+#[test]
 fn unknown_config_keys_and_presets_stop_the_server_at_start_naming_the_problem() {
     let scratch = Scratch::new("badconfig");
     let config = scratch.file("bad.toml", "[server]\nlisen = \"127.0.0.1:1\"\n");
