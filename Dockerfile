@@ -29,6 +29,9 @@ COPY ${BIN_DIR}/ursula ${BIN_DIR}/ursulactl /usr/local/bin/
 # `ursulagw` runs the gateway (`ursula gateway`): the binary dispatches on its name.
 RUN ln -s ursula /usr/local/bin/ursulagw
 COPY docker/ursula.toml /etc/ursula/ursula.toml
+COPY LICENSE /usr/share/doc/ursula/LICENSE
+LABEL org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.7.6"
 
 # A named volume mounted here starts out owned by the ursula user: the place for raft.wal.path.
 WORKDIR /var/lib/ursula

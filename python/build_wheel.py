@@ -141,6 +141,8 @@ def build(lib: Path, out: Path, demanded: str | None = None) -> Path:
         _add(zf, f"{PACKAGE}/{LIBRARY}", library, 0o755, record)
         _add(zf, f"{info_dir}/METADATA", metadata.encode(), 0o644, record)
         _add(zf, f"{info_dir}/WHEEL", wheel.encode(), 0o644, record)
+        # The license text beside the metadata, where installers and auditors look for it.
+        _add(zf, f"{info_dir}/LICENSE", (ROOT / "LICENSE").read_bytes(), 0o644, record)
         record.append(f"{info_dir}/RECORD,,")
         info = zipfile.ZipInfo(f"{info_dir}/RECORD", date_time=ZIP_DATE)
         info.external_attr = 0o100644 << 16

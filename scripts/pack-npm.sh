@@ -51,7 +51,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-cp "$platform_dir/package.json" "$platform_dir/README.md" "$stage/"
+cp "$platform_dir/package.json" "$platform_dir/README.md" "$root/LICENSE" "$stage/"
 cp "$addon" "$stage/sqlite-ursula.$triple.node"
 chmod 0755 "$stage/sqlite-ursula.$triple.node"
 
@@ -60,6 +60,9 @@ pack() { (cd "$1" && npm pack --json --silent --pack-destination "$out") | node 
     const [p] = JSON.parse(s);
     process.stdout.write(p.filename + "\n" + p.files.map((f) => f.path).join("\n") + "\n");
   });'; }
+# npm packs a LICENSE at a package's root whatever "files" says: js/LICENSE is the repository's.
+cmp -s "$root/LICENSE" "$root/js/LICENSE" \
+  || { echo "pack-npm.sh: js/LICENSE differs from LICENSE: copy LICENSE over it" >&2; exit 1; }
 main_listing=$(pack "$root/js")
 platform_listing=$(pack "$stage")
 # The main package must not carry an addon: it would shadow the platform package's.

@@ -160,7 +160,15 @@ docker run --rm --network host "$image" sh -c 'command -v ursula && command -v u
   || fail "ursula, ursulactl and ursulagw are not all on the image's PATH"
 [[ "$(docker image inspect -f '{{json .Config.ExposedPorts}}' "$image")" == '{"4437/tcp":{}}' ]] || fail "the image does not expose 4437"
 [[ "$(docker image inspect -f '{{json .Config.Healthcheck.Test}}' "$image")" == *"ursulactl ready"* ]] || fail "no ursulactl ready health check"
-pass "non-root (10001), ursula and ursulactl on PATH, EXPOSE 4437, health check"
+[[ "$(docker run --rm --network host "$image" ursula --version)" == "ursula $version" ]] \
+  || fail "the image's ursula --version is not ursula $version"
+[[ "$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.version"}}' "$image")" == "$version" ]] \
+  || fail "the image's version label is not $version"
+[[ "$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.licenses"}}' "$image")" == Apache-2.0 ]] \
+  || fail "the image's licenses label is not Apache-2.0"
+docker run --rm --network host "$image" cat /usr/share/doc/ursula/LICENSE | cmp -s - LICENSE \
+  || fail "the image does not carry LICENSE at /usr/share/doc/ursula/LICENSE"
+pass "non-root (10001), ursula and ursulactl on PATH, version $version, LICENSE, EXPOSE 4437, health check"
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
 # Waits until the container answers /__ursula/ready with 200, failing if it stops first.

@@ -46,7 +46,13 @@ test("the packed packages install offline and run the notes example", () => {
   }
   assert.ok(!files.some((f) => f.endsWith(".node")), "the main package holds no addon");
   assert.ok(!files.some((f) => f.startsWith("test/") || f.startsWith("npm/")), "tests and platform dirs are not packed");
-  assert.deepEqual(tarFiles(platform).sort(), ["README.md", "package.json", "sqlite-ursula.linux-x64-gnu.node"]);
+  assert.deepEqual(tarFiles(platform).sort(), ["LICENSE", "README.md", "package.json", "sqlite-ursula.linux-x64-gnu.node"]);
+  // Both packages carry the repository's license text (Apache-2.0, as their manifests say).
+  const license = readFileSync(join(repoRoot, "LICENSE"), "utf8");
+  for (const tgz of [main, platform]) {
+    const text = execFileSync("tar", ["-xzOf", tgz, "package/LICENSE"], { encoding: "utf8" });
+    assert.equal(text, license, `${tgz}'s LICENSE is the repository's`);
+  }
 
   app = tempDir();
   writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));

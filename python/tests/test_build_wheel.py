@@ -85,3 +85,5 @@ def test_one_input_gives_the_same_wheel_and_its_record_holds(tmp_path: Path) -> 
             want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             assert (digest, int(size)) == (want, len(data)), name
         assert zf.getinfo("sqlite_ursula/libsqlite_ursula_vfs.so").external_attr >> 16 & 0o777 == 0o755
+        license_file = next(n for n in zf.namelist() if n.endswith(".dist-info/LICENSE"))
+        assert zf.read(license_file) == (REPO / "LICENSE").read_bytes()
