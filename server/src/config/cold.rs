@@ -89,7 +89,29 @@ fn check(c: &ColdSection) -> Result<(), ConfigError> {
 }
 
 /// `None` when `storage.cold.backend` is `none` or absent.
-pub fn resolve(c: &ColdSection) -> Result<Option<ColdSettings>, ConfigError> {
+/// What a preset sets of the cold tier, under the config file's own keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresetDefaults {
+    pub flush_size: u64,
+    pub flush_max_concurrency: u32,
+    pub max_hot_per_group: u64,
+}
+
+impl Default for PresetDefaults {
+    /// The keys' own defaults (the Configuration page's tables).
+    fn default() -> PresetDefaults {
+        PresetDefaults {
+            flush_size: 8 << 20,
+            flush_max_concurrency: 4,
+            max_hot_per_group: 64 << 20,
+        }
+    }
+}
+
+pub fn resolve(
+    c: &ColdSection,
+    preset: &PresetDefaults,
+) -> Result<Option<ColdSettings>, ConfigError> {
     check(c)?;
     let root = c.root.clone().unwrap_or_default();
     let (backend, root) = match c.backend.as_deref() {
@@ -131,7 +153,7 @@ pub fn resolve(c: &ColdSection) -> Result<Option<ColdSettings>, ConfigError> {
             )
         }
     };
-    let flush_size = c.flush_size.map_or(8 << 20, |s| s.0);
+    let flush_size = c.flush_size.map_or(preset.flush_size, |s| s.0);
     Ok(Some(ColdSettings {
         store: ColdConfig {
             backend,
@@ -143,8 +165,13 @@ pub fn resolve(c: &ColdSection) -> Result<Option<ColdSettings>, ConfigError> {
             .max(Duration::from_millis(10)),
         flush_min_hot: c.flush_min_hot_size.map_or(flush_size, |s| s.0).max(1),
         flush_max: c.flush_max_size.map_or(flush_size, |s| s.0).max(1),
-        flush_max_concurrency: c.flush_max_concurrency.unwrap_or(4).max(1) as usize,
-        max_hot_per_group: c.max_hot_size_per_group.map_or(64 << 20, |s| s.0),
+        flush_max_concurrency: c
+            .flush_max_concurrency
+            .unwrap_or(preset.flush_max_concurrency)
+            .max(1) as usize,
+        max_hot_per_group: c
+            .max_hot_size_per_group
+            .map_or(preset.max_hot_per_group, |s| s.0),
         flush_max_hot_age: c
             .flush_max_hot_age
             .map_or(Duration::from_secs(300), |d| d.0),

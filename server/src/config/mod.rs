@@ -146,25 +146,41 @@ struct PresetDefaults {
     group_count: Option<u32>,
     /// `server.http_inflight_body_size`.
     inflight_body: u64,
+    /// `storage.cold.flush_size`, `flush_max_concurrency` and `max_hot_size_per_group`.
+    cold: cold::PresetDefaults,
+    /// `raft.max_uncommitted_size_per_group`: the preset table's admission cap, the same
+    /// figure as its hot cap.
+    max_uncommitted: u64,
 }
 
 fn preset(name: &str) -> Result<PresetDefaults, ConfigError> {
-    // Groups and the HTTP in-flight body budget of the Configuration page's preset table.
-    let fixed = |groups, inflight_mib: u64| PresetDefaults {
+    // The Configuration page's preset table: groups, cold flush size, cold writes in flight,
+    // the hot and admission caps (one figure for both), the HTTP in-flight body budget. Its
+    // cold cache has no key here (docs/configuration.md).
+    let fixed = |groups, flush_mib: u64, writes, cap_mib: u64, inflight_mib: u64| PresetDefaults {
         groups_per_core: None,
         group_count: Some(groups),
         inflight_body: inflight_mib << 20,
+        cold: cold::PresetDefaults {
+            flush_size: flush_mib << 20,
+            flush_max_concurrency: writes,
+            max_hot_per_group: cap_mib << 20,
+        },
+        max_uncommitted: cap_mib << 20,
     };
     Ok(match name {
+        // The in-memory node: the keys' own defaults, which are `standard`'s.
         "default" | "dev" => PresetDefaults {
             groups_per_core: Some(16),
             group_count: None,
             inflight_body: 256 << 20,
+            cold: cold::PresetDefaults::default(),
+            max_uncommitted: 64 << 20,
         },
-        "tiny" => fixed(64, 64),
-        "small" => fixed(128, 64),
-        "standard" => fixed(256, 256),
-        "large" => fixed(512, 512),
+        "tiny" => fixed(64, 4, 2, 8, 64),
+        "small" => fixed(128, 4, 2, 16, 64),
+        "standard" => fixed(256, 8, 4, 64, 256),
+        "large" => fixed(512, 16, 8, 128, 512),
         other => return Err(ConfigError::Preset(other.to_owned())),
     })
 }
@@ -290,10 +306,10 @@ fn resolve_engine(
         max_uncommitted_per_group: file
             .raft
             .max_uncommitted_size_per_group
-            .map_or(64 << 20, |s| s.0),
+            .map_or(p.max_uncommitted, |s| s.0),
         snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
         snapshot_driver: raft::snapshot_driver(file),
-        cold: cold::resolve(&file.storage.cold)?,
+        cold: cold::resolve(&file.storage.cold, &p.cold)?,
         shutdown_deadline: shutdown_deadline(file)?,
         request_head_timeout: request_head_timeout(file)?,
         max_connections: max_connections(file)?,

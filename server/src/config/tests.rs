@@ -562,3 +562,71 @@ fn cluster_listen_is_an_address_and_no_two_listeners_share_a_port() {
     let c = resolve_text(EVERY_SPEC_KEY).expect("valid");
     assert!(!c.ignored_keys.iter().any(|k| k.contains("listen")));
 }
+
+#[test]
+fn each_preset_sets_the_preset_tables_groups_cold_flushes_caps_and_body_budget() {
+    // Groups, cold flush size, cold writes, hot/admission cap, in-flight body budget (MiB).
+    let table = [
+        ("tiny", 64, 4, 2, 8, 64),
+        ("small", 128, 4, 2, 16, 64),
+        ("standard", 256, 8, 4, 64, 256),
+        ("large", 512, 16, 8, 128, 512),
+    ];
+    let cold = parse_file("[storage.cold]\nbackend = \"memory\"\n").expect("parses");
+    for (name, groups, flush, writes, cap, body) in table {
+        let o = Overrides {
+            preset: Some(name.into()),
+            ..Overrides::default()
+        };
+        let c = resolve_from(Some(&cold), &o).expect("valid");
+        let settings = c.cold.as_ref().expect("a cold tier");
+        let got = (
+            c.group_count,
+            settings.flush_min_hot >> 20,
+            settings.flush_max >> 20,
+            settings.flush_max_concurrency,
+            settings.max_hot_per_group >> 20,
+            c.max_uncommitted_per_group >> 20,
+            c.http_inflight_body_size >> 20,
+        );
+        assert_eq!(
+            got,
+            (groups, flush, flush, writes, cap, cap, body),
+            "{name}"
+        );
+    }
+    // The config file's own values win over the preset's.
+    let file = parse_file(
+        "[raft]\nmax_uncommitted_size_per_group = \"32MiB\"\n\
+         [storage.cold]\nbackend = \"memory\"\nflush_size = \"1MiB\"\nflush_max_concurrency = 3\n\
+         max_hot_size_per_group = \"0\"\n",
+    )
+    .expect("parses");
+    let o = Overrides {
+        preset: Some("large".into()),
+        ..Overrides::default()
+    };
+    let c = resolve_from(Some(&file), &o).expect("valid");
+    let settings = c.cold.as_ref().expect("a cold tier");
+    assert_eq!(
+        (
+            settings.flush_min_hot,
+            settings.flush_max_concurrency,
+            settings.max_hot_per_group,
+            c.max_uncommitted_per_group
+        ),
+        (1 << 20, 3, 0, 32 << 20)
+    );
+    // No preset with a file: the keys' own defaults, which are standard's.
+    let c = resolve_from(Some(&cold), &Overrides::default()).expect("valid");
+    let settings = c.cold.as_ref().expect("a cold tier");
+    assert_eq!(
+        (
+            settings.flush_min_hot >> 20,
+            settings.flush_max_concurrency,
+            settings.max_hot_per_group >> 20,
+            c.max_uncommitted_per_group >> 20
+        ),
+        (8, 4, 64, 64)
+    );
+}
