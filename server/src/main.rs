@@ -119,6 +119,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: a log file, journald or `docker logs` gets
+        // plain text that grep and log shippers read as it is.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if invoked_as_gateway() {
         return run_gateway(GatewayCli::parse().gateway);

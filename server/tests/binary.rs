@@ -487,6 +487,21 @@ fn a_config_with_keys_this_build_ignores_starts_and_warns_naming_them() {
 }
 
 #[test]
+fn a_log_written_to_a_file_is_plain_text_without_colour_codes() {
+    // A key this build ignores makes the node warn at start: something to look at.
+    let node = Node::start_with(
+        "plainlog",
+        "[runtime]\ncore_count = 2\ncpu_affinity = true\n",
+    );
+    let log = node.log();
+    assert!(log.contains(" WARN "), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a log file: {log:?}"
+    );
+}
+
+#[test]
 fn the_admin_listen_flag_is_checked_like_the_key() {
     let scratch = Scratch::new("adminflag");
     let config = scratch.file("node.toml", "");

@@ -86,6 +86,20 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
         "the log never reached the hard limit: {m}"
     );
     assert!(int(&m, "raft_snapshot_pressure_passes") >= 1, "{m}");
+    // Each counted pass is logged as the spec's event, with what it planned and started.
+    let passes: Vec<String> = node
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("raft snapshot pressure pass completed"))
+        .map(str::to_owned)
+        .collect();
+    assert!(!passes.is_empty(), "{}", node.log_text());
+    assert!(
+        passes
+            .iter()
+            .all(|l| l.contains("planned=") && l.contains("started=") && l.contains("busy=")),
+        "{passes:?}"
+    );
     assert!(int(&m, "raft_snapshot_builds_in_flight_max") >= 1, "{m}");
     assert!(m["raft_snapshot_pressure_level"].is_u64(), "{m}");
     assert!(m["raft_snapshot_pressure_builds"].is_u64(), "{m}");

@@ -160,6 +160,12 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
         e.snap_stats
             .pressure_builds
             .store(u64::from(allowed), Ordering::Relaxed);
+        // Left out of this pass: a build of theirs is triggered and not yet seen, or their
+        // last trigger went unclaimed and they sit out.
+        let busy = pending.len();
+        let unclaimed = (0..e.group_count())
+            .filter(|g| !pending.contains_key(g) && held.holds(*g))
+            .count();
         let groups: Vec<GroupLog> = (0..e.group_count())
             .filter(|g| !pending.contains_key(g) && !held.holds(*g))
             .map(|g| GroupLog {
@@ -191,6 +197,7 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
         if chosen.is_empty() {
             continue;
         }
+        let planned = chosen.len();
         let mut started_builds = 0u64;
         for group in chosen {
             // Wait for a free slot, seeing builds end meanwhile.
@@ -228,6 +235,19 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
                 .fetch_add(started_builds, Ordering::Relaxed);
             let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             s.pressure_pass_ns.fetch_add(ns, Ordering::Relaxed);
+            // The spec's event for each pass `raft_snapshot_pressure_passes` counts.
+            tracing::info!(
+                level,
+                raft_log_bytes = node_log,
+                builds = allowed,
+                planned,
+                started = started_builds,
+                not_started = planned as u64 - started_builds.min(planned as u64),
+                busy,
+                unclaimed,
+                elapsed = ?started.elapsed(),
+                "raft snapshot pressure pass completed"
+            );
         }
     }
 }
