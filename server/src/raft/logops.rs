@@ -12,6 +12,9 @@ use super::replicas::Replicas;
 
 /// How long a manual snapshot or purge may take before the route answers `500`.
 const ACTION_WAIT: Duration = Duration::from_secs(20);
+/// How long a manual snapshot waits for a build of its group to be able to start: none of
+/// the group's running and one of the node's build permits free (the spec's 10 seconds).
+const PERMIT_WAIT: Duration = Duration::from_secs(10);
 /// How long the quorum proof waits for a quorum's answer.
 const QUORUM_WAIT: Duration = Duration::from_secs(3);
 
@@ -25,6 +28,10 @@ pub enum LogOpError {
         "group {group} has no snapshot to purge below: POST /__ursula/raft/{group}/snapshot first"
     )]
     NoSnapshot { group: u32 },
+    #[error(
+        "group {group}: no snapshot build of it could start within {PERMIT_WAIT:?} (a build of it ran, or other builds held all of this node's raft.snapshot_build_max_concurrency permits); send it again"
+    )]
+    Busy { group: u32 },
     #[error("group {group}: {why}")]
     Failed { group: u32, why: String },
 }
@@ -69,19 +76,31 @@ async fn wait_for(
 pub async fn snapshot(node: &Replicas, group: u32) -> Result<LogAction, LogOpError> {
     let raft = raft_of(node, group)?;
     let applied = raft.metrics().borrow().last_applied.map(|l| l.index);
-    if raft.metrics().borrow().snapshot.map(|l| l.index) < applied {
-        raft.trigger()
-            .snapshot()
-            .await
-            .map_err(|e| LogOpError::Failed {
+    let covered = || raft.metrics().borrow().snapshot.map(|l| l.index) >= applied;
+    let snapshot_of = |g: u32| {
+        node.raft(g)
+            .and_then(|r| r.metrics().borrow().snapshot.map(|l| l.index))
+    };
+    // A build of the group that runs now, or one begun since, may cover the request: wait for
+    // it, and for a permit, rather than trigger a build openraft would drop.
+    let start = node
+        .builds
+        .permit(group, PERMIT_WAIT, snapshot_of, covered)
+        .await
+        .map_err(|_| LogOpError::Busy { group })?;
+    if start {
+        let before = raft.metrics().borrow().snapshot.map(|l| l.index);
+        if !node.builds.start(raft, group, before).await {
+            return Err(LogOpError::Failed {
                 group,
-                why: e.to_string(),
-            })?;
-        wait_for(raft, group, "snapshot", |m| {
-            m.snapshot.map(|l| l.index) >= applied
-        })
-        .await?;
+                why: "the group is stopping: openraft refused the snapshot trigger".to_owned(),
+            });
+        }
     }
+    wait_for(raft, group, "snapshot", |m| {
+        m.snapshot.map(|l| l.index) >= applied
+    })
+    .await?;
     Ok(action(raft, group))
 }
 

@@ -22,12 +22,14 @@
 //! - [`pause`]: holds on a group's client writes while it is handed off.
 //! - [`rebuilds`]: replicas that reported lost entries to their leader.
 //! - [`snapdrive`]: snapshots by log bytes against `raft.snapshot_log_budget`.
+//! - [`builds`]: the snapshot builds in flight that the driver and `logops` share.
 //! - [`recovery`]: the WAL root's files, recovery gates, vote floors, the bootstrap.
 //! - [`peer`]: peer traffic: wire format, protocol version, lanes, client and server.
 //! - [`storage`]: the per-core journal, a group's log store and its state machine.
 //! - [`stats`]: the log and snapshot counters storage, driver and metrics share.
 
 pub mod batch;
+pub mod builds;
 pub mod engine;
 pub mod handoff;
 pub mod logops;

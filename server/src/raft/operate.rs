@@ -155,8 +155,22 @@ fn logop_status(e: &LogOpError) -> StatusCode {
     match e {
         LogOpError::NoGroup(_) => StatusCode::NOT_FOUND,
         LogOpError::NotLeader { .. } | LogOpError::NoSnapshot { .. } => StatusCode::CONFLICT,
+        LogOpError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
         LogOpError::Failed { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     }
+}
+
+/// A refused log operation; `503`s say when to ask again.
+fn logop_refusal(e: &LogOpError) -> Response {
+    let status = logop_status(e);
+    let mut r = refuse(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+    }
+    r
 }
 
 async fn quorum(State(node): State<Arc<Replicas>>, Path(group): Path<String>) -> Response {
@@ -165,7 +179,7 @@ async fn quorum(State(node): State<Arc<Replicas>>, Path(group): Path<String>) ->
     };
     match logops::quorum(&node, group).await {
         Ok(p) => ok(&p),
-        Err(e) => refuse(logop_status(&e), e.to_string()),
+        Err(e) => logop_refusal(&e),
     }
 }
 
@@ -175,7 +189,7 @@ async fn snapshot(State(node): State<Arc<Replicas>>, Path(group): Path<String>) 
     };
     match logops::snapshot(&node, group).await {
         Ok(a) => ok(&a),
-        Err(e) => refuse(logop_status(&e), e.to_string()),
+        Err(e) => logop_refusal(&e),
     }
 }
 
@@ -185,7 +199,7 @@ async fn purge(State(node): State<Arc<Replicas>>, Path(group): Path<String>) -> 
     };
     match logops::purge(&node, group).await {
         Ok(a) => ok(&a),
-        Err(e) => refuse(logop_status(&e), e.to_string()),
+        Err(e) => logop_refusal(&e),
     }
 }
 
@@ -272,5 +286,33 @@ async fn voters(
     match membership::set_voters(&node, group, voters).await {
         Ok(c) => ok(&c),
         Err(e) => membership_refusal(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_no_build_could_start_for_is_a_503_that_says_to_ask_again_in_a_second() {
+        let r = logop_refusal(&LogOpError::Busy { group: 7 });
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            r.headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .map(|v| v.as_bytes()),
+            Some(&b"1"[..])
+        );
+        let failed = logop_refusal(&LogOpError::Failed {
+            group: 7,
+            why: "the snapshot did not finish".to_owned(),
+        });
+        assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            failed
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .is_none()
+        );
     }
 }

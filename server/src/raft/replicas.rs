@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 
 use super::GroupRaft;
+use super::builds::Builds;
 use super::pause::WriteHolds;
 use super::peer::client::Peers;
 use super::rebuilds::LostReports;
@@ -36,6 +37,8 @@ pub struct Replicas {
     pub log_bytes: Arc<NodeLog>,
     /// The snapshot driver's counters and each group's last snapshot size.
     pub snap_stats: Arc<SnapStats>,
+    /// Snapshot builds in flight, the driver's and the operator's.
+    pub builds: Builds,
     /// The maintenance drain mark.
     pub shed: Shed,
     /// Groups whose client writes wait for a handoff to end (shared with the batcher).
@@ -60,6 +63,7 @@ pub struct Parts {
     pub vote_hold: VoteHold,
     pub log_bytes: Arc<NodeLog>,
     pub snap_stats: Arc<SnapStats>,
+    pub builds: Builds,
     pub shed: Shed,
     pub holds: Arc<WriteHolds>,
     pub rt: Runtime,
@@ -115,6 +119,7 @@ impl Replicas {
             vote_hold: p.vote_hold,
             log_bytes: p.log_bytes,
             snap_stats: p.snap_stats,
+            builds: p.builds,
             shed: p.shed,
             holds: p.holds,
             lost: LostReports::default(),

@@ -19,18 +19,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
-use super::GroupRaft;
 use super::replicas::Replicas;
 
 /// A group's own threshold is at most this, however large the budget.
 const GROUP_THRESHOLD_CAP: u64 = 16 << 20;
 /// How often a pass waiting for a free build slot looks again.
 const SLOT_POLL: Duration = Duration::from_millis(50);
-/// A trigger whose build has not shown up by then was not claimed (a build already ran).
-const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
-/// First hold-out of a group whose trigger went unclaimed; doubles up to `HOLD_OUT_MAX`.
-const HOLD_OUT_FIRST: Duration = Duration::from_millis(500);
-const HOLD_OUT_MAX: Duration = Duration::from_secs(16);
 
 /// The driver's settings, from `[raft]` and `[storage.snapshot]`: plain values, so they live in
 /// `config`, which depends on no subsystem.
@@ -107,39 +101,8 @@ pub fn plan(node_log: u64, groups: &[GroupLog], budget: u64, group_count: u32) -
         .collect()
 }
 
-/// A build the driver triggered and waits to see.
-struct Pending {
-    since: Instant,
-    /// The group's snapshot before the trigger.
-    before: Option<u64>,
-}
-
-/// Groups whose trigger went unclaimed: until when they sit out, and the next hold-out.
-#[derive(Default)]
-struct HeldOut(BTreeMap<u32, (Instant, Duration)>);
-
-impl HeldOut {
-    fn holds(&self, group: u32) -> bool {
-        self.0
-            .get(&group)
-            .is_some_and(|(until, _)| Instant::now() < *until)
-    }
-
-    fn unclaimed(&mut self, group: u32) {
-        let next = self.0.get(&group).map_or(HOLD_OUT_FIRST, |(_, d)| *d);
-        self.0
-            .insert(group, (Instant::now() + next, (next * 2).min(HOLD_OUT_MAX)));
-    }
-
-    fn claimed(&mut self, group: u32) {
-        self.0.remove(&group);
-    }
-}
-
 /// Runs passes every `settings.interval` until the engine stops.
 pub async fn run(engine: Weak<Replicas>, settings: Settings) {
-    let mut pending: BTreeMap<u32, Pending> = BTreeMap::new();
-    let mut held = HeldOut::default();
     let mut idle = Idle::default();
     let mut tick = tokio::time::interval(settings.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -152,7 +115,7 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
             return;
         }
         let started = Instant::now();
-        settle(&e, &mut pending, &mut held);
+        settle(&e);
         let node_log = e.log_bytes.bytes();
         let level = pressure_level(node_log, settings.budget);
         let allowed = builds_allowed(node_log, settings.budget, settings.max_concurrency);
@@ -162,12 +125,12 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
             .store(u64::from(allowed), Ordering::Relaxed);
         // Left out of this pass: a build of theirs is triggered and not yet seen, or their
         // last trigger went unclaimed and they sit out.
-        let busy = pending.len();
+        let busy = e.builds.in_flight();
         let unclaimed = (0..e.group_count())
-            .filter(|g| !pending.contains_key(g) && held.holds(*g))
+            .filter(|g| !e.builds.building(*g) && e.builds.held_out(*g))
             .count();
         let groups: Vec<GroupLog> = (0..e.group_count())
-            .filter(|g| !pending.contains_key(g) && !held.holds(*g))
+            .filter(|g| !e.builds.building(*g) && !e.builds.held_out(*g))
             .map(|g| GroupLog {
                 group: g,
                 log: e.log_bytes_of(g),
@@ -193,7 +156,7 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
         let releases = idle_pins
             .into_iter()
             .take(settings.max_groups_per_tick as usize);
-        release(&engine, releases, &mut pending, allowed).await;
+        release(&engine, releases, allowed).await;
         if chosen.is_empty() {
             continue;
         }
@@ -208,8 +171,8 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
                 if e.stopping() {
                     return;
                 }
-                settle(&e, &mut pending, &mut held);
-                if (pending.len() as u32) < allowed {
+                settle(&e);
+                if e.builds.in_flight() < allowed {
                     break;
                 }
                 drop(e);
@@ -222,7 +185,7 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
                 continue;
             };
             let before = raft.metrics().borrow().snapshot.map(|l| l.index);
-            if start_build(&e, &raft, group, before, &mut pending).await {
+            if e.builds.start(&raft, group, before).await {
                 started_builds += 1;
             }
         }
@@ -300,12 +263,7 @@ fn release_step(
 
 /// Releases each of `groups`: a purge now, or a snapshot when a build slot is free (its purge
 /// follows at a later pass).
-async fn release(
-    engine: &Weak<Replicas>,
-    groups: impl Iterator<Item = u32>,
-    pending: &mut BTreeMap<u32, Pending>,
-    allowed: u32,
-) {
+async fn release(engine: &Weak<Replicas>, groups: impl Iterator<Item = u32>, allowed: u32) {
     for group in groups {
         let Some(e) = engine.upgrade() else {
             return;
@@ -335,8 +293,8 @@ async fn release(
                     );
                 }
             }
-            Release::Snapshot if (pending.len() as u32) < allowed => {
-                if start_build(&e, &raft, group, snapshot, pending).await {
+            Release::Snapshot if e.builds.in_flight() < allowed => {
+                if e.builds.start(&raft, group, snapshot).await {
                     tracing::debug!(
                         group,
                         "snapshot of an idle group that pins a sealed segment"
@@ -348,51 +306,12 @@ async fn release(
     }
 }
 
-/// Triggers a snapshot of `group` and records it as pending, with the build counters; false
-/// when openraft refused the trigger (the group is stopping).
-async fn start_build(
-    e: &Replicas,
-    raft: &GroupRaft,
-    group: u32,
-    before: Option<u64>,
-    pending: &mut BTreeMap<u32, Pending>,
-) -> bool {
-    if raft.trigger().snapshot().await.is_err() {
-        return false;
-    }
-    pending.insert(
-        group,
-        Pending {
-            since: Instant::now(),
-            before,
-        },
-    );
-    let n = pending.len() as u64;
-    e.snap_stats.in_flight.store(n, Ordering::Relaxed);
-    e.snap_stats.in_flight_max.fetch_max(n, Ordering::Relaxed);
-    true
-}
-
-/// Drops the triggered builds that finished (their group's snapshot moved) or that were never
-/// claimed.
-fn settle(e: &Replicas, pending: &mut BTreeMap<u32, Pending>, held: &mut HeldOut) {
-    pending.retain(|group, p| {
-        let now = e
-            .raft(*group)
-            .and_then(|r| r.metrics().borrow().snapshot.map(|l| l.index));
-        if now != p.before {
-            held.claimed(*group);
-            return false;
-        }
-        if p.since.elapsed() >= CLAIM_TIMEOUT {
-            held.unclaimed(*group);
-            return false;
-        }
-        true
+/// Sees the builds that ended or went unclaimed since the last look.
+fn settle(e: &Replicas) {
+    e.builds.settle(|g| {
+        e.raft(g)
+            .and_then(|r| r.metrics().borrow().snapshot.map(|l| l.index))
     });
-    e.snap_stats
-        .in_flight
-        .store(pending.len() as u64, Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use openraft::Raft;
 
 use super::GroupRaft;
 use super::batch::Batcher;
+use super::builds::Builds;
 use super::engine::EngineParts;
 use super::engine::RaftEngine;
 use super::handoff;
@@ -459,6 +460,7 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
             VoteHold::new(&groups.fresh)
         },
         log_bytes,
+        builds: Builds::new(opts.snapshot.max_concurrency, snap_stats.clone()),
         snap_stats,
         shed,
         holds,
