@@ -106,8 +106,8 @@ fn choose(
             never.push(format!("{c} unreachable"));
             continue;
         };
-        if m.leadership_shed.drained() {
-            never.push(format!("{c} drained"));
+        if m.leadership_shed.sheds() {
+            never.push(format!("{c} {}", m.leadership_shed.why()));
             continue;
         }
         let key = group.to_string();

@@ -28,6 +28,11 @@ use serde::Serialize;
 
 /// The maintenance drain bit of [`ShedState::bits`].
 pub const SHED_MAINTENANCE: u64 = 1;
+/// The bit a node sets while its WAL disk is under pressure (`wal_disk_pressure`): it refuses
+/// writes, so it hands its leaderships to peers that can take them and leads nothing until the
+/// disk has room again. The spec names the state but not its bit; 2 and 4 are left for the
+/// snapshot-store and cluster-egress gates it lists before it.
+pub const SHED_WAL_DISK: u64 = 8;
 
 /// A node's leadership-shed state: what the drain mark makes it do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,18 +53,40 @@ impl Default for ShedState {
 
 impl ShedState {
     pub fn of_bits(bits: u64) -> ShedState {
-        let drained = bits & SHED_MAINTENANCE != 0;
+        let sheds = bits & (SHED_MAINTENANCE | SHED_WAL_DISK) != 0;
+        let state = if bits & SHED_MAINTENANCE != 0 {
+            "maintenance-drain"
+        } else if bits & SHED_WAL_DISK != 0 {
+            "wal-disk-pressure"
+        } else {
+            "none"
+        };
         ShedState {
             bits,
-            state: if drained { "maintenance-drain" } else { "none" }.to_owned(),
-            should_accept_transfer: !drained,
-            should_campaign: !drained,
-            should_shed_current_leaders: drained,
+            state: state.to_owned(),
+            should_accept_transfer: !sheds,
+            should_campaign: !sheds,
+            should_shed_current_leaders: sheds,
         }
     }
 
+    /// The operator's maintenance mark is set.
     pub fn drained(&self) -> bool {
         self.bits & SHED_MAINTENANCE != 0
+    }
+
+    /// Any reason to lead nothing: the maintenance mark or WAL disk pressure.
+    pub fn sheds(&self) -> bool {
+        !self.should_campaign
+    }
+
+    /// Why the node sheds, for a refusal: `drained` for the operator's mark, else the state.
+    pub fn why(&self) -> &str {
+        if self.drained() {
+            "drained"
+        } else {
+            &self.state
+        }
     }
 }
 
@@ -222,6 +249,18 @@ mod tests {
         );
         let clear = ShedState::of_bits(0);
         assert!(!clear.drained() && clear.should_campaign && clear.state == "none");
+    }
+
+    #[test]
+    fn wal_disk_pressure_sheds_without_being_the_operators_mark() {
+        let disk = ShedState::of_bits(SHED_WAL_DISK);
+        assert_eq!(disk.state, "wal-disk-pressure");
+        assert!(disk.sheds() && !disk.drained());
+        assert!(!disk.should_campaign && !disk.should_accept_transfer);
+        assert!(disk.should_shed_current_leaders);
+        let both = ShedState::of_bits(SHED_MAINTENANCE | SHED_WAL_DISK);
+        assert_eq!(both.state, "maintenance-drain");
+        assert!(both.drained() && both.sheds());
     }
 
     #[test]

@@ -161,6 +161,8 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         }
     };
     let rt = runtime(config)?;
+    let admission = Admission::new(limits(config, Some(dir.clone())));
+    let sampler = admission.clone();
     let opts = RaftOptions {
         node_id: config.node_id,
         dir,
@@ -169,9 +171,11 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         peers: peers.clone(),
         snapshot: config.snapshot_driver,
         shutdown_stall: config.shutdown_stall,
+        wal_disk_pressure: Some(crate::raft::handoff::DiskPressure::new(move || {
+            sampler.disk_pressure()
+        })),
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
-    let admission = Admission::new(limits(config, Some(opts.dir.clone())));
     admission.spawn_disk_sampler();
     let started = crate::raft::start(&rt, opts).await?;
     Ok(NodeState {

@@ -243,7 +243,7 @@ pub async fn transfer(
             drop(held);
             // The spec's rule: step down and campaign again. A leader that never lost its
             // leadership still holds it; one left without a leader campaigns.
-            if m.current_leader.is_none() && !node.shed.drained() {
+            if m.current_leader.is_none() && !node.shed.sheds() {
                 let _ = raft.trigger().elect().await;
             }
             return Err(abandoned(format!(
@@ -264,8 +264,9 @@ pub async fn self_elect(node: &Replicas, group: u32) -> Result<Elected, HandoffE
             why: "it leads the group already".into(),
         });
     }
-    let why = if node.shed.drained() {
-        Some("the node is drained".to_owned())
+    let shed = node.shed.state();
+    let why = if shed.sheds() {
+        Some(format!("the node is {}", shed.why()))
     } else if node.gates.is_closed(group) {
         Some("its recovery gate is closed".to_owned())
     } else if !m.membership_config.voter_ids().any(|v| v == node.node_id) {
@@ -327,7 +328,7 @@ pub async fn shed_all(node: &Replicas, within: Duration) -> Vec<u32> {
 
 /// A drained node's balancer: one handoff per tick, while the mark is set and it leads a
 /// group (the spec's "the background leadership balancer migrates its current leaderships").
-pub async fn balance(node: std::sync::Weak<Replicas>) {
+pub async fn balance(node: std::sync::Weak<Replicas>, wal_disk: Option<DiskPressure>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
@@ -337,16 +338,75 @@ pub async fn balance(node: std::sync::Weak<Replicas>) {
         if node.stopping() {
             return;
         }
-        if !node.shed.operator_drained() {
+        if let Some(pressured) = &wal_disk {
+            shed_for_wal_disk(&node, pressured.now());
+        }
+        if !node.shed.balancer_sheds() {
             continue;
         }
-        let Some(group) = (0..node.group_count()).find(|g| node.is_leader(*g)) else {
-            continue;
+        // The operator's mark moves one leadership a tick (the spec's balancer); a node short
+        // of WAL disk refuses every write it leads, so it moves them at the other gates' pace.
+        let per_tick = if node.shed.state().drained() {
+            1
+        } else {
+            WAL_DISK_HANDOFFS_PER_TICK
         };
-        for target in candidates(&node, group).await {
-            if transfer(&node, group, target).await.is_ok() {
-                break;
+        let led: Vec<u32> = (0..node.group_count())
+            .filter(|g| node.is_leader(*g))
+            .take(per_tick)
+            .collect();
+        for group in led {
+            for target in candidates(&node, group).await {
+                if transfer(&node, group, target).await.is_ok() {
+                    break;
+                }
             }
+        }
+    }
+}
+
+/// Whether the WAL disk is under pressure now (the admission's free-space sampler).
+#[derive(Clone)]
+pub struct DiskPressure(std::sync::Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl DiskPressure {
+    pub fn new(now: impl Fn() -> bool + Send + Sync + 'static) -> DiskPressure {
+        DiskPressure(std::sync::Arc::new(now))
+    }
+
+    pub fn now(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for DiskPressure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DiskPressure").field(&self.now()).finish()
+    }
+}
+
+/// Leaderships a node short of WAL disk hands off per balancer tick.
+const WAL_DISK_HANDOFFS_PER_TICK: usize = 4;
+
+/// Follows the WAL disk's pressure into the shed state: while it lasts the node campaigns for
+/// no group, refuses transfers to itself (peers read it in the shed state and in the `elect`
+/// answer) and the balancer hands its leaderships away; once the disk has room it may lead
+/// again wherever nothing else holds it back.
+pub fn shed_for_wal_disk(node: &Replicas, pressured: bool) {
+    if !node.shed.set_wal_disk(pressured) {
+        return;
+    }
+    if pressured {
+        tracing::warn!(
+            "WAL disk pressure: this node hands its leaderships to peers and campaigns for none until the disk has room"
+        );
+        for r in node.rafts() {
+            r.runtime_config().elect(false);
+        }
+    } else {
+        tracing::info!("the WAL disk has room again: this node may lead");
+        for group in 0..node.group_count() {
+            node.resume_elections(group);
         }
     }
 }

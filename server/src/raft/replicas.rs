@@ -231,7 +231,7 @@ impl Replicas {
     /// is closed: both keep it from taking leadership.
     pub fn resume_elections(&self, group: GroupId) {
         if let Some(raft) = self.raft(group)
-            && !self.shed.drained()
+            && !self.shed.sheds()
             && !self.gates.is_closed(group)
         {
             raft.runtime_config().elect(true);

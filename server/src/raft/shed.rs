@@ -1,7 +1,7 @@
 //! The node's leadership-shed state: the operator's maintenance drain mark, kept in the WAL
-//! root (`leadership-shed.bin`) so it outlives a restart until `DELETE`d, and the mark a
-//! graceful shutdown sets on itself, which is not kept. A drained node does not campaign,
-//! refuses leader transfers to itself, and hands its leaderships away
+//! root (`leadership-shed.bin`) so it outlives a restart until `DELETE`d, the mark a graceful
+//! shutdown sets on itself, and WAL disk pressure, neither of which is kept. A shedding node
+//! does not campaign, refuses leader transfers to itself, and hands its leaderships away
 //! ([`super::handoff`]).
 
 use std::sync::atomic::AtomicBool;
@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use ursula_protocol::admin::SHED_MAINTENANCE;
+use ursula_protocol::admin::SHED_WAL_DISK;
 use ursula_protocol::admin::ShedState;
 
 use super::recovery::files::FilesError;
@@ -21,6 +22,8 @@ pub struct Shed {
     bits: AtomicU64,
     /// Set by a graceful shutdown: the node is on its way out.
     stopping: AtomicBool,
+    /// Set while the WAL disk is under pressure ([`super::handoff::shed_for_wal_disk`]).
+    wal_disk: AtomicBool,
 }
 
 impl Shed {
@@ -34,6 +37,7 @@ impl Shed {
             root,
             bits: AtomicU64::new(bits),
             stopping: AtomicBool::new(false),
+            wal_disk: AtomicBool::new(false),
         })
     }
 
@@ -57,22 +61,32 @@ impl Shed {
         self.stopping.store(true, Ordering::Release);
     }
 
+    /// Sets or clears the WAL disk's bit; `true` when that changed it.
+    pub fn set_wal_disk(&self, on: bool) -> bool {
+        self.wal_disk.swap(on, Ordering::AcqRel) != on
+    }
+
     pub fn state(&self) -> ShedState {
         let mut bits = self.bits.load(Ordering::Acquire);
         if self.stopping.load(Ordering::Acquire) {
             bits |= SHED_MAINTENANCE;
         }
+        if self.wal_disk.load(Ordering::Acquire) {
+            bits |= SHED_WAL_DISK;
+        }
         ShedState::of_bits(bits)
     }
 
-    pub fn drained(&self) -> bool {
-        self.state().drained()
+    /// Leads nothing now: drained, stopping or short of WAL disk.
+    pub fn sheds(&self) -> bool {
+        self.state().sheds()
     }
 
-    /// The operator's mark only (not a shutdown's): what the balancer acts on, since a
-    /// shutdown hands its leaderships off itself.
-    pub fn operator_drained(&self) -> bool {
+    /// What the balancer hands leaderships away for: the operator's mark or the WAL disk (not
+    /// a shutdown, which hands its leaderships off itself).
+    pub fn balancer_sheds(&self) -> bool {
         self.bits.load(Ordering::Acquire) & SHED_MAINTENANCE != 0
+            || self.wal_disk.load(Ordering::Acquire)
     }
 }
 
@@ -85,15 +99,22 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ursula-shed-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let shed = Shed::load(Some(Root::new(&dir))).expect("load");
-        assert!(!shed.drained());
+        assert!(!shed.sheds());
         assert!(shed.set_maintenance(true).expect("set").drained());
         let again = Shed::load(Some(Root::new(&dir))).expect("reload");
-        assert!(again.drained(), "the operator's mark is recorded");
+        assert!(again.sheds(), "the operator's mark is recorded");
         assert!(!again.set_maintenance(false).expect("clear").drained());
+        assert!(again.set_wal_disk(true) && !again.set_wal_disk(true));
+        assert!(again.sheds() && again.balancer_sheds() && !again.state().drained());
+        assert!(again.set_wal_disk(false) && !again.sheds());
+        again.set_wal_disk(true);
         again.mark_stopping();
-        assert!(again.drained());
+        assert!(again.state().drained());
         let third = Shed::load(Some(Root::new(&dir))).expect("reload");
-        assert!(!third.drained(), "a shutdown's own mark is not recorded");
+        assert!(
+            !third.sheds(),
+            "neither a shutdown's mark nor the disk's is recorded"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

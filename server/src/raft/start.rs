@@ -82,6 +82,8 @@ pub struct RaftOptions {
     pub snapshot: snapdrive::Settings,
     /// A test hook: a shutdown that stalls this long before it syncs its journals.
     pub shutdown_stall: Option<std::time::Duration>,
+    /// The WAL disk's pressure, which a cluster node sheds its leaderships for.
+    pub wal_disk_pressure: Option<handoff::DiskPressure>,
 }
 
 /// A started engine and the HTTP routes it serves itself.
@@ -469,7 +471,7 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
     for group in &gated {
         node.spawn_on_core(*group, watch::watch(Arc::downgrade(&node), *group));
     }
-    if node.shed.drained() {
+    if node.shed.sheds() {
         tracing::warn!(
             "this node is drained (the maintenance mark is recorded): it takes no leadership until DELETE /__ursula/leadership-shed/maintenance"
         );
@@ -479,7 +481,10 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
     }
     if !opts.peers.is_empty() {
         tokio::spawn(membership::keep(Arc::downgrade(&node)));
-        tokio::spawn(handoff::balance(Arc::downgrade(&node)));
+        tokio::spawn(handoff::balance(
+            Arc::downgrade(&node),
+            opts.wal_disk_pressure.clone(),
+        ));
     }
     if !opts.snapshot.interval.is_zero() {
         tokio::spawn(snapdrive::run(Arc::downgrade(&node), opts.snapshot));

@@ -146,8 +146,9 @@ pub async fn serve(
         }
         RpcKind::Elect => {
             let req: ElectRequest = rmp_serde::from_slice(body).map_err(invalid)?;
-            let answer: ElectAnswer = if node.shed.drained() {
-                Err(format!("node {} is drained", node.node_id))
+            let shed = node.shed.state();
+            let answer: ElectAnswer = if shed.sheds() {
+                Err(format!("node {} is {}", node.node_id, shed.why()))
             } else if node.gates.is_closed(group) || node.vote_hold.holds(group) {
                 Err(format!(
                     "node {}'s replica of group {group} is recovering",
