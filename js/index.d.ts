@@ -133,7 +133,11 @@ export function attach(file: string, streamUrl: string, options?: AttachOptions)
 /** `attach` off the event loop; a second attach of `file` while one runs fails with in_use. */
 export function attachAsync(file: string, streamUrl: string, options?: AttachOptions): Promise<StreamOffset>;
 
-/** Loads the extension once per process; returns the control connection. */
+/**
+ * Loads the extension once per process; returns the control connection. A later call returns
+ * the same connection, and throws `UrsulaSetupError` (`local_setup`) if it names another
+ * library than the one loaded.
+ */
 export function loadUrsulaVfs(path?: string): DatabaseSync;
 
 /** Sets the process-wide bearer token; `null` returns to URSULA_VFS_TOKEN_FILE. */

@@ -10,7 +10,7 @@
 // control connection instead.
 import { existsSync, realpathSync } from "node:fs";
 import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { functionError, isSqliteError, setupError, sqliteCause } from "./errors.js";
 import { DatabaseSync } from "./sqlite.js";
@@ -20,6 +20,8 @@ const packageDir = dirname(dirname(fileURLToPath(import.meta.url)));
 
 let control = null;
 let backend = null;
+/** The library the process loaded, as a real path: a later call naming another is refused. */
+let loadedFrom = null;
 
 /** The platform part of a prebuilt's name, as napi-rs names them. */
 function platformTriple() {
@@ -104,13 +106,33 @@ function sqlBackend(db) {
   };
 }
 
+/** `path` as a real path when it exists, else resolved: what two spellings of a library share. */
+function sameLibrary(path) {
+  try {
+    return realpathSync(path);
+  } catch {
+    return resolve(path);
+  }
+}
+
 /**
  * Loads the extension once per process and returns the control connection: the prebuilt one,
  * or the library `path` (default: SQLITE_URSULA_VFS) names. Later calls return the same
- * connection, whatever they pass.
+ * connection; one that names another library than the loaded one is refused, since SQLite
+ * cannot load a second copy of the VFS into the process.
  */
-export function loadUrsulaVfs(path = process.env.SQLITE_URSULA_VFS) {
-  if (control !== null) return control;
+export function loadUrsulaVfs(path) {
+  if (control !== null) {
+    if (path !== undefined && path !== "" && sameLibrary(path) !== loadedFrom) {
+      throw setupError(
+        "loadUrsulaVfs",
+        "local_setup",
+        `the extension is loaded already, from ${loadedFrom}, and a process loads it once: ${path} was not loaded (call loadUrsulaVfs(path) before anything opens a database, or use another process)`,
+      );
+    }
+    return control;
+  }
+  path ??= process.env.SQLITE_URSULA_VFS;
   let library = path === undefined || path === "" ? null : path;
   if (library === null) {
     library = prebuiltPath();
@@ -142,6 +164,7 @@ export function loadUrsulaVfs(path = process.env.SQLITE_URSULA_VFS) {
   // The addon's functions read the extension's state only if SQLite loaded this very object.
   backend = addon !== null && addon.loaded() ? addonBackend(addon) : sqlBackend(db);
   control = db;
+  loadedFrom = sameLibrary(library);
   return db;
 }
 

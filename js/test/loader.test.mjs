@@ -83,3 +83,19 @@ test("a library that does not load is an UrsulaSetupError", async () => {
   assert.equal(r.code, 0, r.stderr);
   assert.deepEqual(JSON.parse(r.stdout), ["UrsulaSetupError", "local_setup", "ERR_LOAD_SQLITE_EXTENSION"]);
 });
+
+test("a later loadUrsulaVfs naming another library is refused and names the one loaded", async () => {
+  const other = join(tempDir(), "other.node");
+  copyFileSync(addon, other);
+  const r = await runNode(`
+    const ctl = U.loadUrsulaVfs();
+    const same = [U.loadUrsulaVfs() === ctl, U.loadUrsulaVfs(${JSON.stringify(addon)}) === ctl];
+    try {
+      U.loadUrsulaVfs(${JSON.stringify(other)});
+      console.log(JSON.stringify([same, "loaded"]));
+    } catch (e) {
+      console.log(JSON.stringify([same, e.name, e.kind, e.message.includes(${JSON.stringify(addon)}), e.message.includes(${JSON.stringify(other)})]));
+    }`);
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), [[true, true], "UrsulaSetupError", "local_setup", true, true]);
+});
