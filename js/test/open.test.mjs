@@ -96,6 +96,11 @@ test("loadUrsulaVfs returns one control connection whose SQL functions share the
   db.exec("CREATE TABLE t(x)");
   assert.equal(JSON.parse(ctl.prepare("SELECT ursula_status(?) AS s").get(file).s).commits, 1);
   assert.equal(status(file).commits, 1);
+  // Both spell the fields in the spec's order (offset, epoch, poisoned, fenced, reason, ...),
+  // not the alphabet's.
+  const first = ["offset", "epoch", "poisoned", "fenced", "reason", "read_only"];
+  assert.deepEqual(Object.keys(status(file)).slice(0, first.length), first);
+  assert.deepEqual(Object.keys(JSON.parse(ctl.prepare("SELECT ursula_status(?) AS s").get(file).s)).slice(0, first.length), first);
   db.close();
 });
 

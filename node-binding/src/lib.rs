@@ -91,7 +91,7 @@ fn errstr(code: i32) -> Option<String> {
 }
 
 /// Runs `f` once the extension is loaded, with panics turned into `internal` failures.
-fn call(function: &str, f: impl FnOnce() -> Result<Value, Failure>) -> String {
+fn call<T: serde::Serialize>(function: &str, f: impl FnOnce() -> Result<T, Failure>) -> String {
     if !sqlite_ursula_vfs::shim::registered() {
         return Failure {
             kind: "not_loaded".into(),
@@ -114,8 +114,17 @@ fn call(function: &str, f: impl FnOnce() -> Result<Value, Failure>) -> String {
             ),
         ))
     });
-    match result {
-        Ok(v) => json!({ "ok": v }).to_string(),
+    // The value is written as it is, so an ordered object keeps its keys' order.
+    let ok = result.and_then(|v| {
+        serde_json::to_string(&v).map_err(|e| {
+            Failure::of(
+                function,
+                &VfsError::new(Kind::Internal, format!("cannot encode the answer: {e}")),
+            )
+        })
+    });
+    match ok {
+        Ok(v) => format!("{{\"ok\":{v}}}"),
         Err(f) => f.to_json().to_string(),
     }
 }

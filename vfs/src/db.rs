@@ -417,7 +417,7 @@ impl Db {
 
     /// `ursula_status`: every field the spec lists. Offsets are the server's strings, `"-1"`
     /// for none.
-    pub fn status_json(&self, snapshot_min_bytes: u64) -> serde_json::Value {
+    pub fn status_json(&self, snapshot_min_bytes: u64) -> crate::ordered::Ordered {
         let h = self.health();
         let poisoned = h.poison.is_some();
         // writes_refused and refused_kind report only the spec's kinds of refused writes.
@@ -442,7 +442,8 @@ impl Db {
         } else {
             serde_json::Value::Null
         };
-        json!({
+        // The spec's order (offset, epoch, poisoned, fenced, reason, ...), not the alphabet's.
+        crate::ordered! {
             "offset": offset_text::to_text(h.offset),
             "epoch": h.epoch,
             "poisoned": poisoned,
@@ -473,7 +474,7 @@ impl Db {
             "tail": self.follows.then(|| offset_text::to_text(h.tail)),
             "lag_bytes": self.follows.then(|| lag_bytes(h.offset, h.tail)),
             "lag_ms": self.follows.then(|| lag_ms(&h)),
-        })
+        }
     }
 
     /// `ursula_stats`: drains the measurements kept since the last drain.

@@ -26,6 +26,7 @@
 //! - [`format`]: frame, snapshot and sidecar layouts (see `docs/sqlite-vfs.md`).
 //! - [`pragma`]: PRAGMAs refused before they run (`journal_mode` away from WAL).
 //! - [`settings`], [`log`], [`error`]: env vars, logfmt events, failure kinds.
+//! - [`ordered`]: JSON objects whose keys keep the order written (`ursula_status`).
 
 pub mod append;
 pub mod at;
@@ -43,6 +44,7 @@ pub mod gate;
 pub mod local;
 pub mod log;
 pub mod mode;
+pub mod ordered;
 pub mod pragma;
 pub mod registry;
 pub mod replay;

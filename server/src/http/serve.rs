@@ -11,6 +11,8 @@
 
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::response::Response;
@@ -41,12 +43,14 @@ pub async fn until_stopping(mut stop: watch::Receiver<bool>) {
 pub struct Drain {
     slots: Arc<Semaphore>,
     max: u32,
+    /// Connections being served: the slots count the accept loops' waiting slots too.
+    open: Arc<AtomicUsize>,
 }
 
 impl Drain {
     /// How many connections are open now.
     pub fn open(&self) -> usize {
-        (self.max as usize).saturating_sub(self.slots.available_permits())
+        self.open.load(Ordering::Relaxed)
     }
 
     /// Waits, up to `within`, until every connection has closed; `true` when they all did.
@@ -80,6 +84,7 @@ where
     // One count for the listener, whichever core accepts. The config keeps it within u32.
     let max = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let slots = Arc::new(Semaphore::new(max as usize));
+    let open = Arc::new(AtomicUsize::new(0));
     for core in 0..rt.core_count() {
         let Some(handle) = rt.core_handle(core) else {
             continue;
@@ -88,6 +93,7 @@ where
         let app = app.clone();
         let mut shutdown = shutdown.clone();
         let slots = slots.clone();
+        let open = open.clone();
         handle.spawn(async move {
             let listener = match tokio::net::TcpListener::from_std(std_listener) {
                 Ok(l) => l,
@@ -119,6 +125,7 @@ where
                 let _ = stream.set_nodelay(true);
                 let service = app.clone();
                 let stop = shutdown.clone();
+                let counted = Open::count(&open);
                 tokio::spawn(async move {
                     let conn = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)
@@ -139,9 +146,26 @@ where
                     }
                     // The slot is free once the connection is gone, however it ended.
                     drop(slot);
+                    drop(counted);
                 });
             }
         });
     }
-    Ok(Drain { slots, max })
+    Ok(Drain { slots, max, open })
+}
+
+/// One connection in the count, until it is dropped.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn count(open: &Arc<AtomicUsize>) -> Open {
+        open.fetch_add(1, Ordering::Relaxed);
+        Open(open.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
