@@ -12,6 +12,7 @@
 //! - [`backup`]: the backup format: group objects, the manifest, and their deep check.
 //! - [`fence`]: the maintenance fence, process-local admission of one maintenance executor.
 //! - [`http`]: the client plane and `/__ursula/*` over HTTP/1.1.
+//! - [`memcap`]: `runtime.node_memory_abort_cap_size`, the resident-memory abort.
 //! - [`node`]: wiring it all together for `ursula server`.
 
 pub mod admission;
@@ -21,6 +22,7 @@ pub mod config;
 pub mod engine;
 pub mod fence;
 pub mod http;
+pub mod memcap;
 pub mod node;
 pub mod raft;
 pub mod relay;

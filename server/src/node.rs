@@ -205,6 +205,9 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
             config.ignored_keys.join(", ")
         );
     }
+    if let Some(cap) = config.node_memory_abort_cap {
+        crate::memcap::spawn(cap);
+    }
     if let Some(stall) = config.shutdown_stall {
         tracing::warn!(
             ?stall,

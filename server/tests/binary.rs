@@ -502,6 +502,59 @@ fn a_log_written_to_a_file_is_plain_text_without_colour_codes() {
 }
 
 #[test]
+fn a_node_past_its_memory_abort_cap_aborts_and_says_why() {
+    use std::os::unix::process::ExitStatusExt;
+    // A cap above anything this test uses: the node serves, and the key is not "ignored".
+    let node = Node::start_with(
+        "memcap-high",
+        "[runtime]\ncore_count = 2\nnode_memory_abort_cap_size = \"64GiB\"\n",
+    );
+    assert!(!node.log().contains("does not act on"), "{}", node.log());
+    drop(node);
+    // A cap below what a process holds at start: it aborts within a sample or two.
+    let scratch = Scratch::new("memcap-low");
+    let config = scratch.file(
+        "ursula.toml",
+        "[runtime]\ncore_count = 2\nnode_memory_abort_cap_size = \"1MiB\"\n",
+    );
+    let log = scratch.0.join("stderr.log");
+    let mut child = ursula(
+        &scratch,
+        &[
+            "server",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).expect("log"))
+    .spawn()
+    .expect("spawn ursula");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "no abort within 20 s: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.signal(), Some(6), "{status:?}: {text}");
+    assert!(
+        text.contains("resident memory is past runtime.node_memory_abort_cap_size"),
+        "{text}"
+    );
+}
+
+#[test]
 fn the_admin_listen_flag_is_checked_like_the_key() {
     let scratch = Scratch::new("adminflag");
     let config = scratch.file("node.toml", "");

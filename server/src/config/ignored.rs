@@ -33,10 +33,6 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
                 .is_some_and(|s| s.0 != EXTERNAL_PAYLOAD_MIN),
         ),
         (
-            "runtime.node_memory_abort_cap_size",
-            rt.node_memory_abort_cap_size.is_some(),
-        ),
-        (
             "observability.tokio_console",
             file.observability.tokio_console == Some(true),
         ),

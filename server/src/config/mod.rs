@@ -113,6 +113,8 @@ pub struct Config {
     /// `testing.shutdown_stall`, a test hook: a Raft node's shutdown stalls this long before
     /// it syncs its journals.
     pub shutdown_stall: Option<Duration>,
+    /// `runtime.node_memory_abort_cap_size`: the resident memory past which the process aborts.
+    pub node_memory_abort_cap: Option<u64>,
     /// The dotted names of the keys the file sets that this build does not act on, sorted:
     /// named in a warning at start and in the metrics, so nobody is misled.
     pub ignored_keys: Vec<String>,
@@ -315,6 +317,15 @@ fn resolve_engine(
         max_connections: max_connections(file)?,
         // Only the Raft engine's shutdown has journals to stall before.
         shutdown_stall: file.testing.shutdown_stall.filter(|_| raft).map(|d| d.0),
+        node_memory_abort_cap: match file.runtime.node_memory_abort_cap_size {
+            Some(s) if s.0 == 0 => {
+                return Err(invalid(
+                    "runtime.node_memory_abort_cap_size",
+                    "must be more than 0 (leave it unset for no cap)",
+                ));
+            }
+            s => s.map(|s| s.0),
+        },
         ignored_keys: ignored::ignored_keys(file, raft),
     })
 }

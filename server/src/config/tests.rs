@@ -351,7 +351,6 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
             "raft.wal.cache_size",
             "runtime.cpu_affinity",
             "runtime.external_payload_min_size",
-            "runtime.node_memory_abort_cap_size",
             "storage.cold.compaction_enabled",
             "storage.cold.s3.heal_ticks",
             "storage.cold.s3.probe_timeout",
@@ -629,4 +628,14 @@ fn each_preset_sets_the_preset_tables_groups_cold_flushes_caps_and_body_budget()
         ),
         (8, 4, 64, 64)
     );
+}
+
+#[test]
+fn the_memory_abort_cap_is_acted_on_and_zero_is_refused() {
+    let c = resolve_text("[runtime]\nnode_memory_abort_cap_size = \"8GiB\"\n").expect("valid");
+    assert_eq!(c.node_memory_abort_cap, Some(8 << 30));
+    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+    assert_eq!(resolve_text("").expect("valid").node_memory_abort_cap, None);
+    let err = resolve_text("[runtime]\nnode_memory_abort_cap_size = 0\n").expect_err("zero");
+    assert!(err.contains("runtime.node_memory_abort_cap_size"), "{err}");
 }
