@@ -5,7 +5,8 @@
 //! - [`coldtier`]: the S3 cold tier: flush worker, cold reads, garbage collection.
 //! - [`config`]: TOML config, presets and CLI overrides, validated at start.
 //! - [`stream`]: the deterministic stream state machine every engine applies.
-//! - [`runtime`]: core threads, group ownership, live-reader wake-ups.
+//! - [`runtime`]: core threads, group ownership, live-reader wake-ups; [`affinity`]: which
+//!   CPU each core thread is pinned to.
 //! - [`relay`]: one task per core and stream that repeats a group's wake-ups to the core's readers.
 //! - [`engine`]: the `GroupEngine` seam: in memory, or Raft ([`raft`]) behind the same trait.
 //! - [`raft`]: openraft groups over the per-core disk journal, and their peer transport.
@@ -16,6 +17,7 @@
 //! - [`node`]: wiring it all together for `ursula server`.
 
 pub mod admission;
+pub mod affinity;
 pub mod backup;
 pub mod coldtier;
 pub mod config;

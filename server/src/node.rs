@@ -68,10 +68,23 @@ pub async fn attach_cold(state: &mut AppState, config: &Config) -> Result<(), No
 }
 
 fn runtime(config: &Config) -> Result<Runtime, NodeError> {
-    Ok(Runtime::start(
+    let allowed = crate::affinity::allowed();
+    let pins = crate::affinity::plan(config.cpu_affinity, config.core_count, &allowed);
+    match &pins {
+        Some(cpus) => tracing::info!(
+            ?cpus,
+            "core threads pinned, one CPU each (runtime.cpu_affinity)"
+        ),
+        None if config.cpu_affinity == Some(true) => tracing::warn!(
+            "runtime.cpu_affinity = true, but this platform does not report the CPUs the process may use: not pinned"
+        ),
+        None => {}
+    }
+    Ok(Runtime::start_pinned(
         config.core_count,
         config.group_count,
         config.live_read_max_waiters_per_core,
+        pins,
     )?)
 }
 

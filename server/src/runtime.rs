@@ -178,6 +178,16 @@ impl Runtime {
         group_count: u32,
         live_waiter_cap: usize,
     ) -> Result<Runtime, RuntimeError> {
+        Runtime::start_pinned(core_count, group_count, live_waiter_cap, None)
+    }
+
+    /// [`Runtime::start`], each core thread pinned to the CPU `pins` names for it.
+    pub fn start_pinned(
+        core_count: usize,
+        group_count: u32,
+        live_waiter_cap: usize,
+        pins: Option<Vec<usize>>,
+    ) -> Result<Runtime, RuntimeError> {
         let core_count = core_count.max(1);
         let group_count = group_count.max(1);
         let mut handles = Vec::with_capacity(core_count);
@@ -186,9 +196,15 @@ impl Runtime {
                 .enable_all()
                 .build()?;
             handles.push(rt.handle().clone());
+            let pin = pins.as_ref().and_then(|p| p.get(index).copied());
             std::thread::Builder::new()
                 .name(format!("ursula-core-{index}"))
                 .spawn(move || {
+                    if let Some(cpu) = pin
+                        && let Err(e) = crate::affinity::pin_current(cpu)
+                    {
+                        tracing::warn!(core = index, cpu, error = %e, "cannot pin the core thread");
+                    }
                     // The runtime serves whatever is spawned on it (connections, Raft tasks).
                     rt.block_on(std::future::pending::<()>());
                 })?;

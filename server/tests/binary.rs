@@ -470,7 +470,7 @@ fn a_removed_config_key_stops_the_server_naming_the_key_and_its_release() {
 fn a_config_with_keys_this_build_ignores_starts_and_warns_naming_them() {
     let node = Node::start_with(
         "ignoredkeys",
-        "[runtime]\ncore_count = 2\ncpu_affinity = true\n\
+        "[runtime]\ncore_count = 2\n[observability]\ntokio_console = true\n\
          [raft.wal]\ncache_size = \"256MiB\"\n\
          [storage.snapshot]\ns3_prefix = \"snapshots\"\n",
     );
@@ -481,7 +481,9 @@ fn a_config_with_keys_this_build_ignores_starts_and_warns_naming_them() {
         .unwrap_or_else(|| panic!("no warning naming the ignored keys: {log}"));
     assert!(warning.contains("WARN"), "{warning}");
     assert!(
-        warning.ends_with("raft.wal.cache_size, runtime.cpu_affinity, storage.snapshot.s3_prefix"),
+        warning.ends_with(
+            "observability.tokio_console, raft.wal.cache_size, storage.snapshot.s3_prefix"
+        ),
         "{warning}"
     );
 }
@@ -491,7 +493,7 @@ fn a_log_written_to_a_file_is_plain_text_without_colour_codes() {
     // A key this build ignores makes the node warn at start: something to look at.
     let node = Node::start_with(
         "plainlog",
-        "[runtime]\ncore_count = 2\ncpu_affinity = true\n",
+        "[runtime]\ncore_count = 2\n[observability]\ntokio_console = true\n",
     );
     let log = node.log();
     assert!(log.contains(" WARN "), "{log}");
@@ -552,6 +554,69 @@ fn a_node_past_its_memory_abort_cap_aborts_and_says_why() {
         text.contains("resident memory is past runtime.node_memory_abort_cap_size"),
         "{text}"
     );
+}
+
+/// Each core thread's `Cpus_allowed_list`, by thread name, from `/proc`.
+fn core_cpus(pid: u32) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let dir = task.expect("task").path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !name.starts_with("ursula-core-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or_default();
+        out.push((name.trim().to_owned(), cpus.trim().to_owned()));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn cpu_affinity_pins_each_core_thread_to_its_own_cpu_or_leaves_them_to_the_kernel() {
+    let process_cpus = std::fs::read_to_string("/proc/self/status")
+        .expect("status")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Cpus_allowed_list:")
+                .map(|c| c.trim().to_owned())
+        })
+        .expect("Cpus_allowed_list");
+    let pinned = Node::start_with(
+        "affinity-on",
+        "[runtime]\ncore_count = 2\ncpu_affinity = true\n",
+    );
+    let cores = core_cpus(pinned.child.id());
+    assert_eq!(cores.len(), 2, "{cores:?}");
+    for (name, cpus) in &cores {
+        assert!(
+            cpus.parse::<usize>().is_ok(),
+            "{name} runs on one CPU: {cpus:?}"
+        );
+    }
+    if !process_cpus.chars().all(|c| c.is_ascii_digit()) {
+        assert_ne!(cores[0].1, cores[1].1, "two CPUs, one each: {cores:?}");
+    }
+    assert!(
+        !pinned.log().contains("does not act on"),
+        "{}",
+        pinned.log()
+    );
+    drop(pinned);
+    let free = Node::start_with(
+        "affinity-off",
+        "[runtime]\ncore_count = 2\ncpu_affinity = false\n",
+    );
+    for (name, cpus) in core_cpus(free.child.id()) {
+        assert_eq!(
+            cpus, process_cpus,
+            "{name} may run wherever the process may"
+        );
+    }
 }
 
 #[test]

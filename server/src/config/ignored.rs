@@ -5,7 +5,7 @@
 //! A key is listed when its value asks for something this build does not do. A value that
 //! asks for what the build does anyway is not: `storage.cold.compaction_enabled = false` (there
 //! is no compaction), `raft.init_membership_per_group = true` (groups always bootstrap per
-//! group), `runtime.cpu_affinity = false` (cores are never pinned).
+//! group).
 
 use super::file::FileConfig;
 
@@ -26,7 +26,6 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
     let cold_on_s3 = cold.backend.as_deref() == Some("s3");
     let gov = &file.governance;
     let mut keys: Vec<&str> = [
-        ("runtime.cpu_affinity", rt.cpu_affinity == Some(true)),
         (
             "runtime.external_payload_min_size",
             rt.external_payload_min_size

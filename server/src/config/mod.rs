@@ -84,6 +84,9 @@ pub struct Config {
     pub cluster_listen: Option<SocketAddr>,
     pub node_id: u64,
     pub core_count: usize,
+    /// `runtime.cpu_affinity`: `Some(true)` pins the core threads, `Some(false)` never does,
+    /// `None` pins them only when the allowed cpuset has exactly `core_count` CPUs.
+    pub cpu_affinity: Option<bool>,
     pub group_count: u32,
     pub live_read_max_waiters_per_core: usize,
     pub engine: EngineChoice,
@@ -292,6 +295,7 @@ fn resolve_engine(
         cluster_listen,
         node_id,
         core_count,
+        cpu_affinity: file.runtime.cpu_affinity,
         group_count,
         live_read_max_waiters_per_core: file
             .runtime

@@ -349,7 +349,6 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
             "raft.init_membership",
             "raft.init_membership_per_group",
             "raft.wal.cache_size",
-            "runtime.cpu_affinity",
             "runtime.external_payload_min_size",
             "storage.cold.compaction_enabled",
             "storage.cold.s3.heal_ticks",
