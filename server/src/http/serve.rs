@@ -1,5 +1,5 @@
-//! Accept loops: every core thread accepts on the shared listener and serves its connections
-//! itself, so a request for a group on that core never changes threads. Each listener serves
+//! Accept loops: every core thread accepts on the shared listener, and each connection is
+//! served by the core with the fewest open ones, so both cores share the requests' HTTP work. Each listener serves
 //! at most `max_connections` at once (the rest wait in the kernel's backlog), and closes a
 //! connection that does not send a whole request head within `head_timeout` of opening or of
 //! its last answer: a client that sends half a head and then nothing holds no slot for long.
@@ -43,14 +43,14 @@ pub async fn until_stopping(mut stop: watch::Receiver<bool>) {
 pub struct Drain {
     slots: Arc<Semaphore>,
     max: u32,
-    /// Connections being served: the slots count the accept loops' waiting slots too.
-    open: Arc<AtomicUsize>,
+    /// Connections being served, per core: the slots count the accept loops' waiting slots too.
+    open: Vec<Arc<AtomicUsize>>,
 }
 
 impl Drain {
     /// How many connections are open now.
     pub fn open(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
+        self.open.iter().map(|o| o.load(Ordering::Relaxed)).sum()
     }
 
     /// Waits, up to `within`, until every connection has closed; `true` when they all did.
@@ -63,6 +63,11 @@ impl Drain {
 
 /// Starts one accept loop per core. `shutdown` flips to `true` to stop accepting and to close
 /// every connection once its answer in flight is written.
+///
+/// Whichever core accepts, the connection is served by the core with the fewest open
+/// connections of this listener (the accepting core on a tie). Both cores wake for a new
+/// connection and the one that runs first takes it, so left to itself one core took most of a
+/// client's connections and ran at its limit while the other idled (docs/benchmarks.md).
 pub fn spawn_accept_loops<S>(
     rt: &Runtime,
     listener: &StdListener,
@@ -84,21 +89,28 @@ where
     // One count for the listener, whichever core accepts. The config keeps it within u32.
     let max = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let slots = Arc::new(Semaphore::new(max as usize));
-    let open = Arc::new(AtomicUsize::new(0));
-    for core in 0..rt.core_count() {
-        let Some(handle) = rt.core_handle(core) else {
-            continue;
-        };
+    let cores: Arc<[Core]> = (0..rt.core_count())
+        .filter_map(|c| rt.core_handle(c).cloned())
+        .map(|handle| Core {
+            handle,
+            open: Arc::new(AtomicUsize::new(0)),
+        })
+        .collect();
+    for me in 0..cores.len() {
         let std_listener = listener.try_clone()?;
         let app = app.clone();
         let mut shutdown = shutdown.clone();
         let slots = slots.clone();
-        let open = open.clone();
+        let all = cores.clone();
+        let Some(handle) = cores.get(me).map(|c| c.handle.clone()) else {
+            continue;
+        };
         handle.spawn(async move {
+            let Some(mine) = all.get(me) else { return };
             let listener = match tokio::net::TcpListener::from_std(std_listener) {
                 Ok(l) => l,
                 Err(e) => {
-                    tracing::error!(core, error = %e, "cannot register the listener on this core");
+                    tracing::error!(core = me, error = %e, "cannot register the listener on this core");
                     return;
                 }
             };
@@ -113,20 +125,41 @@ where
                     a = listener.accept() => a,
                     _ = shutdown.changed() => return,
                 };
-                let (stream, _) = match accepted {
-                    Ok(pair) => pair,
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
                     Err(e) => {
                         // Out of descriptors and similar: back off instead of spinning.
-                        tracing::warn!(core, error = %e, "accept failed");
+                        tracing::warn!(core = me, error = %e, "accept failed");
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                         continue;
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let (core, stream) = match fewest_open(&all, mine) {
+                    Some(other) => match stream.into_std() {
+                        // Handed over unregistered: a socket belongs to one core's reactor.
+                        Ok(s) => (other, Accepted::Moved(s)),
+                        Err(e) => {
+                            tracing::warn!(core = me, error = %e, "cannot hand over a connection");
+                            continue;
+                        }
+                    },
+                    None => (mine, Accepted::Here(stream)),
+                };
+                let counted = Open::count(&core.open);
                 let service = app.clone();
                 let stop = shutdown.clone();
-                let counted = Open::count(&open);
-                tokio::spawn(async move {
+                core.handle.spawn(async move {
+                    let stream = match stream {
+                        Accepted::Here(s) => s,
+                        Accepted::Moved(s) => match tokio::net::TcpStream::from_std(s) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot register a handed-over connection");
+                                return;
+                            }
+                        },
+                    };
                     let conn = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)
                         .timer(TokioTimer::new())
@@ -151,7 +184,30 @@ where
             }
         });
     }
+    let open = cores.iter().map(|c| c.open.clone()).collect();
     Ok(Drain { slots, max, open })
+}
+
+/// A core thread that serves connections, and how many of this listener's it has open.
+struct Core {
+    handle: tokio::runtime::Handle,
+    open: Arc<AtomicUsize>,
+}
+
+/// Another core with fewer open connections than `mine`, the accepting core, if there is one
+/// (the fewest of them).
+fn fewest_open<'a>(cores: &'a [Core], mine: &Core) -> Option<&'a Core> {
+    let load = |c: &Core| c.open.load(Ordering::Relaxed);
+    cores
+        .iter()
+        .min_by_key(|c| load(c))
+        .filter(|c| load(c) < load(mine))
+}
+
+/// An accepted connection: still registered on the accepting core, or moved to another.
+enum Accepted {
+    Here(tokio::net::TcpStream),
+    Moved(std::net::TcpStream),
 }
 
 /// One connection in the count, until it is dropped.
@@ -167,5 +223,95 @@ impl Open {
 impl Drop for Open {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::io::Read;
+    use std::io::Write;
+    use std::net::TcpStream;
+
+    use super::*;
+
+    /// Opens a keep-alive connection, sends one request and returns it with the name of the
+    /// thread that answered it.
+    fn connect(addr: std::net::SocketAddr) -> (TcpStream, String) {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+            .expect("send");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).expect("read");
+            assert!(n > 0, "the connection closed before its answer");
+            got.extend_from_slice(&buf[..n]);
+        }
+        let head = String::from_utf8(got).expect("utf-8 head");
+        let core = head
+            .lines()
+            .find_map(|l| l.strip_prefix("x-core: "))
+            .unwrap_or_else(|| panic!("no x-core header in {head}"))
+            .to_owned();
+        (s, core)
+    }
+
+    fn tally(conns: &[(TcpStream, String)]) -> BTreeMap<String, usize> {
+        let mut t = BTreeMap::new();
+        for (_, core) in conns {
+            *t.entry(core.clone()).or_insert(0) += 1;
+        }
+        t
+    }
+
+    #[test]
+    fn connections_go_to_the_core_with_the_fewest_open_whichever_core_accepts() {
+        let rt = Runtime::start(2, 4, 16).expect("cores");
+        let listener = StdListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = hyper::service::service_fn(|_req| async {
+            let name = std::thread::current().name().unwrap_or("?").to_owned();
+            let mut r = Response::new(axum::body::Body::empty());
+            r.headers_mut().insert(
+                "x-core",
+                axum::http::HeaderValue::from_str(&name).expect("name"),
+            );
+            Ok::<_, std::convert::Infallible>(r)
+        });
+        let (_stop_tx, stop) = watch::channel(false);
+        let limits = ConnectionLimits {
+            head_timeout: Duration::from_secs(10),
+            max_connections: 100,
+        };
+        let drain = spawn_accept_loops(&rt, &listener, app, stop, limits).expect("loops");
+
+        // One at a time, each served before the next opens: the counts alternate exactly.
+        let mut conns: Vec<_> = (0..8).map(|_| connect(addr)).collect();
+        let want = BTreeMap::from([
+            ("ursula-core-0".to_owned(), 4),
+            ("ursula-core-1".to_owned(), 4),
+        ]);
+        assert_eq!(tally(&conns), want);
+
+        // Close core 0's four; once they are gone, every new connection goes to core 0.
+        conns.retain(|(_, core)| core != "ursula-core-0");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while drain.open() != 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "open: {}",
+                drain.open()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let more: Vec<_> = (0..4).map(|_| connect(addr)).collect();
+        assert_eq!(
+            tally(&more),
+            BTreeMap::from([("ursula-core-0".to_owned(), 4)])
+        );
+        assert_eq!(drain.open(), 8);
     }
 }
