@@ -101,6 +101,38 @@ pub struct ColdConfig {
     pub root: String,
 }
 
+impl BackendConfig {
+    /// On S3, the longest the client can take to give up on a write: every attempt
+    /// (`max_retries` plus one) running into `timeout`, and the longest backoff before each
+    /// retry. `None` for the other backends, whose writes do not retry.
+    pub fn write_give_up_after(&self) -> Option<Duration> {
+        let BackendConfig::S3 {
+            timeout,
+            max_retries,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
+        let retries = max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
+        let b = BackoffConfig::default();
+        // object_store's backoff grows by `base` from `init_backoff`, jittered up to its next
+        // step and capped at `max_backoff`: the upper bound of each wait is the next step.
+        let mut step = b.init_backoff.as_secs_f64();
+        let mut waits = 0.0;
+        for _ in 0..retries {
+            step = (step * b.base).min(b.max_backoff.as_secs_f64());
+            waits += step;
+        }
+        Some(
+            timeout
+                .saturating_mul(retries.saturating_add(1))
+                .saturating_add(Duration::from_secs_f64(waits)),
+        )
+    }
+}
+
 /// A built client and where its keys start.
 pub(crate) struct Backend {
     pub store: Arc<dyn ObjectStore>,
@@ -354,6 +386,31 @@ mod tests {
             timeout: None,
             max_retries: None,
         }
+    }
+
+    #[test]
+    fn a_write_gives_up_within_every_attempts_timeout_and_the_backoff_before_each_retry() {
+        // The defaults: 5 attempts of 10 s, waits of at most 0.2, 0.4, 0.8 and 1.6 s.
+        assert_eq!(s3("b").write_give_up_after(), Some(Duration::from_secs(53)));
+        let BackendConfig::S3 { bucket, .. } = s3("b") else {
+            unreachable!()
+        };
+        let short = BackendConfig::S3 {
+            bucket,
+            region: None,
+            endpoint: None,
+            access_key_id: None,
+            secret_access_key: None,
+            session_token: None,
+            sse: Sse::None,
+            timeout: Some(Duration::from_millis(500)),
+            max_retries: Some(1),
+        };
+        assert_eq!(
+            short.write_give_up_after(),
+            Some(Duration::from_millis(1200))
+        );
+        assert_eq!(BackendConfig::Memory.write_give_up_after(), None);
     }
 
     #[test]

@@ -28,10 +28,15 @@ use serde::Serialize;
 
 /// The maintenance drain bit of [`ShedState::bits`].
 pub const SHED_MAINTENANCE: u64 = 1;
+/// The bit a node sets while its snapshot-store health gate judges the store unhealthy (S3
+/// probes or cold-flush writes failing for `storage.cold.s3.unhealthy_ticks` ticks): it hands
+/// its leaderships to peers and leads nothing until `heal_ticks` good ticks in a row. The spec
+/// names the gate but not its bit or state.
+pub const SHED_SNAPSHOT_STORE: u64 = 2;
 /// The bit a node sets while its WAL disk is under pressure (`wal_disk_pressure`): it refuses
 /// writes, so it hands its leaderships to peers that can take them and leads nothing until the
-/// disk has room again. The spec names the state but not its bit; 2 and 4 are left for the
-/// snapshot-store and cluster-egress gates it lists before it.
+/// disk has room again. The spec names the state but not its bit; 4 is left for the
+/// cluster-egress gate it lists before it.
 pub const SHED_WAL_DISK: u64 = 8;
 
 /// A node's leadership-shed state: what the drain mark makes it do.
@@ -53,9 +58,11 @@ impl Default for ShedState {
 
 impl ShedState {
     pub fn of_bits(bits: u64) -> ShedState {
-        let sheds = bits & (SHED_MAINTENANCE | SHED_WAL_DISK) != 0;
+        let sheds = bits & (SHED_MAINTENANCE | SHED_SNAPSHOT_STORE | SHED_WAL_DISK) != 0;
         let state = if bits & SHED_MAINTENANCE != 0 {
             "maintenance-drain"
+        } else if bits & SHED_SNAPSHOT_STORE != 0 {
+            "snapshot-store-unhealthy"
         } else if bits & SHED_WAL_DISK != 0 {
             "wal-disk-pressure"
         } else {
@@ -75,7 +82,8 @@ impl ShedState {
         self.bits & SHED_MAINTENANCE != 0
     }
 
-    /// Any reason to lead nothing: the maintenance mark or WAL disk pressure.
+    /// Any reason to lead nothing: the maintenance mark, an unhealthy snapshot store or WAL
+    /// disk pressure.
     pub fn sheds(&self) -> bool {
         !self.should_campaign
     }
@@ -258,6 +266,9 @@ mod tests {
         assert!(disk.sheds() && !disk.drained());
         assert!(!disk.should_campaign && !disk.should_accept_transfer);
         assert!(disk.should_shed_current_leaders);
+        let store = ShedState::of_bits(SHED_SNAPSHOT_STORE | SHED_WAL_DISK);
+        assert_eq!(store.state, "snapshot-store-unhealthy");
+        assert!(store.sheds() && !store.drained() && !store.should_accept_transfer);
         let both = ShedState::of_bits(SHED_MAINTENANCE | SHED_WAL_DISK);
         assert_eq!(both.state, "maintenance-drain");
         assert!(both.drained() && both.sheds());

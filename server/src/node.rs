@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
@@ -16,6 +17,8 @@ use crate::engine::GroupEngine;
 use crate::engine::MemoryEngine;
 use crate::http::AppState;
 use crate::raft::RaftOptions;
+use crate::raft::storegate::Store;
+use crate::raft::storegate::StoreHealth;
 use crate::runtime::Runtime;
 use crate::stream::Command;
 
@@ -53,6 +56,8 @@ pub struct NodeState {
     pub admin_routes: Option<Router>,
     /// A WAL directory the node removes on a clean shutdown.
     pub temp_wal: Option<TempWal>,
+    /// Where the Raft engine's store gate waits for the cold tier's store.
+    pub store_health: Option<StoreHealth>,
 }
 
 /// Opens the cold tier `config` names (refusing a store of another format epoch) and starts
@@ -65,6 +70,25 @@ pub async fn attach_cold(state: &mut AppState, config: &Config) -> Result<(), No
     crate::coldtier::flush::spawn(&state.rt, state.engine.clone(), tier.clone());
     state.cold = Some(tier);
     Ok(())
+}
+
+/// What the store gate reads of the cold tier: a probe of its bucket, and the flush's writes.
+fn store_of(tier: &crate::coldtier::ColdTier) -> Store {
+    let store = tier.store.clone();
+    let counters = tier.counters.clone();
+    Store {
+        probe: Box::new(move || {
+            let store = store.clone();
+            Box::pin(async move { store.probe().await.map_err(|e| e.to_string()) })
+        }),
+        writes: Box::new(move || {
+            let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+            (
+                load(&counters.flush_write_errors),
+                load(&counters.flush_writes),
+            )
+        }),
+    }
 }
 
 fn runtime(config: &Config) -> Result<Runtime, NodeError> {
@@ -158,6 +182,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
             peer_routes: None,
             admin_routes: None,
             temp_wal: None,
+            store_health: None,
         });
     };
     let (dir, temp_wal) = match wal_dir {
@@ -174,6 +199,11 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         }
     };
     let rt = runtime(config)?;
+    let store_gate = config
+        .cold
+        .as_ref()
+        .and_then(|c| c.gate)
+        .map(|settings| (StoreHealth::default(), settings));
     let admission = Admission::new(limits(config, Some(dir.clone())));
     let sampler = admission.clone();
     let opts = RaftOptions {
@@ -187,6 +217,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         wal_disk_pressure: Some(crate::raft::handoff::DiskPressure::new(move || {
             sampler.disk_pressure()
         })),
+        store_gate: store_gate.clone(),
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
     admission.spawn_disk_sampler();
@@ -196,6 +227,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         peer_routes: Some(started.peer_routes),
         admin_routes: Some(started.admin_routes),
         temp_wal,
+        store_health: store_gate.map(|(health, _)| health),
     })
 }
 
@@ -232,11 +264,15 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
         peer_routes,
         admin_routes,
         temp_wal,
+        store_health,
     } = start_state(&config).await?;
     // The listeners stop on this one, after the leaderships were handed off over them.
     let (stop_listeners, shutdown) = watch::channel(false);
     state.ignored_keys = Arc::from(config.ignored_keys.clone());
     attach_cold(&mut state, &config).await?;
+    if let (Some(health), Some(tier)) = (&store_health, &state.cold) {
+        health.attach(store_of(tier));
+    }
     // Every listener is bound before any serves, so a taken port refuses the start whole.
     let client = bind("server.listen", config.listen)?;
     let admin = config

@@ -273,6 +273,7 @@ async fn upload_and_commit(
             tracing::warn!(group, object = %p.object, error = %e, "cold flush upload failed; retrying next tick");
             return 0;
         }
+        tier.counters.flush_writes.fetch_add(1, Ordering::Relaxed);
     }
     let object: Arc<str> = p.object.as_str().into();
     let cmd = Command::ColdFlush {

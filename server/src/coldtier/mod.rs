@@ -34,6 +34,8 @@ pub struct ColdCounters {
     pub flushes: AtomicU64,
     pub flushed_bytes: AtomicU64,
     pub flush_write_errors: AtomicU64,
+    /// Object writes of the flush that succeeded, for the store's health gate.
+    pub flush_writes: AtomicU64,
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
     pub read_errors: AtomicU64,

@@ -29,6 +29,23 @@ pub struct ColdSettings {
     /// `gc_grace` (ours): how long a released object stays before deletion; 5 minutes, the
     /// spec's grace, unless set.
     pub gc_grace: Duration,
+    /// The store's health gate, on S3 only: `storage.cold.s3.probe_timeout`, `unhealthy_ticks`,
+    /// `heal_ticks`, and how long a failed write weighs.
+    pub gate: Option<StoreGate>,
+}
+
+/// The snapshot-store health gate's settings (Configuration, "Cold storage").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreGate {
+    /// `storage.cold.s3.probe_timeout`: the probe's deadline, its one retry included.
+    pub probe_timeout: Duration,
+    /// `storage.cold.s3.unhealthy_ticks`: bad ticks, with no good one between them, to shed.
+    pub unhealthy_ticks: u32,
+    /// `storage.cold.s3.heal_ticks`: good ticks in a row for a shed node to lead again.
+    pub heal_ticks: u32,
+    /// The flush window: how long a failed cold-flush write makes a tick bad while no write
+    /// has succeeded since (the S3 client's longest give-up plus the flush worker's pause).
+    pub write_window: Duration,
 }
 
 /// The spec's grace before a released cold object is deleted.
@@ -154,15 +171,25 @@ pub fn resolve(
         }
     };
     let flush_size = c.flush_size.map_or(preset.flush_size, |s| s.0);
+    let flush_interval = c
+        .flush_interval
+        .map_or(Duration::from_secs(1), |d| d.0)
+        .max(Duration::from_millis(10));
+    let gate = backend.write_give_up_after().map(|give_up| {
+        let s3 = c.s3.clone().unwrap_or_default();
+        StoreGate {
+            probe_timeout: s3.probe_timeout.map_or(Duration::from_secs(5), |d| d.0),
+            unhealthy_ticks: s3.unhealthy_ticks.unwrap_or(3),
+            heal_ticks: s3.heal_ticks.unwrap_or(2),
+            write_window: give_up.saturating_add(flush_interval),
+        }
+    });
     Ok(Some(ColdSettings {
         store: ColdConfig {
             backend,
             root: root.trim_matches('/').to_owned(),
         },
-        flush_interval: c
-            .flush_interval
-            .map_or(Duration::from_secs(1), |d| d.0)
-            .max(Duration::from_millis(10)),
+        flush_interval,
         flush_min_hot: c.flush_min_hot_size.map_or(flush_size, |s| s.0).max(1),
         flush_max: c.flush_max_size.map_or(flush_size, |s| s.0).max(1),
         flush_max_concurrency: c
@@ -176,5 +203,6 @@ pub fn resolve(
             .flush_max_hot_age
             .map_or(Duration::from_secs(300), |d| d.0),
         gc_grace: c.gc_grace.map_or(GC_GRACE, |d| d.0),
+        gate,
     }))
 }

@@ -53,12 +53,19 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
             "storage.cold.compaction_enabled",
             cold.compaction_enabled == Some(true),
         ),
-        ("storage.cold.s3.probe_timeout", s3.probe_timeout.is_some()),
+        // The store's health gate runs on a Raft node whose cold tier is on S3.
+        (
+            "storage.cold.s3.probe_timeout",
+            s3.probe_timeout.is_some() && !(raft && cold_on_s3),
+        ),
         (
             "storage.cold.s3.unhealthy_ticks",
-            s3.unhealthy_ticks.is_some(),
+            s3.unhealthy_ticks.is_some() && !(raft && cold_on_s3),
         ),
-        ("storage.cold.s3.heal_ticks", s3.heal_ticks.is_some()),
+        (
+            "storage.cold.s3.heal_ticks",
+            s3.heal_ticks.is_some() && !(raft && cold_on_s3),
+        ),
         (
             "storage.snapshot.backend",
             match snap.backend.as_deref() {

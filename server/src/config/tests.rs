@@ -351,12 +351,43 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
             "raft.wal.cache_size",
             "runtime.external_payload_min_size",
             "storage.cold.compaction_enabled",
-            "storage.cold.s3.heal_ticks",
-            "storage.cold.s3.probe_timeout",
-            "storage.cold.s3.unhealthy_ticks",
             "storage.snapshot.backend",
             "storage.snapshot.s3_prefix",
         ]
+    );
+}
+
+#[test]
+fn the_store_gate_takes_the_s3_health_keys_and_a_flush_window_from_the_client_settings() {
+    let c = resolve_text(EVERY_SPEC_KEY).expect("a spec config loads");
+    let gate = c
+        .cold
+        .and_then(|c| c.gate)
+        .expect("an S3 cold tier has a store gate");
+    assert_eq!(gate.probe_timeout, Duration::from_secs(5));
+    assert_eq!((gate.unhealthy_ticks, gate.heal_ticks), (3, 2));
+    // Five attempts of 10 s, backoff before each retry of at most 0.2 + 0.4 + 0.8 + 1.6 s,
+    // and the flush worker's 1 s pause.
+    assert_eq!(gate.write_window, Duration::from_secs(54));
+    let s3 = "[storage.cold]\nbackend = \"s3\"\nflush_interval = \"2s\"\n\
+              [storage.cold.s3]\nbucket = \"b\"\ntimeout = \"1s\"\nmax_retries = 0\n\
+              probe_timeout = \"700ms\"\nunhealthy_ticks = 1\nheal_ticks = 4\n";
+    let gate = resolve_text(s3)
+        .expect("valid")
+        .cold
+        .and_then(|c| c.gate)
+        .expect("gate");
+    assert_eq!(gate.probe_timeout, Duration::from_millis(700));
+    assert_eq!((gate.unhealthy_ticks, gate.heal_ticks), (1, 4));
+    assert_eq!(gate.write_window, Duration::from_secs(3));
+    let memory = "[storage.cold]\nbackend = \"memory\"\n";
+    assert_eq!(
+        resolve_text(memory)
+            .expect("valid")
+            .cold
+            .expect("cold")
+            .gate,
+        None
     );
 }
 

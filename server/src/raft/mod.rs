@@ -22,6 +22,7 @@
 //! - [`pause`]: holds on a group's client writes while it is handed off.
 //! - [`rebuilds`]: replicas that reported lost entries to their leader.
 //! - [`snapdrive`]: snapshots by log bytes against `raft.snapshot_log_budget`.
+//! - [`storegate`]: the snapshot-store health gate: S3 probes and cold-flush writes, shedding.
 //! - [`builds`]: the snapshot builds in flight that the driver and `logops` share.
 //! - [`recovery`]: the WAL root's files, recovery gates, vote floors, the bootstrap.
 //! - [`peer`]: peer traffic: wire format, protocol version, lanes, client and server.
@@ -47,6 +48,7 @@ pub mod snapdrive;
 mod start;
 pub mod stats;
 pub mod storage;
+pub mod storegate;
 pub mod walmetrics;
 
 pub use start::RaftOptions;

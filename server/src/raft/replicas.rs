@@ -223,6 +223,13 @@ impl Replicas {
         self.raft(group)?.metrics().borrow().current_leader
     }
 
+    /// `group`'s unflushed (hot) payload bytes on this node.
+    pub fn hot_bytes(&self, group: GroupId) -> u64 {
+        self.rt
+            .with_group_now(group, |g| g.state.hot_bytes())
+            .unwrap_or(0)
+    }
+
     pub fn is_leader(&self, group: GroupId) -> bool {
         self.leader_of(group) == Some(self.node_id)
     }

@@ -1,6 +1,7 @@
 //! The node's leadership-shed state: the operator's maintenance drain mark, kept in the WAL
 //! root (`leadership-shed.bin`) so it outlives a restart until `DELETE`d, the mark a graceful
-//! shutdown sets on itself, and WAL disk pressure, neither of which is kept. A shedding node
+//! shutdown sets on itself, an unhealthy snapshot store ([`super::storegate`]) and WAL disk
+//! pressure, none of which is kept. A shedding node
 //! does not campaign, refuses leader transfers to itself, and hands its leaderships away
 //! ([`super::handoff`]).
 
@@ -9,6 +10,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use ursula_protocol::admin::SHED_MAINTENANCE;
+use ursula_protocol::admin::SHED_SNAPSHOT_STORE;
 use ursula_protocol::admin::SHED_WAL_DISK;
 use ursula_protocol::admin::ShedState;
 
@@ -24,6 +26,8 @@ pub struct Shed {
     stopping: AtomicBool,
     /// Set while the WAL disk is under pressure ([`super::handoff::shed_for_wal_disk`]).
     wal_disk: AtomicBool,
+    /// Set while the store gate judges the snapshot store unhealthy.
+    store: AtomicBool,
 }
 
 impl Shed {
@@ -38,6 +42,7 @@ impl Shed {
             bits: AtomicU64::new(bits),
             stopping: AtomicBool::new(false),
             wal_disk: AtomicBool::new(false),
+            store: AtomicBool::new(false),
         })
     }
 
@@ -66,6 +71,11 @@ impl Shed {
         self.wal_disk.swap(on, Ordering::AcqRel) != on
     }
 
+    /// Sets or clears the snapshot store's bit; `true` when that changed it.
+    pub fn set_store(&self, on: bool) -> bool {
+        self.store.swap(on, Ordering::AcqRel) != on
+    }
+
     pub fn state(&self) -> ShedState {
         let mut bits = self.bits.load(Ordering::Acquire);
         if self.stopping.load(Ordering::Acquire) {
@@ -74,16 +84,20 @@ impl Shed {
         if self.wal_disk.load(Ordering::Acquire) {
             bits |= SHED_WAL_DISK;
         }
+        if self.store.load(Ordering::Acquire) {
+            bits |= SHED_SNAPSHOT_STORE;
+        }
         ShedState::of_bits(bits)
     }
 
-    /// Leads nothing now: drained, stopping or short of WAL disk.
+    /// Leads nothing now: drained, stopping, its snapshot store unhealthy or short of WAL disk.
     pub fn sheds(&self) -> bool {
         self.state().sheds()
     }
 
     /// What the balancer hands leaderships away for: the operator's mark or the WAL disk (not
-    /// a shutdown, which hands its leaderships off itself).
+    /// a shutdown, which hands its leaderships off itself, nor the store gate, which hands
+    /// them off at its own pace).
     pub fn balancer_sheds(&self) -> bool {
         self.bits.load(Ordering::Acquire) & SHED_MAINTENANCE != 0
             || self.wal_disk.load(Ordering::Acquire)
@@ -107,6 +121,10 @@ mod tests {
         assert!(again.set_wal_disk(true) && !again.set_wal_disk(true));
         assert!(again.sheds() && again.balancer_sheds() && !again.state().drained());
         assert!(again.set_wal_disk(false) && !again.sheds());
+        assert!(again.set_store(true) && !again.set_store(true));
+        assert!(again.sheds() && !again.balancer_sheds());
+        assert_eq!(again.state().state, "snapshot-store-unhealthy");
+        assert!(again.set_store(false) && !again.sheds());
         again.set_wal_disk(true);
         again.mark_stopping();
         assert!(again.state().drained());

@@ -51,6 +51,7 @@ use super::storage::log_store::LogData;
 use super::storage::log_store::LogStore;
 use super::storage::state_machine::StateMachine;
 use super::storage::wal;
+use super::storegate;
 use super::walmetrics;
 use crate::engine::GroupEngine;
 use crate::runtime::Runtime;
@@ -84,6 +85,9 @@ pub struct RaftOptions {
     pub shutdown_stall: Option<std::time::Duration>,
     /// The WAL disk's pressure, which a cluster node sheds its leaderships for.
     pub wal_disk_pressure: Option<handoff::DiskPressure>,
+    /// The snapshot-store health gate, with a cold tier on S3: where its store will be given,
+    /// and its settings. It ticks with the snapshot driver.
+    pub store_gate: Option<(storegate::StoreHealth, storegate::Settings)>,
 }
 
 /// A started engine and the HTTP routes it serves itself.
@@ -488,6 +492,15 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
     }
     if !opts.snapshot.interval.is_zero() {
         tokio::spawn(snapdrive::run(Arc::downgrade(&node), opts.snapshot));
+        if let Some((health, settings)) = opts.store_gate.clone() {
+            tokio::spawn(storegate::run(
+                Arc::downgrade(&node),
+                health,
+                settings,
+                opts.snapshot.interval,
+                !opts.peers.is_empty(),
+            ));
+        }
     }
     if !opts.peers.is_empty() && !groups.fresh.is_empty() {
         tokio::spawn(bootstrap::run(Arc::downgrade(&node), groups.fresh));
