@@ -193,6 +193,9 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if node.strong_count() == 0 {
+            return;
+        }
         let Some(store) = health.0.get() else {
             continue;
         };
