@@ -62,27 +62,6 @@ fn cluster(dir: &Path, ports: &[u16]) -> Vec<Proc> {
         .collect()
 }
 
-/// Each group's leader, once every node sees every group led by the same node.
-fn leaders(nodes: &[Proc]) -> Option<Vec<u64>> {
-    let views: Vec<Vec<u64>> = nodes
-        .iter()
-        .map(|n| {
-            metrics(&n.base())["raft_groups"]
-                .as_array()?
-                .iter()
-                .map(|g| g["current_leader"].as_u64())
-                .collect::<Option<Vec<u64>>>()
-        })
-        .collect::<Option<_>>()?;
-    (views.iter().all(|v| v == &views[0]) && views[0].len() == 4).then(|| views[0].clone())
-}
-
-fn shed_state(node: &Proc) -> serde_json::Value {
-    let (status, v) = node.json("/__ursula/leadership-shed");
-    assert_eq!(status, 200, "{v}");
-    v
-}
-
 fn pressure(node: &Proc) -> bool {
     metrics(&node.base())["wal_disk_pressure"] == true
 }
@@ -93,20 +72,7 @@ fn a_node_short_of_wal_disk_hands_its_leaderships_away_takes_none_and_leads_agai
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let nodes = cluster(&dir, &ports);
     // Node 3 leads every group.
-    let led = wait_for(60, "every group led", || leaders(&nodes));
-    for (g, leader) in led.iter().enumerate() {
-        if *leader != 3 {
-            let (status, body) = admin(
-                &nodes[*leader as usize - 1],
-                "POST",
-                &format!("/__ursula/raft/{g}/leader/transfer/3"),
-            );
-            assert_eq!(status, 200, "{body}");
-        }
-    }
-    wait_for(30, "node 3 to lead every group", || {
-        leaders(&nodes).filter(|l| l.iter().all(|l| *l == 3))
-    });
+    lead_all_on(&nodes, 3);
     assert!(!pressure(&nodes[2]));
 
     let filler = Filler::allocate(dir.join("filler"), 3 * GIB);

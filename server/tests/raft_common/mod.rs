@@ -509,3 +509,44 @@ pub fn admin_with(n: &Proc, method: &str, path: &str, inc: Option<&str>) -> (u16
     let status = resp.status().as_u16();
     (status, resp.body_mut().read_to_string().unwrap_or_default())
 }
+
+/// Each group's leader, once every node sees every group led by the same node (4 groups, as
+/// [`cluster_toml`] sets).
+pub fn leaders(nodes: &[Proc]) -> Option<Vec<u64>> {
+    let views: Vec<Vec<u64>> = nodes
+        .iter()
+        .map(|n| {
+            metrics(&n.base())["raft_groups"]
+                .as_array()?
+                .iter()
+                .map(|g| g["current_leader"].as_u64())
+                .collect::<Option<Vec<u64>>>()
+        })
+        .collect::<Option<_>>()?;
+    (views.iter().all(|v| v == &views[0]) && views[0].len() == 4).then(|| views[0].clone())
+}
+
+/// The node's leadership-shed state (`GET /__ursula/leadership-shed`).
+pub fn shed_state(node: &Proc) -> serde_json::Value {
+    let (status, v) = node.json("/__ursula/leadership-shed");
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+/// Transfers every group's leadership to node `to` (1-based) and waits until it leads them all.
+pub fn lead_all_on(nodes: &[Proc], to: u64) {
+    let led = wait_for(60, "every group led", || leaders(nodes));
+    for (g, leader) in led.iter().enumerate() {
+        if *leader != to {
+            let (status, body) = admin(
+                &nodes[*leader as usize - 1],
+                "POST",
+                &format!("/__ursula/raft/{g}/leader/transfer/{to}"),
+            );
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    wait_for(30, "one node to lead every group", || {
+        leaders(nodes).filter(|l| l.iter().all(|l| *l == to))
+    });
+}
