@@ -139,9 +139,13 @@ impl Shelf {
         }
         let tmp = self.path.with_extension("tmp");
         let write = || -> std::io::Result<()> {
-            let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+            // In pieces: a thread inside one large `write` keeps its CPU (`Bounded`).
+            let mut f = std::io::BufWriter::with_capacity(
+                background::WRITE_CHUNK,
+                background::Bounded(std::fs::File::create(&tmp)?),
+            );
             write_snapshot_file_to(snap, &mut f).map_err(std::io::Error::other)?;
-            let f = f.into_inner().map_err(|e| e.into_error())?;
+            let background::Bounded(f) = f.into_inner().map_err(|e| e.into_error())?;
             f.sync_all()?;
             std::fs::rename(&tmp, &self.path)?;
             if let Some(dir) = self.path.parent() {
@@ -275,8 +279,9 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
                 // A snapshot of a group holding tens of MiB of stream bytes takes 100-300 ms of
                 // CPU to encode, copy and write; at normal priority it took its share of a
                 // 2-core machine from the core threads in that window, and appends queued
-                // behind it (at 30k appends/s on a durable node, p99 about halved at nice 19;
-                // see "Speed: what was tried" in docs/benchmarks.md).
+                // behind it (at 30k appends/s on a durable node, p99 about halved at nice 19,
+                // and again at a third with the idle policy and bounded writes; see "Speed:
+                // what was tried" in docs/benchmarks.md).
                 background::lower_priority();
                 let built = captured.encode().and_then(|snap| {
                     shelf.store(&snap)?;
