@@ -12,7 +12,8 @@
 #   - ursula-never:   `ursula server` on a disk WAL with `fsync = "never"`;
 # and measures, with `ursula-bench point` and with oha, appends of 100 bytes at 32 connections on
 # 1 and 1,000 streams (closed loop); on ursula, fixed offered rates at 25/50/75% of that round's
-# closed-loop maximum on one stream; on ursula in memory, 1 / 1,000 / 100,000 streams at 32 /
+# closed-loop maximum on one stream, and the ceiling again at each ursula server's 50% rate (the
+# machine's own tail at that load); on ursula in memory, 1 / 1,000 / 100,000 streams at 32 /
 # 256 / 1,024 connections, and the SSE fan-out to 1,000 subscribers. Memory per idle stream comes from `ursula-bench idle` on a fresh node,
 # memory per held SSE subscriber from `ursula-bench idle-sse` (10,000 of them) on another.
 #
@@ -148,6 +149,18 @@ for round in $(seq "$rounds"); do
     fi
     stop_server
   done
+  if [[ $quick != 1 ]]; then
+    # The ceiling at each ursula server's 50% rate of this round: the tail the machine itself
+    # gives at that load, beside the aim's p99.
+    echo "bench-speed.sh: round $round/$rounds: hyper-204 at ursula's 50% rates" >&2
+    start hyper-204 "$round-fixed"
+    urls[1]=$("$bench" setup --base "$base" --streams 1)
+    for target in ursula-memory ursula-never; do
+      max=$("$bench" max --points "$points" --target "$target" --round "$round")
+      measure hyper-204 "$round" 1 32 $((max * 50 / 100))
+    done
+    stop_server
+  fi
 done
 
 idle_args=()

@@ -171,7 +171,9 @@ pub fn markdown(
          The offered rate is a share of the same round's closed-loop maximum (`ursula-bench`). \
          `ursula-bench` times a request that had to wait for its connection from its scheduled \
          send time (no coordinated omission) and an on-time one from its write; `oha` runs with \
-         `-q RATE --latency-correction`.\n"
+         `-q RATE --latency-correction`. Below each 50% row, the ceiling server of the same \
+         round at the same offered rate: the tail this machine gives any server at that load, \
+         with the client on the same two cores.\n"
     );
     let _ = writeln!(
         s,
@@ -226,9 +228,37 @@ pub fn markdown(
                     ms(p.max_ms),
                 );
                 if sh == 50 {
+                    // The ceiling at the same offered rate in the same round, when it was
+                    // measured: the tail this machine gives any server at that load.
+                    let floor = points.iter().find(|c| {
+                        c.target == CEILING
+                            && c.client == client
+                            && c.streams == 1
+                            && c.connections == 32
+                            && c.round == p.round
+                            && c.offered.is_some()
+                            && c.offered == p.offered
+                    });
+                    if let Some(c) = floor {
+                        let _ = writeln!(
+                            s,
+                            "| {}, at the same rate | {}% ({}/s) | {client} | {} | {} | {} | {} | {} |",
+                            name(CEILING),
+                            sh,
+                            fmt_int(c.offered.unwrap_or_default()),
+                            fmt_int(c.rate),
+                            ms(c.p50_ms),
+                            ms(c.p99_ms),
+                            ms(c.p999_ms),
+                            ms(c.max_ms),
+                        );
+                    }
+                    let beside = floor.map_or(String::new(), |c| {
+                        format!("; the ceiling at the same rate: p99 {} ms", ms(c.p99_ms))
+                    });
                     aims.push(aim(
                         format!(
-                            "{} at 50% of its maximum, {client}: p99 {} ms (aim < {} ms)",
+                            "{} at 50% of its maximum, {client}: p99 {} ms (aim < {} ms{beside})",
                             name(target),
                             ms(p.p99_ms),
                             FIXED_P99_AIM_MS
@@ -429,6 +459,41 @@ mod tests {
         // The open-loop point is 50% of the in-memory maximum, with p99 2.5 ms: over the aim.
         assert!(md.contains("| ursula, in memory | 50% (25,000/s) | ursula-bench |"));
         assert!(md.contains("p99 2.50 ms (aim < 2 ms) — **missed**"));
+    }
+
+    #[test]
+    fn the_ceiling_at_the_same_rate_and_round_stands_below_the_half_maximum_row() {
+        let mut points = Vec::new();
+        for round in [1, 2] {
+            let max = 100_000.0 * f64::from(round);
+            let mut closed = pt(MEMORY, "ursula-bench", 1, None, max);
+            closed.round = round;
+            let mut half = pt(MEMORY, "ursula-bench", 1, Some(max / 2.0), max / 2.0);
+            half.round = round;
+            half.p99_ms = 2.5;
+            // The ceiling at this round's half-maximum rate; its p99 says which round it is.
+            let mut floor = pt(CEILING, "ursula-bench", 1, Some(max / 2.0), max / 2.0);
+            floor.round = round;
+            floor.p99_ms = 1.0 + f64::from(round) / 10.0;
+            points.extend([closed, half, floor]);
+        }
+        // Two rounds: the median by rate is the lower one, round 1.
+        let md = markdown(&Context::default(), &points, None, None, None);
+        let rows: Vec<&str> = md
+            .lines()
+            .filter(|l| l.starts_with("| hyper, `204` (ceiling), at the same rate"))
+            .collect();
+        assert_eq!(rows.len(), 1, "{md}");
+        assert!(rows[0].contains("| 50% (50,000/s) |"), "{}", rows[0]);
+        assert!(
+            md.contains("p99 2.50 ms (aim < 2 ms; the ceiling at the same rate: p99 1.10 ms)"),
+            "{md}"
+        );
+        // Without a ceiling point at that rate there is no such row and no comparison.
+        points.retain(|p| !(p.target == CEILING && p.offered.is_some()));
+        let md = markdown(&Context::default(), &points, None, None, None);
+        assert!(!md.contains("at the same rate |"), "{md}");
+        assert!(md.contains("p99 2.50 ms (aim < 2 ms) — **missed**"), "{md}");
     }
 
     #[test]
