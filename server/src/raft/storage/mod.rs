@@ -4,7 +4,7 @@
 //! - [`log_store`]: a group's Raft log over its core's journal (openraft's `RaftLogStorage`).
 //! - [`state_machine`]: a group's state machine over its streams, and its snapshot files.
 //! - [`record`]: the sealed, versioned envelope of journal payloads and snapshots.
-//! - [`background`]: the nice-19 threads the cores hand work to (frees, snapshot builds).
+//! - [`background`]: the lowest-priority threads the cores hand work to (frees, snapshot builds).
 //! - [`flush`]: flush-ahead of a journal segment under `fsync = "never"`, off the core.
 //! - [`reclaim`]: deleting sealed journal segments on a thread of their own.
 //! - [`counters`]: the journal's counters, written on the write path, read by the metrics.
