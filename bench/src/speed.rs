@@ -86,6 +86,21 @@ fn fmt_pct(x: Option<f64>) -> String {
     x.map_or("n/a".to_owned(), |x| format!("{:.0}%", 100.0 * x))
 }
 
+/// A row of the fixed-rate table: `label` served `p`, offered at `share`% of a maximum.
+fn fixed_row(s: &mut String, label: &str, share: u32, p: &Point) {
+    let _ = writeln!(
+        s,
+        "| {label} | {share}% ({}/s) | {} | {} | {} | {} | {} | {} |",
+        fmt_int(p.offered.unwrap_or_default()),
+        p.client,
+        fmt_int(p.rate),
+        ms(p.p50_ms),
+        ms(p.p99_ms),
+        ms(p.p999_ms),
+        ms(p.max_ms),
+    );
+}
+
 fn name(target: &str) -> &str {
     match target {
         CEILING => "hyper, `204` (ceiling)",
@@ -215,18 +230,7 @@ pub fn markdown(
                         && share(p) == Some(sh)
                 });
                 let Some(p) = p else { continue };
-                let _ = writeln!(
-                    s,
-                    "| {} | {}% ({}/s) | {client} | {} | {} | {} | {} | {} |",
-                    name(target),
-                    sh,
-                    fmt_int(p.offered.unwrap_or_default()),
-                    fmt_int(p.rate),
-                    ms(p.p50_ms),
-                    ms(p.p99_ms),
-                    ms(p.p999_ms),
-                    ms(p.max_ms),
-                );
+                fixed_row(&mut s, name(target), sh, p);
                 if sh == 50 {
                     // The ceiling at the same offered rate in the same round, when it was
                     // measured: the tail this machine gives any server at that load.
@@ -240,17 +244,11 @@ pub fn markdown(
                             && c.offered == p.offered
                     });
                     if let Some(c) = floor {
-                        let _ = writeln!(
-                            s,
-                            "| {}, at the same rate | {}% ({}/s) | {client} | {} | {} | {} | {} | {} |",
-                            name(CEILING),
+                        fixed_row(
+                            &mut s,
+                            &format!("{}, at the same rate", name(CEILING)),
                             sh,
-                            fmt_int(c.offered.unwrap_or_default()),
-                            fmt_int(c.rate),
-                            ms(c.p50_ms),
-                            ms(c.p99_ms),
-                            ms(c.p999_ms),
-                            ms(c.max_ms),
+                            c,
                         );
                     }
                     let beside = floor.map_or(String::new(), |c| {
