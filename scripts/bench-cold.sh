@@ -22,7 +22,7 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 p=(); for _ in $(seq 10); do p+=("$(port)"); done
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret
 mkdir -p "$work/weed"
-"$weed" mini -dir="$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -webdav=false \
+"$weed" -logdir="$work/weed" mini -dir="$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -webdav=false \
   -master.port="${p[0]}" -master.port.grpc="${p[1]}" -volume.port="${p[2]}" -volume.port.grpc="${p[3]}" \
   -filer.port="${p[4]}" -filer.port.grpc="${p[5]}" -s3.port="${p[6]}" -s3.port.grpc="${p[7]}" \
   -admin.port="${p[8]}" -admin.port.grpc="${p[9]}" -bucket=bench -master.telemetry=false >"$work/weed.log" 2>&1 &

@@ -251,7 +251,10 @@ impl SeaweedFs {
         let log_err = log.try_clone().map_err(|e| e.to_string())?;
         let p = self.ports;
         let mut cmd = Command::new(&self.weed);
-        cmd.arg("mini")
+        // glog's files go beside the data (removed with it), not into the temp dir, where
+        // every start left a handful of `weed.*` logs behind.
+        cmd.arg(format!("-logdir={}", self.data.display()))
+            .arg("mini")
             .arg(format!("-dir={}", self.data.display()))
             .args([
                 "-ip=127.0.0.1",
