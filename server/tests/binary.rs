@@ -5,7 +5,6 @@
 use std::io::Read;
 use std::io::Write;
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::Child;
 use std::process::Command;
 use std::process::Stdio;
@@ -24,29 +23,6 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-/// A scratch directory for one test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ursula-binary-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).expect("write scratch file");
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A running node; killed on drop.
 struct Node {
     child: Child,
@@ -56,6 +32,8 @@ struct Node {
 
 mod ports;
 use ports::free_port;
+mod scratch;
+use scratch::Scratch;
 
 fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ursula"));
@@ -65,9 +43,12 @@ fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
     if args.first() == Some(&"server") && !args.contains(&"--admin-listen") {
         cmd.args(["--admin-listen", &format!("127.0.0.1:{}", free_port())]);
     }
-    cmd.current_dir(&scratch.0)
-        .env("HOME", &scratch.0)
-        .env("XDG_CONFIG_HOME", &scratch.0)
+    cmd.current_dir(scratch.path())
+        .env("HOME", scratch.path())
+        .env("XDG_CONFIG_HOME", scratch.path())
+        // A node without `raft.wal.path` keeps its WAL in the temp dir and removes it only on a
+        // clean stop; the tests kill nodes, so that WAL belongs in the scratch directory.
+        .env("TMPDIR", scratch.path())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null());
     cmd
@@ -85,7 +66,7 @@ impl Node {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let config = config.to_str().expect("utf-8 path").to_owned();
-        let log = std::fs::File::create(scratch.0.join("stderr.log")).expect("log file");
+        let log = std::fs::File::create(scratch.path().join("stderr.log")).expect("log file");
         let child = ursula(
             &scratch,
             &["server", "--config", &config, "--listen", &listen],
@@ -129,7 +110,7 @@ impl Node {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.scratch.0.join("stderr.log")).unwrap_or_default()
+        std::fs::read_to_string(self.scratch.path().join("stderr.log")).unwrap_or_default()
     }
 
     fn url(&self, path: &str) -> String {
@@ -519,7 +500,7 @@ fn a_node_past_its_memory_abort_cap_aborts_and_says_why() {
         "ursula.toml",
         "[runtime]\ncore_count = 2\nnode_memory_abort_cap_size = \"1MiB\"\n",
     );
-    let log = scratch.0.join("stderr.log");
+    let log = scratch.path().join("stderr.log");
     let mut child = ursula(
         &scratch,
         &[

@@ -142,8 +142,8 @@ fn cluster(scratch: &Scratch) -> Vec<Proc> {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let wal = scratch.0.join(format!("n{}-wal", i + 1));
-            let own = scratch.0.join(format!("n{}.toml", i + 1));
+            let wal = scratch.path().join(format!("n{}-wal", i + 1));
+            let own = scratch.path().join(format!("n{}.toml", i + 1));
             std::fs::write(
                 &own,
                 format!(
@@ -250,8 +250,8 @@ fn a_raft_cluster_behind_the_gateway_takes_writes_whichever_node_leads() {
 
 /// A single durable Raft node, which serves peer RPCs on its client listener.
 fn raft_node(scratch: &Scratch) -> Proc {
-    let config = scratch.0.join("raft.toml");
-    let wal = scratch.0.join("wal");
+    let config = scratch.path().join("raft.toml");
+    let wal = scratch.path().join("wal");
     std::fs::write(
         &config,
         format!(

@@ -212,7 +212,7 @@ fn fuzzed_credentials_never_get_a_5xx_and_are_never_forwarded() {
     let scratch = Scratch::new("auth-fuzz");
     let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
     let (upstream, hits, heads) = counting_upstream();
-    let policy = scratch.0.join("policy.toml");
+    let policy = scratch.path().join("policy.toml");
     std::fs::write(
         &policy,
         format!(

@@ -404,8 +404,8 @@ fn browse(
     token: &str,
 ) -> serde_json::Value {
     use std::os::unix::process::CommandExt;
-    let profile = scratch.0.join(format!("chromium-{name}"));
-    let log = scratch.0.join(format!("chromium-{name}.log"));
+    let profile = scratch.path().join(format!("chromium-{name}"));
+    let log = scratch.path().join(format!("chromium-{name}.log"));
     let mut browser = Command::new(chromium())
         .args([
             "--headless=new",
@@ -416,6 +416,9 @@ fn browse(
             "--no-default-browser-check",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
+        // Without /dev/shm its shared memory files go to the temp dir, and a killed browser
+        // leaves them there: the scratch directory takes them instead.
+        .env("TMPDIR", scratch.path())
         .arg(format!(
             "http://127.0.0.1:{page_port}/?gw={gateway}&token={token}"
         ))

@@ -158,7 +158,7 @@ fn tokens_of_a_real_oidc_provider_open_the_bucket_their_subject_owns_and_nothing
         let a = send("PUT", &node.url(&format!("/{b}/s")), &[TEXT], b"");
         assert_eq!(a.status, 201, "{}", a.body);
     }
-    let policy = scratch.0.join("policy.toml");
+    let policy = scratch.path().join("policy.toml");
     let owner = format!(
         "owners = [{{ issuer = \"{}\", subject = \"writer\" }}]",
         issuer.url

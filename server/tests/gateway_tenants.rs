@@ -20,7 +20,7 @@ use auth_common::*;
 use gateway_common::*;
 
 fn write_file(scratch: &Scratch, name: &str, text: &str) -> String {
-    let path = scratch.0.join(name);
+    let path = scratch.path().join(name);
     std::fs::write(&path, text).expect("write");
     path.display().to_string()
 }
@@ -289,7 +289,7 @@ fn usage_sums_match_what_was_sent_through_a_failing_sink_and_a_shutdown() {
     // `private`, owned by user-1 (the shared access-control fixture).
     let node = seeded_node(&scratch);
     // The log's directory does not exist yet: every write fails until the test makes it.
-    let log_dir = scratch.0.join("usage");
+    let log_dir = scratch.path().join("usage");
     let log = log_dir.join("usage.jsonl");
     let log_arg = log.display().to_string();
     let mut gw = auth_gateway(

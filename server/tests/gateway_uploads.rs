@@ -562,7 +562,7 @@ fn a_body_refused_from_its_head_is_read_first_and_the_connection_stays_usable() 
     let scratch = Scratch::new("uploads-drain");
     let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
     let node = node_with_stream(&scratch);
-    let policy = scratch.0.join("policy.toml");
+    let policy = scratch.path().join("policy.toml");
     std::fs::write(
         &policy,
         format!(
@@ -630,7 +630,7 @@ fn a_body_refused_from_its_head_is_read_first_and_the_connection_stays_usable() 
 fn the_binary_invoked_as_ursulagw_is_the_gateway_and_listens_on_4437_by_default() {
     let scratch = Scratch::new("uploads-ursulagw");
     let node = node_with_stream(&scratch);
-    let link = scratch.0.join("ursulagw");
+    let link = scratch.path().join("ursulagw");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ursula"), &link).expect("link");
     let help = std::process::Command::new(&link)
         .arg("--help")
@@ -641,7 +641,7 @@ fn the_binary_invoked_as_ursulagw_is_the_gateway_and_listens_on_4437_by_default(
     assert!(help.contains("[default: 0.0.0.0:4437]"), "{help}");
     assert!(help.contains("--body-budget-bytes"), "{help}");
     let port = free_port();
-    let log = scratch.0.join("ursulagw.log");
+    let log = scratch.path().join("ursulagw.log");
     let child = std::process::Command::new(&link)
         .args(["--upstream", &node.base(), "--listen"])
         .arg(format!("127.0.0.1:{port}"))

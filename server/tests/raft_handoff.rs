@@ -12,7 +12,7 @@ use std::time::Instant;
 use raft_common::*;
 
 struct Cluster {
-    dir: std::path::PathBuf,
+    dir: Scratch,
     nodes: Vec<Proc>,
 }
 
@@ -68,10 +68,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // The nodes go before `dir` drops and removes their files.
         for n in &mut self.nodes {
             n.kill9();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

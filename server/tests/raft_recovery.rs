@@ -442,7 +442,7 @@ fn raft_groups(base: &str, key: &str) -> Vec<Value> {
 
 /// A 3-voter cluster with `path` created and 20 producer records acknowledged, once node 1
 /// (which initialized every group and campaigned at once) leads every group.
-fn cluster_led_by_node_1(name: &str, path: &str) -> (std::path::PathBuf, Vec<Proc>, Vec<String>) {
+fn cluster_led_by_node_1(name: &str, path: &str) -> (Scratch, Vec<Proc>, Vec<String>) {
     let dir = tempfile_dir(name);
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let nodes: Vec<Proc> = (0..3)

@@ -16,7 +16,7 @@ use raft_common::*;
 const PATH: &str = "/demo/drain";
 
 /// A durable single node with one stream holding `hello`.
-fn node_with_stream(name: &str) -> (std::path::PathBuf, Proc) {
+fn node_with_stream(name: &str) -> (Scratch, Proc) {
     let dir = tempfile_dir(name);
     let port = free_port();
     let args = single_node_args(&dir, port, "[raft]\ngroup_count = 2", "");

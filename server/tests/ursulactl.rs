@@ -35,33 +35,8 @@ fn ursulactl() -> PathBuf {
 
 mod ports;
 use ports::free_port;
-
-/// A scratch directory for one test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "ursula-ctl-{name}-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).expect("write scratch file");
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod scratch;
+use scratch::Scratch;
 
 /// A running node, killed on drop.
 struct Node {
@@ -72,7 +47,7 @@ struct Node {
 
 impl Node {
     fn spawn(scratch: &Scratch, name: &str, args: &[String], port: u16) -> Node {
-        let log = scratch.0.join(format!("{name}.log"));
+        let log = scratch.path().join(format!("{name}.log"));
         let admin: Vec<String> = if args.iter().any(|a| a == "--admin-listen") {
             Vec::new()
         } else {
@@ -81,9 +56,12 @@ impl Node {
         let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
             .args(args)
             .args(&admin)
-            .current_dir(&scratch.0)
-            .env("HOME", &scratch.0)
-            .env("XDG_CONFIG_HOME", &scratch.0)
+            .current_dir(scratch.path())
+            .env("HOME", scratch.path())
+            .env("XDG_CONFIG_HOME", scratch.path())
+            // A node without `raft.wal.path` keeps its WAL in the temp dir and removes it only on a
+            // clean stop; the tests kill nodes, so that WAL belongs in the scratch directory.
+            .env("TMPDIR", scratch.path())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -227,7 +205,7 @@ fn status_reports_one_leader_per_group_across_a_raft_cluster() {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let wal = scratch.0.join(format!("n{}-wal", i + 1));
+            let wal = scratch.path().join(format!("n{}-wal", i + 1));
             let config = scratch.file(
                 &format!("n{}.toml", i + 1),
                 &format!(
@@ -409,7 +387,7 @@ fn ready_exits_0_for_a_ready_node_and_1_with_the_reason_otherwise() {
 
     // A Raft node whose WAL file system has less free space than it requires answers 503
     // (wal_disk_pressure) once its disk sampler has looked.
-    let wal = scratch.0.join("pressured-wal");
+    let wal = scratch.path().join("pressured-wal");
     let config = scratch.file(
         "pressured.toml",
         &format!(

@@ -259,7 +259,7 @@ pub const STRANGER: &str = "user-2";
 
 /// A policy: `private` owned by user-1, `public` readable by anyone and owned by user-1.
 pub fn policy(scratch: &Scratch, issuer: &str) -> String {
-    let path = scratch.0.join("policy.toml");
+    let path = scratch.path().join("policy.toml");
     let text = format!(
         "[[bucket]]\nid = \"private\"\nowners = [{{ issuer = \"{issuer}\", subject = \"{OWNER}\" }}]\n\n\
          [[bucket]]\nid = \"public\"\npublic_read = true\nowners = [{{ issuer = \"{issuer}\", subject = \"{OWNER}\" }}]\n"

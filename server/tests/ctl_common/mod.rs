@@ -85,11 +85,12 @@ pub fn write_manifest(dir: &Path, name: &str, nodes: &[Proc]) -> String {
     )
 }
 
-/// A running 3-voter cluster and its manifest.
+/// A running 3-voter cluster and its manifest. Fields drop in order: the nodes are killed
+/// before their directory goes.
 pub struct Cluster {
-    pub dir: PathBuf,
     pub nodes: Vec<Proc>,
     pub manifest: String,
+    pub dir: Scratch,
 }
 
 impl Cluster {
@@ -101,9 +102,9 @@ impl Cluster {
             .collect();
         let manifest = write_manifest(&dir, "cluster.json", &nodes);
         let c = Cluster {
-            dir,
             nodes,
             manifest,
+            dir,
         };
         c.wait_led();
         c

@@ -16,6 +16,9 @@ use std::time::Instant;
 #[path = "../ports/mod.rs"]
 mod ports;
 pub use ports::free_port;
+#[path = "../scratch/mod.rs"]
+mod scratch;
+pub use scratch::Scratch;
 
 pub const MARKER: &str = "x-ursula-not-applied";
 pub const VOUCH: &str = "x-ursula-not-applied-checked";
@@ -27,27 +30,6 @@ pub fn agent() -> ureq::Agent {
         .timeout_global(Some(Duration::from_secs(15)))
         .build()
         .into()
-}
-
-/// A scratch directory for one test, removed on drop.
-pub struct Scratch(pub PathBuf);
-
-impl Scratch {
-    pub fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "ursula-gateway-{name}-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A running `ursula` process (node or gateway), killed on drop.
@@ -66,7 +48,7 @@ impl Proc {
     }
 
     pub fn spawn(scratch: &Scratch, name: &str, port: u16, args: &[String]) -> Proc {
-        let log = scratch.0.join(format!("{name}.log"));
+        let log = scratch.path().join(format!("{name}.log"));
         // Nodes get an admin plane of their own: the default port would let one node start.
         let admin: Vec<String> = if args.first().is_some_and(|a| a == "server") {
             vec![
@@ -79,9 +61,12 @@ impl Proc {
         let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
             .args(args)
             .args(&admin)
-            .current_dir(&scratch.0)
-            .env("HOME", &scratch.0)
-            .env("XDG_CONFIG_HOME", &scratch.0)
+            .current_dir(scratch.path())
+            .env("HOME", scratch.path())
+            .env("XDG_CONFIG_HOME", scratch.path())
+            // A node without `raft.wal.path` keeps its WAL in the temp dir and removes it only on a
+            // clean stop; the tests kill nodes, so that WAL belongs in the scratch directory.
+            .env("TMPDIR", scratch.path())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -165,7 +150,7 @@ impl Drop for Proc {
 
 /// A single in-memory node.
 pub fn memory_node(scratch: &Scratch) -> Proc {
-    let config = scratch.0.join("node.toml");
+    let config = scratch.path().join("node.toml");
     std::fs::write(&config, "[runtime]\ncore_count = 2\n").expect("config");
     let port = free_port();
     let args = [

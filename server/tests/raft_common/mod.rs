@@ -20,6 +20,9 @@ const RUST_LOG: &str = "warn,ursula::raft=info";
 #[path = "../ports/mod.rs"]
 mod ports;
 pub use ports::free_port;
+#[path = "../scratch/mod.rs"]
+mod scratch;
+pub use scratch::Scratch;
 
 pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -30,15 +33,9 @@ pub fn agent() -> ureq::Agent {
         .into()
 }
 
-/// A scratch directory for one test.
-pub fn tempfile_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "ursula-raft-{name}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&d).expect("dir");
-    d
+/// A test's scratch directory, `ursula-test-raft-{name}-…`, removed when the test ends well.
+pub fn tempfile_dir(name: &str) -> Scratch {
+    Scratch::new(&format!("raft-{name}"))
 }
 
 /// A node process; killed on drop.
