@@ -83,6 +83,10 @@ impl Proc {
             .args(&self.args)
             .args(admin_listen(&self.args, self.admin_port))
             .env("RUST_LOG", RUST_LOG)
+            // A node whose config names no `raft.wal.path` keeps its WAL in the temp dir and
+            // removes it only on a clean stop; killed, it would leave it there. Its log lies in
+            // the test's scratch directory, so the WAL goes beside it.
+            .envs(self.log.parent().map(|d| ("TMPDIR", d.as_os_str())))
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
