@@ -217,6 +217,34 @@ fn timeout_reply(at: u64, incarnation: u64, closed: bool, cursor: &str) -> Reply
 }
 
 /// State of one SSE session between events.
+/// What one batch of events is made of: from a read, or from a tick that carried the bytes.
+struct Batch {
+    start: u64,
+    data: Bytes,
+    /// Offset after `data`.
+    next: u64,
+    tail: u64,
+    closed: bool,
+}
+
+impl Batch {
+    fn up_to_date(&self) -> bool {
+        self.next == self.tail
+    }
+}
+
+impl From<ReadView> for Batch {
+    fn from(v: ReadView) -> Batch {
+        Batch {
+            start: v.start,
+            data: v.data,
+            next: v.next,
+            tail: v.tail,
+            closed: v.closed,
+        }
+    }
+}
+
 struct Session {
     st: AppState,
     sp: StreamPath,
@@ -227,8 +255,10 @@ struct Session {
     json: bool,
     cursor: Option<String>,
     rx: Option<watch::Receiver<Tick>>,
-    /// The stream's content type, for views built from a tick.
-    content_type: String,
+    /// Resolves when the node starts to stop. Made once per session: a fresh one per wait
+    /// joined and left the stop signal's waiter list (a lock shared by every core) on every
+    /// delivery of a fan-out.
+    stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
     /// A wake-up that carried exactly the bytes after `at`.
     fresh: Option<Tick>,
     first: bool,
@@ -302,7 +332,7 @@ pub async fn sse(
         json,
         cursor: q.cursor.clone(),
         rx,
-        content_type: head.content_type.clone(),
+        stop: Box::pin(super::serve::until_stopping(st.stopping.clone())),
         fresh: None,
         first: true,
         caught_up: false,
@@ -360,19 +390,18 @@ impl Session {
                     return last;
                 }
             }
-            let fast = self.fresh.take().and_then(|t| self.view_from_tick(t));
+            let fast = self.fresh.take().and_then(|t| self.batch_from_tick(t));
             let read = match fast {
-                Some(v) => Ok(v),
-                None => {
-                    super::read::read_view(
-                        &self.st,
-                        &self.sp,
-                        ReadFrom::At(Offset(self.at)),
-                        self.max,
-                        Some(self.incarnation),
-                    )
-                    .await
-                }
+                Some(b) => Ok(b),
+                None => super::read::read_view(
+                    &self.st,
+                    &self.sp,
+                    ReadFrom::At(Offset(self.at)),
+                    self.max,
+                    Some(self.incarnation),
+                )
+                .await
+                .map(Batch::from),
             };
             let view = match read {
                 Ok(v) => v,
@@ -422,7 +451,7 @@ impl Session {
                     push_data_lines(&mut out, body);
                 } else {
                     out.push_str("data:");
-                    out.push_str(&base64::engine::general_purpose::STANDARD.encode(&view.data));
+                    base64::engine::general_purpose::STANDARD.encode_string(&view.data, &mut out);
                     out.push('\n');
                 }
                 out.push('\n');
@@ -458,7 +487,7 @@ impl Session {
         };
         let changed = tokio::select! {
             changed = rx.changed() => changed,
-            () = self.st.stopping() => {
+            () = self.stop.as_mut() => {
                 // A stopping node ends the response after the last whole event: the client
                 // reconnects from the offset of the last control event it read.
                 self.done = true;
@@ -480,7 +509,7 @@ impl Session {
     }
 
     /// The fast path of a fan-out: a tick that carries the bytes right after `at`.
-    fn view_from_tick(&self, t: Tick) -> Option<ReadView> {
+    fn batch_from_tick(&self, t: Tick) -> Option<Batch> {
         let (start, bytes) = t.appended?;
         if t.incarnation != self.incarnation || start != self.at {
             return None;
@@ -491,17 +520,12 @@ impl Session {
             bytes
         };
         let next = start + data.len() as u64;
-        Some(ReadView {
-            incarnation: t.incarnation,
-            content_type: self.content_type.clone(),
-            json: self.json,
+        Some(Batch {
             start,
-            cold: Vec::new(),
             data,
             next,
             tail: t.tail,
             closed: t.closed,
-            renew_due: false,
         })
     }
 
