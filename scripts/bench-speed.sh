@@ -7,14 +7,16 @@
 # Builds `ursula` and `ursula-bench` (release) and installs oha 1.16 (crates.io) into
 # target/tools if missing. Then, for each of BENCH_ROUNDS rounds (default 3), starts each server
 # fresh and alone on a loopback port:
-#   - hyper-204:      `ursula-bench ceiling`, a hyper server answering 204 (the ceiling);
+#   - hyper-204:      `ursula-bench ceiling`, a hyper server answering 204 (the ceiling), and
+#                     queuing each POST as one event to every held SSE GET (the fan-out's);
 #   - ursula-memory:  `ursula server`, in memory;
 #   - ursula-never:   `ursula server` on a disk WAL with `fsync = "never"`;
 # and measures, with `ursula-bench point` and with oha, appends of 100 bytes at 32 connections on
 # 1 and 1,000 streams (closed loop); on ursula, fixed offered rates at 25/50/75% of that round's
 # closed-loop maximum on one stream, and the ceiling again at each ursula server's 50% rate (the
 # machine's own tail at that load); on ursula in memory, 1 / 1,000 / 100,000 streams at 32 /
-# 256 / 1,024 connections, and the SSE fan-out to 1,000 subscribers. Memory per idle stream comes from `ursula-bench idle` on a fresh node,
+# 256 / 1,024 connections, and the SSE fan-out to 1,000 subscribers, which also runs against
+# the ceiling server. Memory per idle stream comes from `ursula-bench idle` on a fresh node,
 # memory per held SSE subscriber from `ursula-bench idle-sse` (10,000 of them) on another.
 #
 # env: BENCH_ROUNDS=N (default 3)   BENCH_SECONDS=S per point (default 6)
@@ -136,6 +138,12 @@ for round in $(seq "$rounds"); do
     if [[ $name != hyper-204 && $quick != 1 ]]; then
       max=$("$bench" max --points "$points" --target "$name" --round "$round")
       for share in 25 50 75; do measure "$name" "$round" 1 32 $((max * share / 100)); done
+    fi
+    if [[ $name == hyper-204 && $quick != 1 ]]; then
+      # The fan-out's ceiling: the same client against a server that only queues each event.
+      "$bench" load --base "$base" --server hyper-204 --pid "$server_pid" --only sse-fanout \
+        --out "$out/fanout-ceiling-$round.json"
+      fanout_args+=(--fanout-ceiling "$out/fanout-ceiling-$round.json")
     fi
     if [[ $name == ursula-memory && $quick != 1 ]]; then
       "$bench" load --base "$base" --server ursula --pid "$server_pid" --only sse-fanout \

@@ -182,6 +182,9 @@ struct SpeedReportArgs {
     /// `load --only sse-fanout` results, one per round.
     #[arg(long)]
     fanout: Vec<PathBuf>,
+    /// The same fan-out against `ursula-bench ceiling`, one per round.
+    #[arg(long)]
+    fanout_ceiling: Vec<PathBuf>,
     #[arg(long, default_value = "")]
     date: String,
     #[arg(long, default_value = "")]
@@ -308,6 +311,19 @@ fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, BoxError> {
         .build()?)
 }
 
+/// The median round of `load --only sse-fanout` results; `None` when there are none.
+fn median_fanout(files: &[PathBuf]) -> Result<Option<report::Scenario>, BoxError> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let runs = files
+        .iter()
+        .map(|f| read_json(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(report::merge_load(runs)
+        .and_then(|r| r.scenarios.into_iter().find(|s| s.key == "sse-fanout")))
+}
+
 fn secs(s: f64) -> Result<Duration, BoxError> {
     Duration::try_from_secs_f64(s).map_err(|e| format!("bad duration {s}: {e}").into())
 }
@@ -432,18 +448,8 @@ fn run(command: Command) -> Result<(), BoxError> {
                 Some(f) => Some(read_json(f)?),
                 None => None,
             };
-            let fanout = if a.fanout.is_empty() {
-                None
-            } else {
-                let runs = a
-                    .fanout
-                    .iter()
-                    .map(|f| read_json(f))
-                    .collect::<Result<Vec<_>, _>>()?;
-                report::merge_load(runs)
-            };
-            let fanout =
-                fanout.and_then(|r| r.scenarios.into_iter().find(|s| s.key == "sse-fanout"));
+            let fanout = median_fanout(&a.fanout)?;
+            let fanout_ceiling = median_fanout(&a.fanout_ceiling)?;
             let ctx = speed::Context {
                 date: a.date,
                 machine: a.machine,
@@ -458,6 +464,7 @@ fn run(command: Command) -> Result<(), BoxError> {
                 idle.as_ref(),
                 idle_sse.as_ref(),
                 fanout.as_ref(),
+                fanout_ceiling.as_ref(),
             );
             if let Some(doc) = &a.doc {
                 let old = std::fs::read_to_string(doc).unwrap_or_default();
