@@ -43,12 +43,8 @@ fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
     if args.first() == Some(&"server") && !args.contains(&"--admin-listen") {
         cmd.args(["--admin-listen", &format!("127.0.0.1:{}", free_port())]);
     }
-    cmd.current_dir(scratch.path())
-        .env("HOME", scratch.path())
-        .env("XDG_CONFIG_HOME", scratch.path())
-        // A node without `raft.wal.path` keeps its WAL in the temp dir and removes it only on a
-        // clean stop; the tests kill nodes, so that WAL belongs in the scratch directory.
-        .env("TMPDIR", scratch.path())
+    scratch
+        .isolate(&mut cmd)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null());
     cmd

@@ -19,7 +19,9 @@ use std::time::Duration;
 use std::time::Instant;
 
 mod ports;
+mod scratch;
 use ports::free_port;
+use scratch::Scratch;
 
 /// A TCP forwarder that can be switched off, which also cuts its open connections.
 struct Link {
@@ -215,12 +217,8 @@ fn wait_for_prefix(node: &Node, rows: usize) {
 
 #[test]
 fn a_cut_off_follower_catches_up_after_healing_and_a_wiped_one_rejoins() {
-    let dir = std::env::temp_dir().join(format!(
-        "ursula-partition-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&dir).expect("dir");
+    // Declared first, so it drops after the nodes: kept with their logs if the test panics.
+    let dir = Scratch::new("partition");
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     // links[i][j]: node i's link to node j.
     let links: Vec<Vec<Link>> = (0..3)
@@ -295,5 +293,4 @@ fn a_cut_off_follower_catches_up_after_healing_and_a_wiped_one_rejoins() {
     nodes[follower].spawn();
     wait_for_prefix(&nodes[follower], 119);
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }

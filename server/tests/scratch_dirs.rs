@@ -1,6 +1,8 @@
 //! The tests' scratch directories: gone once a test passes, kept when it panics, so a run
 //! leaves nothing in the temp dir but the files of its failures.
 
+use std::path::Path;
+
 mod scratch;
 use scratch::Scratch;
 
@@ -37,4 +39,27 @@ fn a_panicking_tests_scratch_directory_is_kept_with_its_files() {
     let kept = std::fs::read_to_string(dir.join("node.log"));
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(kept.expect("the log is kept"), "what the failure left");
+}
+
+#[test]
+fn an_isolated_command_runs_in_the_scratch_directory_with_its_home_config_and_temp_dir_there() {
+    let scratch = Scratch::new("isolate");
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        "pwd -P; echo \"$HOME\"; echo \"$XDG_CONFIG_HOME\"; echo \"$TMPDIR\"",
+    ]);
+    let out = scratch.isolate(&mut cmd).output().expect("run sh");
+    assert!(out.status.success());
+    let dir = scratch.canonicalize().expect("canonical scratch path");
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(Path::new(&lines[0]), dir, "working directory");
+    for (line, what) in lines[1..].iter().zip(["HOME", "XDG_CONFIG_HOME", "TMPDIR"]) {
+        let got = Path::new(line).canonicalize().expect(what);
+        assert_eq!(got, dir, "{what}");
+    }
 }

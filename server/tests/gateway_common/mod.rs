@@ -58,15 +58,11 @@ impl Proc {
         } else {
             Vec::new()
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ursula"));
+        let child = scratch
+            .isolate(&mut cmd)
             .args(args)
             .args(&admin)
-            .current_dir(scratch.path())
-            .env("HOME", scratch.path())
-            .env("XDG_CONFIG_HOME", scratch.path())
-            // A node without `raft.wal.path` keeps its WAL in the temp dir and removes it only on a
-            // clean stop; the tests kill nodes, so that WAL belongs in the scratch directory.
-            .env("TMPDIR", scratch.path())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -12,6 +12,7 @@
 
 use std::path::Path;
 use std::path::PathBuf;
+use std::process::Command;
 
 pub struct Scratch(tempfile::TempDir);
 
@@ -26,6 +27,18 @@ impl Scratch {
 
     pub fn path(&self) -> &Path {
         self.0.path()
+    }
+
+    /// Runs `cmd` inside the directory: its working directory, `HOME` and `XDG_CONFIG_HOME`
+    /// (so no config file of this machine's user reaches a test's node) and `TMPDIR` (a node
+    /// without `raft.wal.path` keeps its WAL in the temp dir and removes it only on a clean
+    /// stop; the tests kill nodes, so that WAL belongs here).
+    pub fn isolate<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        let dir = self.path();
+        cmd.current_dir(dir)
+            .env("HOME", dir)
+            .env("XDG_CONFIG_HOME", dir)
+            .env("TMPDIR", dir)
     }
 
     /// Writes `text` to the file `name` in the directory and returns its path.
