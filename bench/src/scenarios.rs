@@ -104,7 +104,8 @@ impl Cores {
     }
 }
 
-fn scenario(key: &str, title: &str, connections: usize) -> Scenario {
+/// A scenario that has measured nothing yet.
+pub(crate) fn scenario(key: &str, title: &str, connections: usize) -> Scenario {
     Scenario {
         key: key.to_owned(),
         title: title.to_owned(),

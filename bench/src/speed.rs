@@ -460,22 +460,17 @@ mod tests {
 
     fn fanout(p99_ms: f64) -> Scenario {
         Scenario {
-            key: "sse-fanout".into(),
-            title: "SSE fan-out, 1,000 subscribers, 1 writer at 20/s".into(),
-            connections: 1000,
             rate: 20_000.0,
             p50_us: p99_ms * 500.0,
             p99_us: p99_ms * 1000.0,
             max_us: p99_ms * 1200.0,
             samples: 100_000,
-            bad: 0,
-            note: None,
-            error: None,
-            server_cores: None,
-            client_cores: None,
-            machine_cores: None,
-            other_cores: None,
             rounds: vec![20_000.0],
+            ..crate::scenarios::scenario(
+                "sse-fanout",
+                "SSE fan-out, 1,000 subscribers, 1 writer at 20/s",
+                1000,
+            )
         }
     }
 
