@@ -38,11 +38,14 @@ before(async () => {
 });
 after(() => server?.stop());
 
+// The examples make their own temp dirs (the README's attach example does): TMPDIR keeps them
+// inside `app`, which goes when the test process exits.
 function run(file, source) {
   writeFileSync(join(app, file), source.replaceAll("127.0.0.1:4437", `127.0.0.1:${server.port}`));
+  mkdirSync(join(app, "tmp"), { recursive: true });
   return spawnSync(process.execPath, [join(app, file)], {
     cwd: app,
-    env: { ...process.env, XDG_CACHE_HOME: join(app, "cache") },
+    env: { ...process.env, XDG_CACHE_HOME: join(app, "cache"), TMPDIR: join(app, "tmp") },
     encoding: "utf8",
     timeout: 30_000,
   });
@@ -94,4 +97,6 @@ test("every js example of js/README.md runs verbatim (only the address differs),
   });
   const attachExample = blocks.findIndex((b) => b.includes("attach(file,"));
   assert.equal(out[attachExample], "2\n", "its comment's output: the CREATE and the INSERT");
+  // Its mkdtemp directory was made in the test's TMPDIR, not in the machine's temp dir.
+  assert.ok(readdirSync(join(app, "tmp")).some((d) => d.startsWith("app-")), "the attach example's directory");
 });
