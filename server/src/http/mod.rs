@@ -16,9 +16,11 @@
 //! - [`tenancy`]: `/__ursula/usage` (both planes) and the admin plane's bucket purge.
 //! - [`backup`]: the admin plane's `/__ursula/backup/*` routes.
 //! - [`serve`]: accept loops on the core threads.
+//! - [`head_watch`]: the request-head timeout, one clock per connection.
 
 pub mod admin;
 pub mod backup;
+pub mod head_watch;
 pub mod live;
 pub mod read;
 pub mod reply;

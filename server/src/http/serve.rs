@@ -2,7 +2,8 @@
 //! served by the core with the fewest open ones, so both cores share the requests' HTTP work. Each listener serves
 //! at most `max_connections` at once (the rest wait in the kernel's backlog), and closes a
 //! connection that does not send a whole request head within `head_timeout` of opening or of
-//! its last answer: a client that sends half a head and then nothing holds no slot for long.
+//! its last answer (`head_watch`): a client that sends half a head and then nothing holds no
+//! slot for long.
 //!
 //! When the node stops, the loops stop accepting and every connection is told to close once
 //! its answer in flight is written (an idle keep-alive connection closes at once); the
@@ -18,10 +19,12 @@ use std::time::Duration;
 use axum::response::Response;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use hyper_util::rt::TokioTimer;
 use tokio::sync::Semaphore;
 use tokio::sync::watch;
 
+use super::head_watch::HeadClock;
+use super::head_watch::Watched;
+use super::head_watch::overdue;
 use crate::runtime::Runtime;
 
 /// What bounds one listener's connections.
@@ -147,7 +150,8 @@ where
                     None => (mine, Accepted::Here(stream)),
                 };
                 let counted = Open::count(&core.open);
-                let service = app.clone();
+                let clock = HeadClock::opened();
+                let service = Watched::new(app.clone(), clock.clone());
                 let stop = shutdown.clone();
                 core.handle.spawn(async move {
                     let stream = match stream {
@@ -160,18 +164,24 @@ where
                             }
                         },
                     };
+                    // No timer for hyper: the head timeout is the connection's (`head_watch`).
                     let conn = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(limits.head_timeout)
+                        .header_read_timeout(None)
                         .serve_connection(TokioIo::new(stream), service);
                     let mut conn = std::pin::pin!(conn);
                     let ended = tokio::select! {
+                        biased;
                         r = conn.as_mut() => r,
                         () = until_stopping(stop) => {
                             // The answer in flight is still written; then the connection closes.
                             conn.as_mut().graceful_shutdown();
                             conn.await
+                        }
+                        () = overdue(&clock, limits.head_timeout) => {
+                            // As hyper's own head timeout did: closed without an answer.
+                            tracing::debug!("closing a connection that sent no request head in time");
+                            Ok(())
                         }
                     };
                     if let Err(e) = ended {
@@ -265,6 +275,88 @@ mod tests {
             *t.entry(core.clone()).or_insert(0) += 1;
         }
         t
+    }
+
+    /// Reads until `end` has arrived; `None` when the server closed the connection first.
+    fn read_until(s: &mut TcpStream, end: &[u8]) -> Option<Vec<u8>> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        while !got.windows(end.len()).any(|w| w == end) {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        Some(got)
+    }
+
+    /// Whether the server closed `s` (an end of stream or a reset) within `within`.
+    fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+        s.set_read_timeout(Some(within)).expect("timeout");
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => true,
+            Ok(n) => panic!("unexpected bytes: {:?}", String::from_utf8_lossy(&buf[..n])),
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
+    }
+
+    #[test]
+    fn the_head_timeout_runs_from_the_last_answer_and_never_cuts_a_slow_one() {
+        let rt = Runtime::start(2, 4, 16).expect("cores");
+        let listener = StdListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        // `/slow` answers after 0.8 s with a body streamed over another 0.8 s: both longer
+        // than the 300 ms head timeout.
+        let app = hyper::service::service_fn(|req: axum::http::Request<Incoming>| async move {
+            if req.uri().path() != "/slow" {
+                return Ok::<_, std::convert::Infallible>(Response::new(axum::body::Body::from(
+                    "fast",
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            let chunks = futures_util::stream::unfold(0u8, |i| async move {
+                if i == 4 {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Some((
+                    Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'a' + i; 3])),
+                    i + 1,
+                ))
+            });
+            Ok(Response::new(axum::body::Body::from_stream(chunks)))
+        });
+        let (_stop_tx, stop) = watch::channel(false);
+        let limits = ConnectionLimits {
+            head_timeout: Duration::from_millis(300),
+            max_connections: 100,
+        };
+        let _drain = spawn_accept_loops(&rt, &listener, app, stop, limits).expect("loops");
+
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(b"GET /slow HTTP/1.1\r\nhost: t\r\n\r\n")
+            .expect("send");
+        let slow = read_until(&mut s, b"0\r\n\r\n").expect("the slow answer, whole");
+        let slow = String::from_utf8_lossy(&slow);
+        assert!(slow.contains("aaa") && slow.contains("ddd"), "{slow}");
+        // The same connection still serves the next request.
+        s.write_all(b"GET /fast HTTP/1.1\r\nhost: t\r\n\r\n")
+            .expect("send");
+        let fast = read_until(&mut s, b"fast").expect("the next answer");
+        assert!(fast.starts_with(b"HTTP/1.1 200"));
+        // Then no head: closed one timeout later (a generous bound, not a measurement).
+        assert!(closed_within(&mut s, Duration::from_secs(10)));
+
+        // Half a head, then nothing: closed too.
+        let mut half = TcpStream::connect(addr).expect("connect");
+        half.write_all(b"GET /fast HTTP/1.1\r\nho").expect("send");
+        assert!(closed_within(&mut half, Duration::from_secs(10)));
     }
 
     #[test]
