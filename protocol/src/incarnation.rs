@@ -15,7 +15,22 @@ pub struct Incarnation(pub u64);
 
 impl fmt::Display for Incarnation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}", self.0)
+        let digits = self.digits();
+        f.write_str(std::str::from_utf8(&digits).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl Incarnation {
+    /// The token's 16 lowercase hex digits, written directly (see `Offset::digits`).
+    pub fn digits(self) -> [u8; WIDTH] {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [b'0'; WIDTH];
+        let mut v = self.0;
+        for slot in out.iter_mut().rev() {
+            *slot = HEX[(v & 0xf) as usize];
+            v >>= 4;
+        }
+        out
     }
 }
 
@@ -47,6 +62,21 @@ impl FromStr for Incarnation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digits_are_what_the_formatter_writes_for_every_nibble_count() {
+        let mut values = vec![0, u64::MAX, 0x00ab_cdef_0123_4567];
+        values.extend((0..64).map(|b| 1u64 << b));
+        values.extend((1..64).map(|b| (1u64 << b) - 1));
+        for v in values {
+            assert_eq!(
+                Incarnation(v).digits(),
+                format!("{v:016x}").as_bytes(),
+                "{v}"
+            );
+            assert_eq!(Incarnation(v).to_string(), format!("{v:016x}"));
+        }
+    }
 
     #[test]
     fn incarnations_round_trip_as_sixteen_lowercase_hex_digits() {

@@ -115,7 +115,12 @@ impl ClientPlane {
             let mut resp = dispatch(State(st), req).await;
             // What the router did to every answer, kept so none changes: a body of known size
             // states its length, and an answer to `HEAD` keeps that length and drops the body.
-            if !resp.headers().contains_key(header::CONTENT_LENGTH)
+            // hyper never sends a length with a `204` or `304`, so none is added there (an
+            // append's `204` is the commonest answer of all).
+            if !matches!(
+                resp.status(),
+                StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+            ) && !resp.headers().contains_key(header::CONTENT_LENGTH)
                 && let Some(n) = axum::body::HttpBody::size_hint(resp.body()).exact()
             {
                 resp.headers_mut()

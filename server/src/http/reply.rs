@@ -120,6 +120,15 @@ impl Text for &String {
     }
 }
 
+/// A token's ASCII digits, copied once into the value.
+pub struct Digits<'a>(pub &'a [u8]);
+
+impl Text for Digits<'_> {
+    fn into_value(self) -> Option<HeaderValue> {
+        HeaderValue::from_bytes(self.0).ok()
+    }
+}
+
 impl Text for String {
     fn into_value(self) -> Option<HeaderValue> {
         HeaderValue::from_maybe_shared(bytes::Bytes::from(self)).ok()
@@ -258,7 +267,10 @@ impl Reply {
     pub fn new(status: StatusCode) -> Reply {
         Reply {
             status,
-            headers: HeaderMap::new(),
+            // Room for an answer's own headers and the four the dispatcher adds to every one
+            // (a read's answer has twelve): an empty map allocated at the first insert and
+            // again, rehashing, at the seventh.
+            headers: HeaderMap::with_capacity(12),
             body: Body::empty(),
         }
     }
@@ -275,11 +287,11 @@ impl Reply {
     }
 
     pub fn offset(self, name: &'static str, offset: u64) -> Reply {
-        self.header(name, Offset(offset).to_string())
+        self.header(name, Digits(&Offset(offset).digits()))
     }
 
     pub fn incarnation(self, inc: u64) -> Reply {
-        self.header(h::STREAM_INCARNATION, incarnation_token(inc))
+        self.header(h::STREAM_INCARNATION, Digits(&Incarnation(inc).digits()))
     }
 
     pub fn body(mut self, body: impl Into<Body>) -> Reply {
