@@ -17,6 +17,7 @@
 //! - [`backup`]: the admin plane's `/__ursula/backup/*` routes.
 //! - [`serve`]: accept loops on the core threads.
 //! - [`head_watch`]: the request-head timeout, one clock per connection.
+//! - [`woken`]: a future polled only after it woke its task (a connection's side branches).
 
 pub mod admin;
 pub mod backup;
@@ -27,6 +28,7 @@ pub mod reply;
 pub mod request;
 pub mod serve;
 pub mod tenancy;
+pub mod woken;
 pub mod write;
 
 use std::convert::Infallible;

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use super::head_watch::HeadClock;
 use super::head_watch::Watched;
 use super::head_watch::overdue;
+use super::woken::Woken;
 use crate::runtime::Runtime;
 
 /// What bounds one listener's connections.
@@ -173,12 +174,14 @@ where
                     let ended = tokio::select! {
                         biased;
                         r = conn.as_mut() => r,
-                        () = until_stopping(stop) => {
+                        // Both side branches are polled only when they woke the task: the
+                        // connection wakes it several times per request (`woken`).
+                        () = Woken::new(until_stopping(stop)) => {
                             // The answer in flight is still written; then the connection closes.
                             conn.as_mut().graceful_shutdown();
                             conn.await
                         }
-                        () = overdue(&clock, limits.head_timeout) => {
+                        () = Woken::new(overdue(&clock, limits.head_timeout)) => {
                             // As hyper's own head timeout did: closed without an answer.
                             tracing::debug!("closing a connection that sent no request head in time");
                             Ok(())
