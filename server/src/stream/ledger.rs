@@ -79,7 +79,13 @@ impl Default for Tenancy {
 
 /// The bucket of a stream key (`{bucket}/{stream}`).
 pub fn bucket_of(key: &str) -> &str {
-    key.split_once('/').map_or(key, |(b, _)| b)
+    // A byte search: `split_once('/')` goes through the `char` searcher, which compared each
+    // candidate with a `memcmp` call, about 1% of an in-memory append's CPU. `/` is ASCII, so
+    // its index is a char boundary.
+    match key.bytes().position(|b| b == b'/') {
+        Some(i) => &key[..i],
+        None => key,
+    }
 }
 
 impl Tenancy {
@@ -100,5 +106,20 @@ impl Tenancy {
 
     pub fn is_erased(&self, key: &str) -> bool {
         self.erased.contains(bucket_of(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_is_the_key_up_to_its_first_slash_or_the_whole_key() {
+        assert_eq!(bucket_of("__default/orders"), "__default");
+        assert_eq!(bucket_of("b/s/with/more"), "b");
+        assert_eq!(bucket_of("ünï/çödé"), "ünï");
+        assert_eq!(bucket_of("/leading"), "");
+        assert_eq!(bucket_of("no-slash"), "no-slash");
+        assert_eq!(bucket_of(""), "");
     }
 }
