@@ -88,5 +88,8 @@ unset SQLITE_URSULA_VFS URSULA_VFS_RETRY_MS URSULA_VFS_IDLE_MS URSULA_VFS_MAX_FR
   URSULA_VFS_SNAPSHOT_MIN_BYTES URSULA_VFS_TOKEN_FILE URSULA_VFS_CA_FILE PYTHONPATH
 
 step "pytest python/tests ($("$venv/bin/python" --version))"
-# -rs: a skipped test says why. pytest exits 5 when it collected nothing.
-exec "$venv/bin/python" -m pytest -p no:cacheprovider -rs "${extra[@]}" python/tests
+# -rs: a skipped test says why. pytest exits 5 when it collected nothing. --basetemp keeps the
+# tests' temporary directories under target/ (pytest empties it at the start of each run)
+# instead of leaving /tmp/pytest-of-$USER behind on the machine.
+exec "$venv/bin/python" -m pytest -p no:cacheprovider -rs --basetemp "$PWD/$work/pytest-tmp" \
+  "${extra[@]}" python/tests
