@@ -45,6 +45,10 @@ cargo fmt --all --check
 eval "$(scripts/zig-env.sh)"
 out="$PWD/target/$CARGO_BUILD_TARGET/ci"
 export URSULA_PROFILE_DIR="$out"
+# npm (and vite) under Node 22 turn on V8's compile cache, which goes to
+# $TMPDIR/node-compile-cache unless this names a place: under target/, so a run leaves nothing
+# in /tmp.
+export NODE_COMPILE_CACHE="$PWD/target/node-compile-cache"
 
 # ursula-vfs-tests hosts the extension in a bundled SQLite: rusqlite's `bundled` cannot be
 # built together with the extension's `loadable_extension`, so it gets invocations of its own.
