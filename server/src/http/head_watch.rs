@@ -56,8 +56,8 @@ impl HeadClock {
     }
 
     fn idle(&self) {
-        // Saturating: a connection open for half a million years stays busy-free.
-        let us = u64::try_from(self.opened.elapsed().as_micros()).unwrap_or(BUSY - 1);
+        // Saturating below `BUSY`: a connection open for half a million years still reads idle.
+        let us = u64::try_from(self.opened.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.state.store(us.min(BUSY - 1), Ordering::Relaxed);
     }
 

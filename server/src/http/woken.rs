@@ -26,10 +26,10 @@ pub struct Woken<F> {
     inner: Waker,
     /// The task's waker as last handed to `signal`, to notice when it changes.
     outer: Option<Waker>,
-    polled: bool,
 }
 
-/// Set by the inner future's waker; holds the task's waker to pass the wake on to.
+/// Set by the inner future's waker (and set at the start, so the first poll reaches the inner
+/// future); holds the task's waker to pass the wake on to.
 struct Signal {
     woke: AtomicBool,
     outer: Mutex<Option<Waker>>,
@@ -58,7 +58,7 @@ impl Wake for Signal {
 impl<F: Future> Woken<F> {
     pub fn new(fut: F) -> Woken<F> {
         let signal = Arc::new(Signal {
-            woke: AtomicBool::new(false),
+            woke: AtomicBool::new(true),
             outer: Mutex::new(None),
         });
         Woken {
@@ -66,7 +66,6 @@ impl<F: Future> Woken<F> {
             inner: Waker::from(signal.clone()),
             signal,
             outer: None,
-            polled: false,
         }
     }
 }
@@ -82,10 +81,9 @@ impl<F: Future> Future for Woken<F> {
             *this.signal.outer() = Some(w.clone());
             this.outer = Some(w);
         }
-        if this.polled && !this.signal.woke.load(Ordering::Acquire) {
+        if !this.signal.woke.load(Ordering::Acquire) {
             return Poll::Pending;
         }
-        this.polled = true;
         // Cleared before the poll: a wake during it sets the flag again and is not lost.
         this.signal.woke.store(false, Ordering::Release);
         this.fut
