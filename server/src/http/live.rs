@@ -17,6 +17,7 @@ use ursula_protocol::offset::Offset;
 use ursula_protocol::offset::ReadFrom;
 
 use super::AppState;
+use super::names;
 use super::read::ReadQuery;
 use super::read::data_reply;
 use super::read::renew_if_due;
@@ -202,17 +203,17 @@ fn with_data(view: ReadView, cursor: &str) -> Reply {
     let reply = data_reply(&view, StatusCode::OK)
         .header(header::ETAG, super::read::etag(&view))
         .header(header::CACHE_CONTROL, "no-store")
-        .header_if(open, h::STREAM_CURSOR, cursor);
+        .header_if(open, names::STREAM_CURSOR, cursor);
     reply.body(view.data)
 }
 
 fn timeout_reply(at: u64, incarnation: u64, closed: bool, cursor: &str) -> Reply {
     Reply::new(StatusCode::NO_CONTENT)
-        .offset(h::STREAM_NEXT_OFFSET, at)
-        .header(h::STREAM_UP_TO_DATE, "true")
+        .offset(names::STREAM_NEXT_OFFSET, at)
+        .header(names::STREAM_UP_TO_DATE, "true")
         .incarnation(incarnation)
-        .header_if(closed, h::STREAM_CLOSED, "true")
-        .header_if(!closed, h::STREAM_CURSOR, cursor)
+        .header_if(closed, names::STREAM_CLOSED, "true")
+        .header_if(!closed, names::STREAM_CURSOR, cursor)
         .header(header::CACHE_CONTROL, "no-store")
 }
 

@@ -10,6 +10,7 @@
 //!
 //! Modules:
 //! - [`request`]: routing and header parsing.
+//! - [`names`]: the protocol's header names, built at compile time.
 //! - [`reply`]: responses and the mapping of refusals to statuses.
 //! - [`write`], [`read`], [`live`]: the stream routes.
 //! - [`admin`]: the operational endpoints under `/__ursula/` and the admin plane.
@@ -23,6 +24,7 @@ pub mod admin;
 pub mod backup;
 pub mod head_watch;
 pub mod live;
+pub mod names;
 pub mod read;
 pub mod reply;
 pub mod request;
@@ -39,7 +41,6 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::HeaderName;
 use axum::http::HeaderValue;
 use axum::http::Method;
 use axum::http::StatusCode;
@@ -202,7 +203,7 @@ async fn dispatch(State(st): State<Arc<AppState>>, req: Request) -> Response {
         HeaderValue::from_static("nosniff"),
     );
     headers.insert(
-        CROSS_ORIGIN_RESOURCE_POLICY,
+        names::CROSS_ORIGIN_RESOURCE_POLICY,
         HeaderValue::from_static("cross-origin"),
     );
     headers.insert(
@@ -215,10 +216,6 @@ async fn dispatch(State(st): State<Arc<AppState>>, req: Request) -> Response {
     );
     resp
 }
-
-/// Built once: a `&str` name is parsed and checked again on every insert.
-const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName =
-    HeaderName::from_static("cross-origin-resource-policy");
 
 const STREAM_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
 

@@ -8,12 +8,12 @@ use bytes::Bytes;
 use bytes::BytesMut;
 use ursula_protocol::MAX_READ_BYTES;
 use ursula_protocol::content_type;
-use ursula_protocol::headers as h;
 use ursula_protocol::lifetime::format_expires_at;
 use ursula_protocol::offset::Offset;
 use ursula_protocol::offset::ReadFrom;
 
 use super::AppState;
+use super::names;
 use super::reply::ApiError;
 use super::reply::Reply;
 use super::reply::incarnation_token;
@@ -270,8 +270,12 @@ pub fn renew_if_due(st: &AppState, sp: &StreamPath, due: bool) {
 /// The headers of a `200` read carrying `view`.
 pub fn data_reply(view: &ReadView, status: StatusCode) -> Reply {
     partial_reply(view, status)
-        .header_if(view.up_to_date(), h::STREAM_UP_TO_DATE, "true")
-        .header_if(view.closed && view.up_to_date(), h::STREAM_CLOSED, "true")
+        .header_if(view.up_to_date(), names::STREAM_UP_TO_DATE, "true")
+        .header_if(
+            view.closed && view.up_to_date(),
+            names::STREAM_CLOSED,
+            "true",
+        )
 }
 
 /// A follower's answer that reaches its local tail: the bytes without `Stream-Up-To-Date`
@@ -282,7 +286,7 @@ pub fn partial_reply(view: &ReadView, status: StatusCode) -> Reply {
             header::CONTENT_TYPE,
             served_type(&view.content_type, view.json),
         )
-        .offset(h::STREAM_NEXT_OFFSET, view.next)
+        .offset(names::STREAM_NEXT_OFFSET, view.next)
         .incarnation(view.incarnation)
 }
 
@@ -370,7 +374,7 @@ pub async fn catch_up(
     if if_none_match_hits(headers, &tag) {
         return Ok(Reply::new(StatusCode::NOT_MODIFIED)
             .header(header::ETAG, tag)
-            .offset(h::STREAM_NEXT_OFFSET, view.next)
+            .offset(names::STREAM_NEXT_OFFSET, view.next)
             .incarnation(view.incarnation));
     }
     reply = reply.header(header::ETAG, tag).header(
@@ -392,20 +396,22 @@ pub async fn head(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result
         .map_err(crate::engine::EngineError::from)??;
     let mut reply = Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, &v.content_type)
-        .offset(h::STREAM_NEXT_OFFSET, v.tail)
-        .offset(h::STREAM_RETAINED_OFFSET, v.retained)
-        .offset(h::STREAM_COLD_HOT_START_OFFSET, v.hot_start)
+        .offset(names::STREAM_NEXT_OFFSET, v.tail)
+        .offset(names::STREAM_RETAINED_OFFSET, v.retained)
+        .offset(names::STREAM_COLD_HOT_START_OFFSET, v.hot_start)
         .incarnation(v.incarnation)
-        .header_if(v.closed, h::STREAM_CLOSED, "true")
+        .header_if(v.closed, names::STREAM_CLOSED, "true")
         .header(header::CACHE_CONTROL, "no-store");
     if let Some((offset, digest)) = &v.snapshot {
         reply = reply
-            .offset(h::STREAM_SNAPSHOT_OFFSET, *offset)
-            .header(h::STREAM_SNAPSHOT_DIGEST, digest);
+            .offset(names::STREAM_SNAPSHOT_OFFSET, *offset)
+            .header(names::STREAM_SNAPSHOT_DIGEST, digest);
     }
     reply = match v.lifetime {
-        Some(Lifetime::Ttl(secs)) => reply.header(h::STREAM_TTL, secs.to_string()),
-        Some(Lifetime::ExpiresAt(ms)) => reply.header(h::STREAM_EXPIRES_AT, format_expires_at(ms)),
+        Some(Lifetime::Ttl(secs)) => reply.header(names::STREAM_TTL, secs.to_string()),
+        Some(Lifetime::ExpiresAt(ms)) => {
+            reply.header(names::STREAM_EXPIRES_AT, format_expires_at(ms))
+        }
         None => reply,
     };
     Ok(reply)
@@ -437,11 +443,11 @@ pub async fn read_snapshot(
     }
     Ok(Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, &v.content_type)
-        .offset(h::STREAM_SNAPSHOT_OFFSET, v.offset)
-        .header(h::STREAM_SNAPSHOT_DIGEST, &v.digest)
-        .offset(h::STREAM_NEXT_OFFSET, v.offset)
+        .offset(names::STREAM_SNAPSHOT_OFFSET, v.offset)
+        .header(names::STREAM_SNAPSHOT_DIGEST, &v.digest)
+        .offset(names::STREAM_NEXT_OFFSET, v.offset)
         .incarnation(v.incarnation)
-        .header_if(v.offset == v.tail, h::STREAM_UP_TO_DATE, "true")
+        .header_if(v.offset == v.tail, names::STREAM_UP_TO_DATE, "true")
         .body(v.body))
 }
 
@@ -510,10 +516,10 @@ pub async fn bootstrap(
             header::CONTENT_TYPE,
             format!("multipart/mixed; boundary={boundary}"),
         )
-        .header(h::STREAM_SNAPSHOT_OFFSET, snapshot_offset)
-        .offset(h::STREAM_NEXT_OFFSET, next)
-        .header_if(complete, h::STREAM_UP_TO_DATE, "true")
-        .header_if(complete && v.closed, h::STREAM_CLOSED, "true")
+        .header(names::STREAM_SNAPSHOT_OFFSET, snapshot_offset)
+        .offset(names::STREAM_NEXT_OFFSET, next)
+        .header_if(complete, names::STREAM_UP_TO_DATE, "true")
+        .header_if(complete && v.closed, names::STREAM_CLOSED, "true")
         .incarnation(v.incarnation)
         .header(header::CACHE_CONTROL, "no-store")
         .body(Bytes::from(body)))

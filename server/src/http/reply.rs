@@ -13,6 +13,7 @@ use ursula_protocol::incarnation::Incarnation;
 use ursula_protocol::offset::Offset;
 use ursula_protocol::refusal::NotApplied;
 
+use super::names;
 use crate::engine::EngineError;
 use crate::stream::Refusal;
 
@@ -282,16 +283,19 @@ impl Reply {
         self
     }
 
-    pub fn header_if(self, cond: bool, name: &'static str, value: &str) -> Reply {
+    pub fn header_if(self, cond: bool, name: impl Name, value: &str) -> Reply {
         if cond { self.header(name, value) } else { self }
     }
 
-    pub fn offset(self, name: &'static str, offset: u64) -> Reply {
+    pub fn offset(self, name: HeaderName, offset: u64) -> Reply {
         self.header(name, Digits(&Offset(offset).digits()))
     }
 
     pub fn incarnation(self, inc: u64) -> Reply {
-        self.header(h::STREAM_INCARNATION, Digits(&Incarnation(inc).digits()))
+        self.header(
+            names::STREAM_INCARNATION,
+            Digits(&Incarnation(inc).digits()),
+        )
     }
 
     pub fn body(mut self, body: impl Into<Body>) -> Reply {

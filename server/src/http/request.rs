@@ -1,7 +1,6 @@
 //! Turning a request line and headers into typed values, refusing malformed ones with 400.
 
 use axum::http::HeaderMap;
-use axum::http::HeaderName;
 use axum::http::header::AsHeaderName;
 use ursula_protocol::content_type;
 use ursula_protocol::headers as h;
@@ -16,15 +15,15 @@ use super::reply::parse_incarnation;
 use crate::stream::Lifetime;
 use crate::stream::ProducerTuple;
 
-/// The request headers every write reads, parsed once: a `&str` name is parsed and
-/// classified again at each lookup, several per append.
-const STREAM_CLOSED: HeaderName = HeaderName::from_static(h::STREAM_CLOSED);
-const STREAM_SEQ: HeaderName = HeaderName::from_static(h::STREAM_SEQ);
-const STREAM_INCARNATION: HeaderName = HeaderName::from_static(h::STREAM_INCARNATION);
-pub const STREAM_RECORD_MATCH: HeaderName = HeaderName::from_static(h::STREAM_RECORD_MATCH);
-const PRODUCER_ID: HeaderName = HeaderName::from_static(h::PRODUCER_ID);
-const PRODUCER_EPOCH: HeaderName = HeaderName::from_static(h::PRODUCER_EPOCH);
-const PRODUCER_SEQ: HeaderName = HeaderName::from_static(h::PRODUCER_SEQ);
+// The request headers every write reads, as names built at compile time: a `&str` name is
+// parsed and classified again at each lookup, several per append.
+use super::names::PRODUCER_EPOCH;
+use super::names::PRODUCER_ID;
+use super::names::PRODUCER_SEQ;
+use super::names::STREAM_CLOSED;
+use super::names::STREAM_INCARNATION;
+pub use super::names::STREAM_RECORD_MATCH;
+use super::names::STREAM_SEQ;
 
 /// A route of the client plane. The admin plane's and the cluster plane's routes are routers
 /// of their own ([`super::admin`], `raft::routes`): here they are `NotFound`.

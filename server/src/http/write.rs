@@ -10,6 +10,7 @@ use ursula_protocol::ids;
 use ursula_protocol::lifetime::format_expires_at;
 
 use super::AppState;
+use super::names;
 use super::reply::ApiError;
 use super::reply::Reply;
 use super::request;
@@ -33,8 +34,10 @@ pub fn create_bucket(bucket: &str) -> Result<Reply, ApiError> {
 
 fn lifetime_headers(reply: Reply, lifetime: Option<Lifetime>) -> Reply {
     match lifetime {
-        Some(Lifetime::Ttl(secs)) => reply.header(h::STREAM_TTL, secs.to_string()),
-        Some(Lifetime::ExpiresAt(ms)) => reply.header(h::STREAM_EXPIRES_AT, format_expires_at(ms)),
+        Some(Lifetime::Ttl(secs)) => reply.header(names::STREAM_TTL, secs.to_string()),
+        Some(Lifetime::ExpiresAt(ms)) => {
+            reply.header(names::STREAM_EXPIRES_AT, format_expires_at(ms))
+        }
         None => reply,
     }
 }
@@ -86,16 +89,16 @@ pub async fn create_stream(
                 StatusCode::OK
             })
             .header(header::CONTENT_TYPE, &meta.content_type)
-            .offset(h::STREAM_NEXT_OFFSET, meta.tail)
+            .offset(names::STREAM_NEXT_OFFSET, meta.tail)
             .incarnation(meta.incarnation)
-            .header_if(meta.closed, h::STREAM_CLOSED, "true");
+            .header_if(meta.closed, names::STREAM_CLOSED, "true");
             reply = lifetime_headers(reply, meta.lifetime);
             if fresh {
                 reply = reply.header(header::LOCATION, location);
                 if let Some((epoch, seq)) = echo {
                     reply = reply
-                        .header(h::PRODUCER_EPOCH, epoch.to_string())
-                        .header(h::PRODUCER_SEQ, seq.to_string());
+                        .header(names::PRODUCER_EPOCH, epoch.to_string())
+                        .header(names::PRODUCER_SEQ, seq.to_string());
                 }
             }
             Ok(reply)
@@ -166,16 +169,16 @@ pub async fn append(
             };
             let mut reply = Reply::new(status).incarnation(incarnation).header_if(
                 closed,
-                h::STREAM_CLOSED,
+                names::STREAM_CLOSED,
                 "true",
             );
             if let Some(next) = next_offset {
-                reply = reply.offset(h::STREAM_NEXT_OFFSET, next);
+                reply = reply.offset(names::STREAM_NEXT_OFFSET, next);
             }
             if let Some((epoch, seq)) = producer_ack {
                 reply = reply
-                    .header(h::PRODUCER_EPOCH, epoch.to_string())
-                    .header(h::PRODUCER_SEQ, seq.to_string());
+                    .header(names::PRODUCER_EPOCH, epoch.to_string())
+                    .header(names::PRODUCER_SEQ, seq.to_string());
             }
             Ok(reply)
         }
@@ -261,9 +264,9 @@ pub async fn publish_snapshot(
             digest,
             tail,
         } => Ok(Reply::new(StatusCode::NO_CONTENT)
-            .offset(h::STREAM_NEXT_OFFSET, tail)
-            .offset(h::STREAM_SNAPSHOT_OFFSET, offset)
-            .header(h::STREAM_SNAPSHOT_DIGEST, digest)
+            .offset(names::STREAM_NEXT_OFFSET, tail)
+            .offset(names::STREAM_SNAPSHOT_OFFSET, offset)
+            .header(names::STREAM_SNAPSHOT_DIGEST, digest)
             .incarnation(incarnation)),
         other => Err(unexpected(other)),
     }
@@ -294,7 +297,7 @@ pub async fn retain(
             incarnation,
             offset,
         } => Ok(Reply::new(StatusCode::NO_CONTENT)
-            .offset(h::STREAM_RETAINED_OFFSET, offset)
+            .offset(names::STREAM_RETAINED_OFFSET, offset)
             .incarnation(incarnation)),
         other => Err(unexpected(other)),
     }
