@@ -80,22 +80,6 @@ impl RaftEngine {
     }
 }
 
-/// Bytes of a write's body, which bound the size of a batched entry.
-fn body_bytes(cmd: &Command) -> u64 {
-    use crate::stream::Body;
-    let len = |b: &Body| match b {
-        Body::Raw(b) | Body::Json(Ok(b)) => b.len() as u64,
-        Body::Json(Err(_)) => 0,
-    };
-    match cmd {
-        Command::Create(c) => c.body.as_ref().map_or(0, len),
-        Command::Append(a) => len(&a.body),
-        Command::PublishSnapshot(p) => p.body.len() as u64,
-        Command::ImportPart { bytes, .. } => bytes.len() as u64,
-        _ => 0,
-    }
-}
-
 impl GroupEngine for RaftEngine {
     fn name(&self) -> &'static str {
         "raft"
@@ -105,7 +89,7 @@ impl GroupEngine for RaftEngine {
         let node = &self.node;
         let raft = node.raft(group).cloned();
         let single = node.peers.urls.is_empty();
-        let bytes = body_bytes(&cmd);
+        let bytes = cmd.body_bytes();
         let batcher = self.batcher.clone();
         // A gated group elects no leader here, even on a single node: refused as unavailable
         // (503), not as the single node's 500, and before anything is proposed.

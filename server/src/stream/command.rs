@@ -168,6 +168,21 @@ impl Command {
             | Command::ImportCommit { .. } => None,
         }
     }
+
+    /// Bytes of the command's body: what bounds a batched entry, and most of its encoded size.
+    pub fn body_bytes(&self) -> u64 {
+        let len = |b: &Body| match b {
+            Body::Raw(b) | Body::Json(Ok(b)) => b.len() as u64,
+            Body::Json(Err(_)) => 0,
+        };
+        match self {
+            Command::Create(c) => c.body.as_ref().map_or(0, len),
+            Command::Append(a) => len(&a.body),
+            Command::PublishSnapshot(p) => p.body.len() as u64,
+            Command::ImportPart { bytes, .. } => bytes.len() as u64,
+            _ => 0,
+        }
+    }
 }
 
 /// What every successful stream response reports about the stream.
