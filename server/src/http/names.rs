@@ -21,7 +21,6 @@ pub const STREAM_COLD_HOT_START_OFFSET: HeaderName =
     HeaderName::from_static(h::STREAM_COLD_HOT_START_OFFSET);
 pub const STREAM_SNAPSHOT_OFFSET: HeaderName = HeaderName::from_static(h::STREAM_SNAPSHOT_OFFSET);
 pub const STREAM_SNAPSHOT_DIGEST: HeaderName = HeaderName::from_static(h::STREAM_SNAPSHOT_DIGEST);
-pub const STREAM_RECORD_MATCH: HeaderName = HeaderName::from_static(h::STREAM_RECORD_MATCH);
 pub const PRODUCER_ID: HeaderName = HeaderName::from_static(h::PRODUCER_ID);
 pub const PRODUCER_EPOCH: HeaderName = HeaderName::from_static(h::PRODUCER_EPOCH);
 pub const PRODUCER_SEQ: HeaderName = HeaderName::from_static(h::PRODUCER_SEQ);
@@ -50,7 +49,6 @@ mod tests {
             ),
             (STREAM_SNAPSHOT_OFFSET, h::STREAM_SNAPSHOT_OFFSET),
             (STREAM_SNAPSHOT_DIGEST, h::STREAM_SNAPSHOT_DIGEST),
-            (STREAM_RECORD_MATCH, h::STREAM_RECORD_MATCH),
             (PRODUCER_ID, h::PRODUCER_ID),
             (PRODUCER_EPOCH, h::PRODUCER_EPOCH),
             (PRODUCER_SEQ, h::PRODUCER_SEQ),

@@ -15,6 +15,7 @@ use super::reply::ApiError;
 use super::reply::Reply;
 use super::request;
 use super::request::StreamPath;
+use super::request::WriteHeaders;
 use crate::admission::GroupCharge;
 use crate::config;
 use crate::engine::EngineError;
@@ -60,13 +61,15 @@ pub async fn create_stream(
     body: Bytes,
     charge: Option<GroupCharge>,
 ) -> Result<Reply, ApiError> {
-    let ctype =
-        request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
+    let sent = WriteHeaders::scan(headers);
+    let ctype = sent
+        .content_type()?
+        .unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
     let lifetime = request::lifetime(headers)?;
-    let stream_seq = request::stream_seq(headers)?;
-    let producer = request::producer(headers)?;
-    let incarnation = request::incarnation(headers)?;
-    let closed = request::closed(headers);
+    let stream_seq = sent.stream_seq()?;
+    let producer = sent.producer()?;
+    let incarnation = sent.incarnation()?;
+    let closed = sent.closed();
     let had_body = !body.is_empty();
     let body = had_body.then(|| body_for(Some(&ctype), body, true));
     let echo = producer.as_ref().map(|p| (p.epoch, p.seq));
@@ -114,22 +117,23 @@ pub async fn append(
     body: Bytes,
     charge: Option<GroupCharge>,
 ) -> Result<Reply, ApiError> {
-    if headers.contains_key(&request::STREAM_RECORD_MATCH) {
+    let sent = WriteHeaders::scan(headers);
+    if sent.record_match {
         return Err(ApiError::bad_request(
             "Stream-Record-Match was removed in 0.6.0",
         ));
     }
     // With an empty body the server must not reject over Content-Type, even a malformed one
     // (L4579): a close-only request stays valid whatever type a client library attached.
-    let ctype = match request::content_type(headers) {
+    let ctype = match sent.content_type() {
         Ok(ctype) => ctype,
         Err(_) if body.is_empty() => None,
         Err(e) => return Err(e),
     };
-    let close = request::closed(headers);
-    let stream_seq = request::stream_seq(headers)?;
-    let producer = request::producer(headers)?;
-    let incarnation = request::incarnation(headers)?;
+    let close = sent.closed();
+    let stream_seq = sent.stream_seq()?;
+    let producer = sent.producer()?;
+    let incarnation = sent.incarnation()?;
     if body.is_empty() && !close {
         return Err(ApiError::bad_request(
             "an append needs a body or Stream-Closed: true",
