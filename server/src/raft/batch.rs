@@ -8,11 +8,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
+use std::sync::Weak;
 
 use openraft::BasicNode;
 use openraft::error::ClientWriteError;
 use openraft::error::Fatal;
 use openraft::error::RaftError;
+use tokio::sync::Notify;
 use tokio::sync::oneshot;
 
 use super::GroupRaft;
@@ -21,6 +23,7 @@ use super::pause::WriteHolds;
 use crate::admission::GroupCharge;
 use crate::engine::EngineError;
 use crate::runtime::GroupId;
+use crate::runtime::Runtime;
 use crate::runtime::now_ms;
 use crate::stream::Applied;
 use crate::stream::Command;
@@ -48,16 +51,27 @@ struct Waiting {
 #[derive(Default)]
 struct Queue {
     waiting: Vec<Waiting>,
-    in_flight: usize,
+    /// Drivers started for the group: at most [`MAX_IN_FLIGHT`], each living as long as the
+    /// batcher does.
+    drivers: usize,
+}
+
+/// One group's queue, and how its idle drivers learn that a write arrived.
+#[derive(Default)]
+struct Lane {
+    queue: Mutex<Queue>,
+    work: Notify,
 }
 
 /// The write queues of every group this node runs.
 pub struct Batcher {
-    queues: Vec<Mutex<Queue>>,
+    lanes: Vec<Arc<Lane>>,
     /// node id -> base URL, to name the leader in a redirect.
     urls: Arc<BTreeMap<u64, String>>,
     /// A group being handed off proposes nothing until the handoff ends.
     holds: Arc<WriteHolds>,
+    /// Each group's drivers run on the core its Raft runs on.
+    rt: Runtime,
 }
 
 fn lock(q: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
@@ -70,11 +84,13 @@ impl Batcher {
         groups: usize,
         urls: Arc<BTreeMap<u64, String>>,
         holds: Arc<WriteHolds>,
+        rt: Runtime,
     ) -> Arc<Batcher> {
         Arc::new(Batcher {
-            queues: (0..groups).map(|_| Mutex::new(Queue::default())).collect(),
+            lanes: (0..groups).map(|_| Arc::default()).collect(),
             urls,
             holds,
+            rt,
         })
     }
 
@@ -89,29 +105,35 @@ impl Batcher {
         bytes: u64,
         charge: Option<GroupCharge>,
     ) -> Answer {
-        let Some(queue) = self.queues.get(group as usize) else {
+        let Some(lane) = self.lanes.get(group as usize) else {
             return Err(EngineError::Unavailable(format!("no group {group}")));
         };
         let (tx, rx) = oneshot::channel();
-        let drive = {
-            let mut q = lock(queue);
+        let start = {
+            let mut q = lock(&lane.queue);
             q.waiting.push(Waiting {
                 cmd,
                 bytes,
                 charge,
                 answer: tx,
             });
-            let start = q.in_flight < MAX_IN_FLIGHT;
+            let start = q.drivers < MAX_IN_FLIGHT;
             if start {
-                q.in_flight += 1;
+                q.drivers += 1;
             }
             start
         };
-        if drive {
-            // A task of its own, so a client that goes away cannot strand the writes of
-            // the others it carries.
-            let me = self.clone();
-            tokio::spawn(async move { me.drive(raft, group).await });
+        if start {
+            // Tasks of their own, so a client that goes away cannot strand the writes of the
+            // others they carry; started once and then woken, since spawning a task (its
+            // future moved into place several times) cost more than the rest of the queueing.
+            let task = drive(Arc::downgrade(self), lane.clone(), raft, group);
+            match self.rt.core_handle(self.rt.core_of(group)) {
+                Some(core) => drop(core.spawn(task)),
+                None => drop(tokio::spawn(task)),
+            }
+        } else {
+            lane.work.notify_one();
         }
         rx.await.unwrap_or_else(|_| {
             Err(EngineError::Unavailable(
@@ -135,91 +157,121 @@ impl Batcher {
         )
     }
 
-    async fn drive(self: Arc<Self>, raft: GroupRaft, group: GroupId) {
-        let Some(queue) = self.queues.get(group as usize) else {
-            return;
+    /// Proposes what `lane` holds as one entry and answers its writes; nothing when another
+    /// driver took it first.
+    async fn propose(&self, lane: &Lane, raft: &GroupRaft, group: GroupId) {
+        // Held writes stay queued, so none overtakes the hold. The batch is counted as
+        // proposing before it looks at the hold, so a handoff that holds the group sees it and
+        // waits for it (`WriteHolds::settle`).
+        let mut waited = false;
+        let proposing = loop {
+            waited |= self.holds.is_held(group);
+            let open = self.holds.wait_open(group).await;
+            match self.holds.begin_proposal(group, !open) {
+                Some(p) => break p,
+                None => waited = true,
+            }
         };
-        loop {
-            // Held writes stay queued, still counted in flight, so none overtakes the hold.
-            // The batch is counted as proposing before it looks at the hold, so a handoff that
-            // holds the group sees it and waits for it (`WriteHolds::settle`).
-            let mut waited = false;
-            let proposing = loop {
-                waited |= self.holds.is_held(group);
-                let open = self.holds.wait_open(group).await;
-                match self.holds.begin_proposal(group, !open) {
-                    Some(p) => break p,
-                    None => waited = true,
-                }
-            };
-            let batch = {
-                let mut q = lock(queue);
-                if q.waiting.is_empty() {
-                    q.in_flight -= 1;
-                    return;
-                }
-                let mut n = 0;
-                let mut size = 0u64;
-                while n < q.waiting.len().min(MAX_BATCH) {
-                    size += q.waiting[n].bytes;
-                    n += 1;
-                    if size >= MAX_BATCH_BYTES {
-                        break;
-                    }
-                }
-                q.waiting.drain(..n).collect::<Vec<_>>()
-            };
-            let mut cmds = Vec::with_capacity(batch.len());
-            let mut senders = Vec::with_capacity(batch.len());
-            // Held until the entry applied or failed: those bytes are in the log until then.
-            let mut charges = Vec::with_capacity(batch.len());
-            for w in batch {
-                cmds.push(w.cmd);
-                senders.push(w.answer);
-                charges.push(w.charge);
+        let batch = {
+            let mut q = lock(&lane.queue);
+            if q.waiting.is_empty() {
+                return;
             }
-            // Writes that waited out a handoff go to whoever leads now, unproposed: here they
-            // could only meet a Raft that stepped down, or one stopping with its node.
-            if waited && let Some(leader) = self.not_leading(&raft) {
-                drop(proposing);
-                drop(charges);
-                for tx in senders {
-                    let _ = tx.send(Err(EngineError::NotLeader {
-                        leader: leader.clone(),
-                        single: self.urls.is_empty(),
-                    }));
+            let mut n = 0;
+            let mut size = 0u64;
+            while n < q.waiting.len().min(MAX_BATCH) {
+                size += q.waiting[n].bytes;
+                n += 1;
+                if size >= MAX_BATCH_BYTES {
+                    break;
                 }
-                continue;
             }
-            let result = raft
-                .client_write(Writes {
-                    now_ms: now_ms(),
-                    cmds,
-                })
-                .await;
+            q.waiting.drain(..n).collect::<Vec<_>>()
+        };
+        let mut cmds = Vec::with_capacity(batch.len());
+        let mut senders = Vec::with_capacity(batch.len());
+        // Held until the entry applied or failed: those bytes are in the log until then.
+        let mut charges = Vec::with_capacity(batch.len());
+        for w in batch {
+            cmds.push(w.cmd);
+            senders.push(w.answer);
+            charges.push(w.charge);
+        }
+        // Writes that waited out a handoff go to whoever leads now, unproposed: here they
+        // could only meet a Raft that stepped down, or one stopping with its node.
+        if waited && let Some(leader) = self.not_leading(raft) {
             drop(proposing);
-            // Applied or failed: the bytes left the group's queue. Released before the answers
-            // go out, so a writer that sends again at once finds its budget free.
             drop(charges);
-            match result {
-                Ok(resp) => {
-                    let mut answers = resp.data.0.into_iter();
-                    for tx in senders {
-                        let a = answers.next().map(Ok).unwrap_or_else(|| {
-                            Err(EngineError::Unavailable(
-                                "the state machine answered fewer writes than proposed".into(),
-                            ))
-                        });
-                        let _ = tx.send(a);
-                    }
+            for tx in senders {
+                let _ = tx.send(Err(EngineError::NotLeader {
+                    leader: leader.clone(),
+                    single: self.urls.is_empty(),
+                }));
+            }
+            return;
+        }
+        let result = raft
+            .client_write(Writes {
+                now_ms: now_ms(),
+                cmds,
+            })
+            .await;
+        drop(proposing);
+        // Applied or failed: the bytes left the group's queue. Released before the answers
+        // go out, so a writer that sends again at once finds its budget free.
+        drop(charges);
+        match result {
+            Ok(resp) => {
+                let mut answers = resp.data.0.into_iter();
+                for tx in senders {
+                    let a = answers.next().map(Ok).unwrap_or_else(|| {
+                        Err(EngineError::Unavailable(
+                            "the state machine answered fewer writes than proposed".into(),
+                        ))
+                    });
+                    let _ = tx.send(a);
                 }
-                Err(e) => {
-                    for tx in senders {
-                        let _ = tx.send(Err(refused(&e, &self.urls)));
-                    }
+            }
+            Err(e) => {
+                for tx in senders {
+                    let _ = tx.send(Err(refused(&e, &self.urls)));
                 }
             }
         }
+    }
+}
+
+impl Drop for Batcher {
+    fn drop(&mut self) {
+        // Idle drivers wait for writes that can no longer come: wake them to end.
+        for lane in &self.lanes {
+            lane.work.notify_waiters();
+        }
+    }
+}
+
+/// A group's driver: proposes what its lane holds, entry after entry, and waits while it is
+/// empty. It ends with the batcher, which it holds only while proposing.
+async fn drive(batcher: Weak<Batcher>, lane: Arc<Lane>, raft: GroupRaft, group: GroupId) {
+    loop {
+        loop {
+            // Registered before looking, so neither a write nor the batcher's end that comes
+            // between the look and the wait is missed.
+            let notified = lane.work.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if batcher.strong_count() == 0 {
+                return;
+            }
+            if !lock(&lane.queue).waiting.is_empty() {
+                break;
+            }
+            notified.await;
+        }
+        let Some(me) = batcher.upgrade() else {
+            return;
+        };
+        me.propose(&lane, &raft, group).await;
     }
 }
 

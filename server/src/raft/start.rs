@@ -453,7 +453,12 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
     };
     let groups = spawn_groups(rt, &root, &opts, committed.logs, parts).await?;
     let holds = Arc::new(WriteHolds::new(rt.group_count()));
-    let batcher = Batcher::new(groups.rafts.len(), peers.urls.clone(), holds.clone());
+    let batcher = Batcher::new(
+        groups.rafts.len(),
+        peers.urls.clone(),
+        holds.clone(),
+        rt.clone(),
+    );
     let node = Arc::new(Replicas::new(Parts {
         node_id: opts.node_id,
         rafts: groups.rafts,
