@@ -11,19 +11,11 @@ use ursula_protocol::offset::Offset;
 use ursula_protocol::path::Target;
 use ursula_protocol::seq;
 
+use super::names::STREAM_INCARNATION;
 use super::reply::ApiError;
 use super::reply::parse_incarnation;
 use crate::stream::Lifetime;
 use crate::stream::ProducerTuple;
-
-// The request headers every write reads, as names built at compile time: a `&str` name is
-// parsed and classified again at each lookup, several per append.
-use super::names::PRODUCER_EPOCH;
-use super::names::PRODUCER_ID;
-use super::names::PRODUCER_SEQ;
-use super::names::STREAM_CLOSED;
-use super::names::STREAM_INCARNATION;
-use super::names::STREAM_SEQ;
 
 /// A route of the client plane. The admin plane's and the cluster plane's routes are routers
 /// of their own ([`super::admin`], `raft::routes`): here they are `NotFound`.
@@ -202,12 +194,8 @@ fn incarnation_of(sent: Sent<'_>) -> Result<Option<u64>, ApiError> {
     }
 }
 
-/// `Stream-Closed` counts only as `true`, any case; other values are as if absent.
-pub fn closed(headers: &HeaderMap) -> bool {
-    closed_of(Sent::of(headers, &STREAM_CLOSED))
-}
-
-/// Only the first value counts, as `HeaderMap::get` has it.
+/// `Stream-Closed` counts only as `true`, any case; other values are as if absent. Only the
+/// first value counts, as `HeaderMap::get` has it.
 fn closed_of(sent: Sent<'_>) -> bool {
     sent.first
         .and_then(|v| v.to_str().ok())
@@ -250,10 +238,6 @@ pub fn lifetime(headers: &HeaderMap) -> Result<Option<Lifetime>, ApiError> {
 }
 
 /// A printable `Stream-Seq` to check and store; `None` when absent or ignored.
-pub fn stream_seq(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
-    stream_seq_of(Sent::of(headers, &STREAM_SEQ))
-}
-
 fn stream_seq_of(sent: Sent<'_>) -> Result<Option<Vec<u8>>, ApiError> {
     let Some(v) = sent.first else {
         return Ok(None);
@@ -265,14 +249,6 @@ fn stream_seq_of(sent: Sent<'_>) -> Result<Option<Vec<u8>>, ApiError> {
         seq::StreamSeq::Checked(s) => Ok(Some(s)),
         seq::StreamSeq::Ignored => Ok(None),
     }
-}
-
-pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerTuple>, ApiError> {
-    producer_of(
-        Sent::of(headers, &PRODUCER_ID),
-        Sent::of(headers, &PRODUCER_EPOCH),
-        Sent::of(headers, &PRODUCER_SEQ),
-    )
 }
 
 fn producer_of(
@@ -328,7 +304,30 @@ pub fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::names::PRODUCER_EPOCH;
+    use super::super::names::PRODUCER_ID;
+    use super::super::names::PRODUCER_SEQ;
+    use super::super::names::STREAM_CLOSED;
+    use super::super::names::STREAM_SEQ;
     use super::*;
+
+    // The lookups by name that only writes would make: the reference the one-pass scan is
+    // tested against.
+    fn closed(headers: &HeaderMap) -> bool {
+        closed_of(Sent::of(headers, &STREAM_CLOSED))
+    }
+
+    fn stream_seq(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
+        stream_seq_of(Sent::of(headers, &STREAM_SEQ))
+    }
+
+    fn producer(headers: &HeaderMap) -> Result<Option<ProducerTuple>, ApiError> {
+        producer_of(
+            Sent::of(headers, &PRODUCER_ID),
+            Sent::of(headers, &PRODUCER_EPOCH),
+            Sent::of(headers, &PRODUCER_SEQ),
+        )
+    }
 
     #[test]
     fn routes() {
