@@ -194,13 +194,18 @@ impl Follower<'_> {
                 Record::Claim { epoch: e, .. } => epoch = epoch.max(Some(e)),
             }
         }
-        if !commits.is_empty() {
-            let _apply = self.db.gate.apply();
+        // The gate stays shut until `status` names the offset too: a reader that sees these
+        // commits' rows then never reads an older offset from `ursula_status`.
+        let applying = if commits.is_empty() {
+            None
+        } else {
+            let gate = self.db.gate.apply();
             for (db_pages, pages) in &commits {
                 replay::apply_commit(&self.file, *db_pages, pages)?;
             }
             invalidate_wal_index(self.db)?;
-        }
+            Some(gate)
+        };
         self.read_at = Some(next);
         // The offset after a whole frame is known where a read ends between frames.
         let whole = self.frames.pending() == 0;
@@ -214,6 +219,7 @@ impl Follower<'_> {
             }
             h.db_bytes = self.file.metadata().map(|m| m.len()).unwrap_or(h.db_bytes);
         }
+        drop(applying);
         self.record_read(Some(next), up_to_date && whole);
         if whole {
             self.save_offset();
@@ -273,12 +279,10 @@ impl Follower<'_> {
             Err(e) => return Err(e),
         };
         replay::check_snapshot(&body)?;
-        let header = {
-            let _apply = self.db.gate.apply();
-            let header = replay::write_snapshot(&self.file, &body)?;
-            invalidate_wal_index(self.db)?;
-            header
-        };
+        // As in `apply`: `status` names the snapshot before a reader can see its rows.
+        let applying = self.db.gate.apply();
+        let header = replay::write_snapshot(&self.file, &body)?;
+        invalidate_wal_index(self.db)?;
         self.frames = FrameReader::default();
         self.read_at = Some(snap);
         {
@@ -288,6 +292,7 @@ impl Follower<'_> {
             h.snapshot = Some(snap);
             h.epoch = h.epoch.max(header.epoch);
         }
+        drop(applying);
         self.save_offset();
         log::event(
             log::Level::Info,
