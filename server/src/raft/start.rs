@@ -323,12 +323,12 @@ fn open_journals(
                 }
             })),
         };
-        journals.push(wal::Journal::start(
-            root.core_dir(core),
-            wal_opts,
-            restate,
-            recovered_max,
-        )?);
+        let journal = wal::Journal::start(root.core_dir(core), wal_opts, restate, recovered_max)?;
+        // The core's groups write this journal from its thread: its flusher runs there too.
+        if let Some(handle) = rt.core_handle(core) {
+            journal.hold_commit_points(handle);
+        }
+        journals.push(journal);
     }
     Ok(journals)
 }

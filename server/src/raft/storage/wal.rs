@@ -6,6 +6,15 @@
 //! the single-group write rate). Order is kept: while a synced write waits in the thread's
 //! queue, later writes queue behind it instead of overtaking it.
 //!
+//! Under `never`, a group's commit point (`KIND_COMMITTED`, which nobody waits for) is held
+//! and written in front of the core's next write, whichever group that is for, or by the
+//! core's flusher task once the tasks queued ahead of it ran: at saturation one `write` call
+//! then carries an entry and the commit points before it, where each was its own call. A
+//! newer commit point of a group replaces its held one. Held records keep their place in the
+//! journal's order (nothing is written between a record and the one held before it), and a
+//! crash loses at most the held commit points, which only tells a restart less of what was
+//! committed: openraft commits those entries again once the group has a leader.
+//!
 //! Frame: `len u32 LE | crc32 u32 LE | seq u64 LE | kind u8 | group u32 LE | payload`, where
 //! `len` counts from `seq` to the end and the CRC covers the same bytes, so a damaged length
 //! reads as corruption. Segments are `NNNNNNNNNNNNNNNN.seg` under `core-<i>/`.
@@ -19,6 +28,7 @@ use std::io::Write;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -253,6 +263,9 @@ struct Shared {
     tx: mpsc::Sender<Append>,
     fsync_always: bool,
     counters: Arc<JournalCounters>,
+    /// Wakes the core's flusher task when a commit point is held; unset (nothing is held)
+    /// until [`Journal::hold_commit_points`] starts it.
+    flusher: OnceLock<Arc<tokio::sync::Notify>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -309,6 +322,8 @@ struct Writer {
     state: BTreeMap<(u32, u8), Vec<u8>>,
     /// Writes sent to the sync thread and not yet written: later writes must queue behind.
     queued: usize,
+    /// Commit points held for the next write, at most one per group (see the module docs).
+    held: Vec<Append>,
     buf: Vec<u8>,
     counters: Arc<JournalCounters>,
 }
@@ -421,10 +436,18 @@ impl Writer {
     /// Writes `batch` as one write (and one fsync when the policy or a record asks for it).
     /// A journal that cannot write must not acknowledge anything, and nothing is retried: the
     /// process stops and the next start keeps the verified prefix.
+    /// Held commit points go first.
     fn write_batch<'a>(&mut self, batch: impl IntoIterator<Item = &'a Append>) {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let mut sync = self.opts.fsync_always;
+        let mut held = std::mem::take(&mut self.held);
+        for w in &held {
+            self.frame(w.kind, w.group, &w.payload, &mut buf);
+            self.note(w);
+        }
+        held.clear();
+        self.held = held;
         for w in batch {
             if w.kind != KIND_SYNC {
                 self.frame(w.kind, w.group, &w.payload, &mut buf);
@@ -456,6 +479,16 @@ impl Writer {
             tracing::error!(error = %e, "cannot start a journal segment; the process stops");
             self.fatal();
         }
+    }
+
+    /// Holds `w`, a commit point, for the next write; true when nothing was held before.
+    fn hold(&mut self, w: Append) -> bool {
+        let first = self.held.is_empty();
+        match self.held.iter_mut().find(|h| h.group == w.group) {
+            Some(h) => *h = w,
+            None => self.held.push(w),
+        }
+        first
     }
 
     /// Stops the process after recording why, so the next start does not trust the journal's
@@ -556,6 +589,7 @@ impl Journal {
             purged: HashMap::new(),
             state: BTreeMap::new(),
             queued: 0,
+            held: Vec::new(),
             buf: Vec::with_capacity(1 << 16),
             counters: counters.clone(),
         };
@@ -583,6 +617,7 @@ impl Journal {
             tx,
             fsync_always,
             counters,
+            flusher: OnceLock::new(),
         });
         let thread_shared = shared.clone();
         std::thread::Builder::new()
@@ -608,12 +643,49 @@ impl Journal {
                 e.0
             });
         }
+        if w.kind == KIND_COMMITTED
+            && w.done.is_none()
+            && let Some(flusher) = sh.flusher.get()
+        {
+            if g.hold(w) {
+                drop(g);
+                flusher.notify_one();
+            }
+            return Ok(());
+        }
         g.write_batch(std::iter::once(&w));
         drop(g);
         if let Some(done) = w.done.take() {
             done(Ok(()));
         }
         Ok(())
+    }
+
+    /// Under `never`, holds commit points for the next write from here on, with a flusher task
+    /// on `core` (the runtime whose tasks write this journal) that writes what is still held
+    /// once the tasks queued ahead of it ran. Does nothing under `always` or when called again.
+    pub fn hold_commit_points(&self, core: &tokio::runtime::Handle) {
+        let sh = &self.shared;
+        let wake = Arc::new(tokio::sync::Notify::new());
+        if sh.fsync_always || sh.flusher.set(wake.clone()).is_err() {
+            return;
+        }
+        // Weak: the task must not keep the journal alive (the sync thread holds it for the
+        // process's life today; this does not rely on that).
+        let shared = Arc::downgrade(sh);
+        core.spawn(async move {
+            loop {
+                wake.notified().await;
+                let Some(sh) = shared.upgrade() else {
+                    return;
+                };
+                let mut g = lock_writer(&sh.writer);
+                // With writes queued for the sync thread, its next batch takes them.
+                if !g.held.is_empty() && g.queued == 0 {
+                    g.write_batch(std::iter::empty());
+                }
+            }
+        });
     }
 }
 

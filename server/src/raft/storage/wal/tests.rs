@@ -155,3 +155,132 @@ fn frames_survive_a_torn_tail_and_damage_in_the_newest_segment_is_cut() {
     assert!(matches!(recover(&dir), Err(WalError::SealedDamage { .. })));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A journal under `never` in a fresh directory, holding commit points for `rt`'s flusher.
+fn holding_journal(name: &str, rt: &tokio::runtime::Runtime) -> (Journal, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ursula-wal-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let j = Journal::start(
+        dir.clone(),
+        Options {
+            fsync_always: false,
+            segment_size: 1 << 20,
+            on_fatal: None,
+        },
+        Vec::new(),
+        HashMap::new(),
+    )
+    .expect("start");
+    j.hold_commit_points(rt.handle());
+    (j, dir)
+}
+
+fn commit_point(j: &Journal, group: u32, payload: &[u8]) {
+    let w = Append {
+        kind: KIND_COMMITTED,
+        group,
+        payload: payload.to_vec(),
+        index: None,
+        force_sync: false,
+        done: None,
+    };
+    assert!(j.write(w).is_ok());
+}
+
+/// What the journal's files hold, as (kind, group, payload), in order.
+fn on_disk(dir: &Path) -> Vec<(u8, u32, Vec<u8>)> {
+    let r = scan(dir).expect("scan");
+    r.records
+        .into_iter()
+        .map(|r| (r.kind, r.group, r.payload))
+        .collect()
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn held_commit_points_go_in_front_of_the_next_write_and_a_newer_one_replaces_its_groups() {
+    // The runtime is never driven here, so its flusher never runs: only writes carry them.
+    let rt = current_thread();
+    let (j, dir) = holding_journal("held", &rt);
+    commit_point(&j, 1, b"c1");
+    commit_point(&j, 2, b"d1");
+    commit_point(&j, 1, b"c2");
+    assert_eq!(on_disk(&dir), Vec::new(), "held, not written");
+    write_and_wait(&j, KIND_ENTRIES, 3, b"entry".to_vec(), Some(1));
+    assert_eq!(
+        on_disk(&dir),
+        vec![
+            (KIND_COMMITTED, 1, b"c2".to_vec()),
+            (KIND_COMMITTED, 2, b"d1".to_vec()),
+            (KIND_ENTRIES, 3, b"entry".to_vec()),
+        ]
+    );
+    // A write that waits for an fsync goes through the sync thread and carries them too.
+    commit_point(&j, 2, b"d2");
+    let (tx, rx) = mpsc::channel();
+    let vote = Append {
+        kind: KIND_VOTE,
+        group: 2,
+        payload: b"vote".to_vec(),
+        index: None,
+        force_sync: true,
+        done: Some(Box::new(move |r| drop(tx.send(r)))),
+    };
+    assert!(j.write(vote).is_ok());
+    assert!(rx.recv().is_ok_and(|r| r.is_ok()));
+    let shutdown = current_thread();
+    commit_point(&j, 1, b"c3");
+    shutdown.block_on(j.sync()).expect("sync");
+    let all = on_disk(&dir);
+    assert_eq!(
+        all[3..].to_vec(),
+        vec![
+            (KIND_COMMITTED, 2, b"d2".to_vec()),
+            (KIND_VOTE, 2, b"vote".to_vec()),
+            (KIND_COMMITTED, 1, b"c3".to_vec()),
+        ],
+        "in the order they were written; the shutdown's sync writes what is held"
+    );
+    drop(j);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_held_commit_point_with_no_write_after_it_is_written_by_the_cores_flusher() {
+    let rt = current_thread();
+    let (j, dir) = holding_journal("flusher", &rt);
+    commit_point(&j, 4, b"alone");
+    assert_eq!(on_disk(&dir), Vec::new());
+    // Driving the core's runtime runs its flusher.
+    rt.block_on(async {
+        for _ in 0..100 {
+            if !on_disk(&dir).is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    assert_eq!(on_disk(&dir), vec![(KIND_COMMITTED, 4, b"alone".to_vec())]);
+    // A commit point someone waits for is written at once, never held.
+    let (tx, rx) = mpsc::channel();
+    let w = Append {
+        kind: KIND_COMMITTED,
+        group: 4,
+        payload: b"waited".to_vec(),
+        index: None,
+        force_sync: false,
+        done: Some(Box::new(move |r| drop(tx.send(r)))),
+    };
+    assert!(j.write(w).is_ok());
+    assert!(rx.recv().is_ok_and(|r| r.is_ok()));
+    assert_eq!(on_disk(&dir).len(), 2);
+    drop(j);
+    let _ = std::fs::remove_dir_all(&dir);
+}
