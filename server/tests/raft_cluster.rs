@@ -13,22 +13,7 @@ use raft_common::*;
 fn a_durable_single_node_keeps_every_acknowledged_append_through_sigkill() {
     let dir = tempfile_dir("durable");
     let port = free_port();
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[raft]\ngroup_count = 4\n[raft.wal]\npath = \"{}\"\nfsync = \"always\"\n",
-            dir.join("wal").display()
-        ),
-    )
-    .expect("toml");
-    let args = vec![
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
+    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 4", "fsync = \"always\"");
     let mut node = Proc::start(port, args, dir.join("node.log"));
     let bases = vec![node.url("")];
     assert_eq!(
@@ -59,22 +44,7 @@ fn a_never_fsync_node_killed_amid_appends_keeps_each_acknowledged_one_once() {
     use std::sync::atomic::Ordering;
     let dir = tempfile_dir("durable-never");
     let port = free_port();
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[raft]\ngroup_count = 4\n[raft.wal]\npath = \"{}\"\nfsync = \"never\"\n",
-            dir.join("wal").display()
-        ),
-    )
-    .expect("toml");
-    let args = vec![
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
+    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 4", "fsync = \"never\"");
     let mut node = Proc::start(port, args, dir.join("node.log"));
     let bases = vec![node.url("")];
     let paths: Vec<String> = (0..8).map(|i| format!("/demo/never-{i}")).collect();

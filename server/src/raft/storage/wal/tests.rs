@@ -3,13 +3,25 @@
 use super::*;
 
 fn write_and_wait(j: &Journal, kind: u8, group: u32, payload: Vec<u8>, index: Option<u64>) {
+    write_waited(j, kind, group, payload, index, false);
+}
+
+/// Writes a record whose writer waits for it (fsynced first when `force_sync`).
+fn write_waited(
+    j: &Journal,
+    kind: u8,
+    group: u32,
+    payload: Vec<u8>,
+    index: Option<u64>,
+    force_sync: bool,
+) {
     let (tx, rx) = mpsc::channel();
     let w = Append {
         kind,
         group,
         payload,
         index,
-        force_sync: false,
+        force_sync,
         done: Some(Box::new(move |r| drop(tx.send(r)))),
     };
     assert!(j.write(w).is_ok());
@@ -224,17 +236,7 @@ fn held_commit_points_go_in_front_of_the_next_write_and_a_newer_one_replaces_its
     );
     // A write that waits for an fsync goes through the sync thread and carries them too.
     commit_point(&j, 2, b"d2");
-    let (tx, rx) = mpsc::channel();
-    let vote = Append {
-        kind: KIND_VOTE,
-        group: 2,
-        payload: b"vote".to_vec(),
-        index: None,
-        force_sync: true,
-        done: Some(Box::new(move |r| drop(tx.send(r)))),
-    };
-    assert!(j.write(vote).is_ok());
-    assert!(rx.recv().is_ok_and(|r| r.is_ok()));
+    write_waited(&j, KIND_VOTE, 2, b"vote".to_vec(), None, true);
     let shutdown = current_thread();
     commit_point(&j, 1, b"c3");
     shutdown.block_on(j.sync()).expect("sync");
@@ -269,17 +271,7 @@ fn a_held_commit_point_with_no_write_after_it_is_written_by_the_cores_flusher() 
     });
     assert_eq!(on_disk(&dir), vec![(KIND_COMMITTED, 4, b"alone".to_vec())]);
     // A commit point someone waits for is written at once, never held.
-    let (tx, rx) = mpsc::channel();
-    let w = Append {
-        kind: KIND_COMMITTED,
-        group: 4,
-        payload: b"waited".to_vec(),
-        index: None,
-        force_sync: false,
-        done: Some(Box::new(move |r| drop(tx.send(r)))),
-    };
-    assert!(j.write(w).is_ok());
-    assert!(rx.recv().is_ok_and(|r| r.is_ok()));
+    write_and_wait(&j, KIND_COMMITTED, 4, b"waited".to_vec(), None);
     assert_eq!(on_disk(&dir).len(), 2);
     drop(j);
     let _ = std::fs::remove_dir_all(&dir);
