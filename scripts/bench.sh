@@ -133,16 +133,12 @@ cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' 
 mem_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
 ref_version=$("$node_bin" -p 'require(process.argv[1]).version' \
   "$conf_dir/node_modules/@durable-streams/server/package.json")
-# Sections other scripts own (scripts/bench-vfs.sh writes "## SQLite extension") survive.
-kept=""
-if [[ -f "$root/docs/benchmarks.md" ]]; then
-  kept=$(awk '/^## SQLite extension/{keep=1} keep' "$root/docs/benchmarks.md")
-fi
+# `report --out` replaces only the report's own sections: the ones other scripts write
+# (scripts/bench-speed.sh, scripts/bench-vfs.sh, ...) and hand-written ones stay.
 "$bench_bin" report "${results[@]}" \
   --date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
   --machine "$(nproc) cores (${cpu_model:-unknown CPU}), ${mem_gib} GiB RAM, $(uname -sr)" \
   --servers "ursula ${rev}${dirty:+ (with uncommitted changes)}, release build, default config; @durable-streams/server ${ref_version}, in memory, on Node $("$node_bin" --version)" \
   --command "$command_line" \
   --out "$root/docs/benchmarks.md"
-if [[ -n "$kept" ]]; then printf '\n%s\n' "$kept" >> "$root/docs/benchmarks.md"; fi
 echo "bench.sh: wrote docs/benchmarks.md" >&2

@@ -288,7 +288,8 @@ struct ReportArgs {
     /// Which builds and versions were measured.
     #[arg(long, default_value = "")]
     servers: String,
-    /// Where to write the markdown (also printed to stdout).
+    /// The markdown file to write the report into (also printed to stdout): its own sections
+    /// are replaced, every other section of the file is kept.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -503,7 +504,9 @@ fn run(command: Command) -> Result<(), BoxError> {
                 &idle(&a.reference_idle)?,
             );
             if let Some(out) = &a.out {
-                std::fs::write(out, &md)
+                // Sections other scripts write, and hand-written ones, stay as they are.
+                let old = std::fs::read_to_string(out).ok();
+                std::fs::write(out, report::rewrite(old.as_deref(), &md))
                     .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
             }
             print!("{md}");
