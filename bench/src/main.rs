@@ -15,9 +15,11 @@
 //! Modules: [`http`] (the HTTP/1.1 client), [`load`] (closed-loop load), [`openloop`]
 //! (fixed offered rate), [`sse`] (fan-out), [`idle_sse`] (memory per held subscriber), [`scenarios`] (what `load` measures), [`point`]
 //! (one measured point of the speed run), [`ceiling`] (the hyper `204` server), [`report`] and
-//! [`speed`] (markdown), [`procfs`] (RSS and CPU time).
+//! [`speed`] (markdown), [`doc`] (their sections put into `docs/benchmarks.md`), [`procfs`]
+//! (RSS and CPU time).
 
 mod ceiling;
+mod doc;
 mod http;
 mod idle_sse;
 mod load;
@@ -469,7 +471,7 @@ fn run(command: Command) -> Result<(), BoxError> {
             );
             if let Some(doc) = &a.doc {
                 let old = std::fs::read_to_string(doc).unwrap_or_default();
-                std::fs::write(doc, speed::splice(&old, &md))
+                std::fs::write(doc, doc::splice(&old, &md))
                     .map_err(|e| format!("cannot write {}: {e}", doc.display()))?;
             }
             print!("{md}");
@@ -506,7 +508,7 @@ fn run(command: Command) -> Result<(), BoxError> {
             if let Some(out) = &a.out {
                 // Sections other scripts write, and hand-written ones, stay as they are.
                 let old = std::fs::read_to_string(out).ok();
-                std::fs::write(out, report::rewrite(old.as_deref(), &md))
+                std::fs::write(out, doc::rewrite(old.as_deref(), &md))
                     .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
             }
             print!("{md}");

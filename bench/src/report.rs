@@ -132,32 +132,6 @@ const AIM_RATIO: f64 = 10.0;
 const AIM_P99_US: f64 = 5_000.0;
 const AIM_IDLE_BYTES: f64 = 2_048.0;
 
-/// The report `md` written over `old`, the document it replaces: the report's head and its
-/// own sections (its `## ` headings) take the place of theirs, and every other section of `old`
-/// (other scripts' and hand-written ones) follows, as it was and in its order.
-pub fn rewrite(old: Option<&str>, md: &str) -> String {
-    let own: Vec<&str> = md.lines().filter(|l| l.starts_with("## ")).collect();
-    let mut out = md.trim_end().to_owned();
-    out.push('\n');
-    let Some(old) = old else { return out };
-    // Sections start at a `## ` line; what comes before the first is the old head.
-    let mut starts: Vec<usize> = old.match_indices("\n## ").map(|(i, _)| i + 1).collect();
-    if old.starts_with("## ") {
-        starts.insert(0, 0);
-    }
-    for (n, &at) in starts.iter().enumerate() {
-        let end = starts.get(n + 1).copied().unwrap_or(old.len());
-        let section = &old[at..end];
-        let heading = section.lines().next().unwrap_or_default();
-        if !own.contains(&heading) {
-            out.push('\n');
-            out.push_str(section.trim_end());
-            out.push('\n');
-        }
-    }
-    out
-}
-
 pub fn markdown(
     ctx: &Context,
     ours: &LoadRun,
@@ -481,61 +455,6 @@ mod tests {
             other_cores: None,
             rounds: vec![rate],
         }
-    }
-
-    #[test]
-    fn a_rewrite_replaces_the_reports_sections_and_keeps_every_other_in_its_order() {
-        let old = "# Old title\n\nold preamble\n\n## Throughput and latency\n\nold table\n\n\
-                   ## Speed against the machine's ceiling (issue 19)\n\nspeed table\n\n\
-                   ## Details\n\nold details\n### a subsection\n\n\
-                   ## Speed: what was tried (issue 19)\n\n- a bullet\n\n\
-                   ## SQLite extension\n\nvfs table\n";
-        let md = "# New title\n\nnew preamble\n\n## Throughput and latency\n\nnew table\n\n\
-                  ## Details\n\nnew details\n";
-        let doc = rewrite(Some(old), md);
-        assert!(doc.starts_with("# New title\n\nnew preamble\n"), "{doc}");
-        for gone in [
-            "Old title",
-            "old preamble",
-            "old table",
-            "old details",
-            "a subsection",
-        ] {
-            assert!(!doc.contains(gone), "{gone} should be replaced: {doc}");
-        }
-        let order = [
-            "new table",
-            "new details",
-            "## Speed against the machine's ceiling (issue 19)\n\nspeed table",
-            "## Speed: what was tried (issue 19)\n\n- a bullet",
-            "## SQLite extension\n\nvfs table",
-        ];
-        let at: Vec<usize> = order
-            .iter()
-            .map(|s| doc.find(s).unwrap_or_else(|| panic!("{s} missing: {doc}")))
-            .collect();
-        assert!(at.windows(2).all(|w| w[0] < w[1]), "order {at:?}: {doc}");
-        assert_eq!(doc.matches("## Details").count(), 1, "{doc}");
-        assert_eq!(rewrite(None, md), md);
-    }
-
-    #[test]
-    fn the_committed_document_rewritten_with_its_own_report_part_is_unchanged() {
-        // The report's part is docs/benchmarks.md up to the first section another script owns.
-        let doc = include_str!("../../docs/benchmarks.md");
-        let head_end = doc
-            .find("\n## Speed against the machine's ceiling")
-            .expect("the speed section follows the report's")
-            + 1;
-        // Blank lines between sections may differ; nothing else may.
-        let norm = |t: &str| {
-            let mut t = t.trim_end().to_owned();
-            while t.contains("\n\n\n") {
-                t = t.replace("\n\n\n", "\n\n");
-            }
-            t
-        };
-        assert_eq!(norm(&rewrite(Some(doc), &doc[..head_end])), norm(doc));
     }
 
     #[test]

@@ -396,24 +396,6 @@ pub fn markdown(
     s
 }
 
-/// Puts `section` (which starts with its `## ` heading) into `doc` in place of the section of
-/// the same heading, or before `## SQLite extension` when there is none, or at the end.
-pub fn splice(doc: &str, section: &str) -> String {
-    let heading = section.lines().next().unwrap_or_default();
-    let section = section.trim_end();
-    if let Some(at) = doc.find(heading) {
-        let after = at + heading.len();
-        let end = doc[after..]
-            .find("\n## ")
-            .map_or(doc.len(), |i| after + i + 1);
-        return format!("{}{section}\n\n{}", &doc[..at], &doc[end..]);
-    }
-    if let Some(at) = doc.find("\n## SQLite extension") {
-        return format!("{}\n{section}\n{}", &doc[..at], &doc[at..]);
-    }
-    format!("{}\n\n{section}\n", doc.trim_end())
-}
-
 fn aim(text: String, met: bool) -> String {
     format!("{text} — {}", if met { "**met**" } else { "**missed**" })
 }
@@ -438,24 +420,6 @@ mod tests {
             ok: 1,
             bad: 0,
         }
-    }
-
-    #[test]
-    fn splice_replaces_the_section_of_the_same_heading_and_keeps_the_rest() {
-        let doc = "# B\n\n## One\nold\n\n## Speed x\nold speed\n\n## SQLite extension\nsql\n";
-        let out = splice(doc, "## Speed x\nnew speed\n");
-        assert_eq!(
-            out,
-            "# B\n\n## One\nold\n\n## Speed x\nnew speed\n\n## SQLite extension\nsql\n"
-        );
-        let fresh = splice(
-            "# B\n\n## One\nx\n\n## SQLite extension\nsql\n",
-            "## Speed x\ny\n",
-        );
-        assert_eq!(
-            fresh,
-            "# B\n\n## One\nx\n\n## Speed x\ny\n\n## SQLite extension\nsql\n"
-        );
     }
 
     fn fanout(p99_ms: f64) -> Scenario {
