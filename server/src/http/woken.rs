@@ -4,7 +4,7 @@
 //! timeout. `select!` polls every branch each time the task runs, and the connection wakes the
 //! task several times for every request: the stop's `watch` receiver took the lock its waiters
 //! share across the cores on each of those polls, and the timeout's sleep registered its waker
-//! again, together about 2% of an in-memory append's CPU (docs/benchmarks.md). Wrapped in
+//! again, together about 2% of an in-memory append's CPU (docs/speed-log.md). Wrapped in
 //! [`Woken`], a branch is polled once, to register, and then only when its own waker fired.
 
 use std::future::Future;

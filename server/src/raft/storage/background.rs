@@ -4,8 +4,7 @@
 //!
 //! Why: a purge after a snapshot removes tens of thousands of entries at once. Freeing them
 //! on the core took 17-38 ms at 20-55k appends/s on a durable node (each entry owns its
-//! payload), a stall every appender of that core's groups saw (docs/benchmarks.md, "Speed:
-//! what was tried").
+//! payload), a stall every appender of that core's groups saw (docs/speed-log.md).
 
 use std::any::Any;
 use std::sync::OnceLock;

@@ -280,8 +280,8 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
                 // CPU to encode, copy and write; at normal priority it took its share of a
                 // 2-core machine from the core threads in that window, and appends queued
                 // behind it (at 30k appends/s on a durable node, p99 about halved at nice 19,
-                // and again at a third with the idle policy and bounded writes; see "Speed:
-                // what was tried" in docs/benchmarks.md).
+                // and again at a third with the idle policy and bounded writes; see
+                // docs/speed-log.md).
                 background::lower_priority();
                 let built = captured.encode().and_then(|snap| {
                     shelf.store(&snap)?;
