@@ -174,6 +174,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         wal_dir,
         fsync_always,
         segment_size,
+        cache_size,
         peers,
     } = &config.engine
     else {
@@ -211,6 +212,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         dir,
         fsync_always: *fsync_always,
         segment_size: *segment_size,
+        cache_size: *cache_size,
         peers: peers.clone(),
         snapshot: config.snapshot_driver,
         shutdown_stall: config.shutdown_stall,

@@ -448,7 +448,7 @@ fn a_config_with_keys_this_build_ignores_starts_and_warns_naming_them() {
     let node = Node::start_with(
         "ignoredkeys",
         "[runtime]\ncore_count = 2\n[observability]\ntokio_console = true\n\
-         [raft.wal]\ncache_size = \"256MiB\"\n\
+         [raft]\nappend_transport_budget_bytes = 1048576\n\
          [storage.snapshot]\ns3_prefix = \"snapshots\"\n",
     );
     let log = node.log();
@@ -459,7 +459,7 @@ fn a_config_with_keys_this_build_ignores_starts_and_warns_naming_them() {
     assert!(warning.contains("WARN"), "{warning}");
     assert!(
         warning.ends_with(
-            "observability.tokio_console, raft.wal.cache_size, storage.snapshot.s3_prefix"
+            "observability.tokio_console, raft.append_transport_budget_bytes, storage.snapshot.s3_prefix"
         ),
         "{warning}"
     );

@@ -39,7 +39,6 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
             "raft.append_transport_budget_bytes",
             r.append_transport_budget_bytes.is_some(),
         ),
-        ("raft.wal.cache_size", r.wal.cache_size.is_some()),
         (
             "raft.init_membership_per_group",
             r.init_membership_per_group == Some(false)

@@ -67,6 +67,8 @@ pub enum EngineChoice {
         wal_dir: Option<PathBuf>,
         fsync_always: bool,
         segment_size: u64,
+        /// `raft.wal.cache_size`: recent entries' journal bytes held in memory, node-wide.
+        cache_size: u64,
         /// node id -> URL, this node included; empty for a single node.
         peers: std::collections::BTreeMap<u64, String>,
     },
@@ -125,6 +127,10 @@ pub struct Config {
 
 /// The Operations page's deadline for a graceful shutdown, from the first signal.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
+
+/// `raft.wal.cache_size`'s default: the journal bytes of recent Raft entries a node holds in
+/// memory, split evenly between its groups.
+pub const DEFAULT_WAL_CACHE: u64 = 256 << 20;
 
 /// What the command line supplies.
 #[derive(Debug, Clone, Default)]
@@ -284,6 +290,7 @@ fn resolve_engine(
             wal_dir: file.raft.wal.path.clone(),
             fsync_always: file.raft.wal.fsync.as_deref() == Some("always"),
             segment_size: file.raft.wal.segment_size.map_or(64 << 20, |s| s.0),
+            cache_size: file.raft.wal.cache_size.map_or(DEFAULT_WAL_CACHE, |s| s.0),
             peers,
         }
     } else {

@@ -348,7 +348,6 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
             "raft.append_transport_budget_bytes",
             "raft.init_membership",
             "raft.init_membership_per_group",
-            "raft.wal.cache_size",
             "runtime.external_payload_min_size",
             "storage.cold.compaction_enabled",
             "storage.snapshot.backend",
@@ -471,6 +470,7 @@ fn the_configuration_pages_complete_examples_load() {
             wal_dir: Some("./data".into()),
             fsync_always: false,
             segment_size: 64 << 20,
+            cache_size: 256 << 20,
             peers: Default::default(),
         }
     );

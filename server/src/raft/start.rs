@@ -78,6 +78,9 @@ pub struct RaftOptions {
     pub dir: PathBuf,
     pub fsync_always: bool,
     pub segment_size: u64,
+    /// `raft.wal.cache_size`: the journal bytes of recent entries the node's groups hold in
+    /// memory, split evenly between them.
+    pub cache_size: u64,
     /// node id -> URL, this node included; empty for a single node.
     pub peers: BTreeMap<u64, String>,
     pub snapshot: snapdrive::Settings,
@@ -296,14 +299,16 @@ fn open_journals(
     rt: &Runtime,
     root: &Root,
     opts: &RaftOptions,
-    logs: &[LogData],
+    logs: &mut [LogData],
 ) -> Result<Vec<wal::Journal>, StartError> {
     let mut journals = Vec::new();
     for core in 0..rt.core_count() {
         let mut restate = Vec::new();
         let mut recovered_max = HashMap::new();
+        let mut frames = HashMap::new();
         for group in (0..rt.group_count()).filter(|g| rt.core_of(*g) == core) {
-            let data = &logs[group as usize];
+            let data = &mut logs[group as usize];
+            frames.insert(group, std::mem::take(&mut data.frames));
             restate.extend(data.restate(group).map_err(|e| StartError::Recover {
                 core,
                 message: e.to_string(),
@@ -323,7 +328,13 @@ fn open_journals(
                 }
             })),
         };
-        let journal = wal::Journal::start(root.core_dir(core), wal_opts, restate, recovered_max)?;
+        let journal = wal::Journal::start(
+            root.core_dir(core),
+            wal_opts,
+            restate,
+            recovered_max,
+            frames,
+        )?;
         // The core's groups write this journal from its thread: its flusher runs there too.
         if let Some(handle) = rt.core_handle(core) {
             journal.hold_commit_points(handle);
@@ -381,7 +392,13 @@ async fn spawn_groups(
         if !data.holds() {
             out.fresh.insert(group);
         }
-        let log = LogStore::new(group, journals[core].clone(), data, log_bytes.clone());
+        let log = LogStore::new(
+            group,
+            journals[core].clone(),
+            data,
+            log_bytes.clone(),
+            opts.cache_size / u64::from(groups.max(1)),
+        );
         out.stores.push(log.clone());
         let net = Factory {
             peers: peers.clone(),
@@ -437,8 +454,8 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
             .await
             .map_err(StartError::Protocol)?;
     }
-    let (committed, locks) = commit(rt, &root, &opts, inspected)?;
-    let journals = open_journals(rt, &root, &opts, &committed.logs)?;
+    let (mut committed, locks) = commit(rt, &root, &opts, inspected)?;
+    let journals = open_journals(rt, &root, &opts, &mut committed.logs)?;
     let gated: BTreeSet<u32> = committed.gate_records.keys().copied().collect();
     let peers = Peers::new(opts.peers.clone(), opts.node_id, rt.group_count());
     let shed = Shed::load(Some(root.clone())).map_err(StartError::Files)?;

@@ -2,8 +2,7 @@
 //! in memory, and how the WAL opened at start, summed into node totals.
 //!
 //! What our journal has no use for is reported as 0 rather than invented (see
-//! docs/observability.md): every entry of a group's log is held in memory, so no read misses
-//! the cache or reads the disk; reclaim deletes whole segments and never copies live entries
+//! docs/observability.md): reclaim deletes whole segments and never copies live entries
 //! forward; apply-failure archives are not built.
 
 use ursula_protocol::metrics::WalMetrics;
@@ -13,6 +12,7 @@ use super::recovery::files::PreviousRun;
 use super::replicas::Replicas;
 use super::storage::counters;
 use super::storage::counters::ScanWork;
+use super::storage::log_store::CacheView;
 use super::storage::wal::Journal;
 
 /// How the WAL opened at this start, fixed for the process's life.
@@ -51,15 +51,25 @@ pub fn report(journals: &[Journal], node: &Replicas, opening: &Opening) -> WalMe
     let cores = journals.len();
     let groups = node.group_count();
     let caches: Vec<_> = (0..groups).map(|g| node.cache_view(g)).collect();
-    let mut core_hits = vec![0u64; cores];
-    for (g, c) in caches.iter().enumerate() {
-        if let Some(h) = core_hits.get_mut(node.core_of(g as u32)) {
-            *h += c.hits;
+    // A per-group series, its per-core sums and its node total.
+    let of_groups = |f: fn(&CacheView) -> u64| -> (u64, Vec<u64>, Vec<u64>) {
+        let per_group: Vec<u64> = caches.iter().map(f).collect();
+        let mut per_core = vec![0u64; cores];
+        for (g, n) in per_group.iter().enumerate() {
+            if let Some(c) = per_core.get_mut(node.core_of(g as u32)) {
+                *c += n;
+            }
         }
-    }
-    let per_group_hits: Vec<u64> = caches.iter().map(|c| c.hits).collect();
+        (per_group.iter().sum(), per_core, per_group)
+    };
+    let (wal_cache_hits, per_core_wal_cache_hits, per_group_wal_cache_hits) = of_groups(|c| c.hits);
+    let (wal_cache_misses, per_core_wal_cache_misses, per_group_wal_cache_misses) =
+        of_groups(|c| c.misses);
+    let (wal_disk_reads, per_core_wal_disk_reads, per_group_wal_disk_reads) =
+        of_groups(|c| c.disk_reads);
+    let (wal_disk_read_bytes, per_core_wal_disk_read_bytes, per_group_wal_disk_read_bytes) =
+        of_groups(|c| c.disk_read_bytes);
     let zeros_core = vec![0u64; cores];
-    let zeros_group = vec![0u64; groups as usize];
     let scan = |f: fn(&ScanWork) -> u64| series(opening.scans.iter().map(f).collect());
 
     let (wal_physical_bytes, per_core_wal_physical_bytes) =
@@ -112,25 +122,25 @@ pub fn report(journals: &[Journal], node: &Replicas, opening: &Opening) -> WalMe
         wal_reclaim_failures,
         per_core_wal_reclaim_failures,
         wal_rewritten_bytes: 0,
-        per_core_wal_rewritten_bytes: zeros_core.clone(),
+        per_core_wal_rewritten_bytes: zeros_core,
         wal_restated_bytes,
         per_core_wal_restated_bytes,
         wal_lagging_groups,
         per_core_wal_lagging_groups,
         wal_pinned_segments,
         per_core_wal_pinned_segments,
-        wal_cache_hits: per_group_hits.iter().sum(),
-        per_core_wal_cache_hits: core_hits,
-        per_group_wal_cache_hits: per_group_hits,
-        wal_cache_misses: 0,
-        per_core_wal_cache_misses: zeros_core.clone(),
-        per_group_wal_cache_misses: zeros_group.clone(),
-        wal_disk_reads: 0,
-        per_core_wal_disk_reads: zeros_core.clone(),
-        per_group_wal_disk_reads: zeros_group.clone(),
-        wal_disk_read_bytes: 0,
-        per_core_wal_disk_read_bytes: zeros_core,
-        per_group_wal_disk_read_bytes: zeros_group,
+        wal_cache_hits,
+        per_core_wal_cache_hits,
+        per_group_wal_cache_hits,
+        wal_cache_misses,
+        per_core_wal_cache_misses,
+        per_group_wal_cache_misses,
+        wal_disk_reads,
+        per_core_wal_disk_reads,
+        per_group_wal_disk_reads,
+        wal_disk_read_bytes,
+        per_core_wal_disk_read_bytes,
+        per_group_wal_disk_read_bytes,
         wal_cache_bytes: per_group_wal_cache_bytes.iter().sum(),
         per_group_wal_cache_bytes,
         wal_indexed_entries: per_group_wal_indexed_entries.iter().sum(),

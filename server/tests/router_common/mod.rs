@@ -75,6 +75,7 @@ impl Server {
                 wal_dir: Some(dir.path().to_owned()),
                 fsync_always: false,
                 segment_size: 64 << 20,
+                cache_size: 256 << 20,
                 peers: Default::default(),
             };
             std::sync::Arc::new(dir)

@@ -1,5 +1,11 @@
 //! A group's Raft log over its core's journal: what openraft's `RaftLogStorage` asks of it, the
 //! log rebuilt from the journal at start, and the byte counts the snapshot driver weighs.
+//!
+//! Only the group's recent entries stay in memory: its share of `raft.wal.cache_size`. Once
+//! the held entries outgrow it, the oldest that the journal has written are dropped, and a read
+//! of them (a lagging follower's catch-up, an apply far behind) goes back to the journal
+//! ([`wal::Journal::read_entries`]). The log's last entry is always held, so the log's state
+//! never needs the disk.
 
 // openraft's traits fix the error type, StorageError, which is large.
 #![allow(clippy::result_large_err)]
@@ -25,6 +31,7 @@ use openraft::storage::LogFlushed;
 use openraft::storage::RaftLogStorage;
 
 use super::background;
+use super::frame::GroupFrames;
 use super::record;
 use super::record::RecordError;
 use super::wal;
@@ -63,11 +70,18 @@ fn encoded_guess(entries: &[Entry<TypeConfig>]) -> usize {
 /// The log of one group as far as this replica has it.
 #[derive(Debug, Default)]
 pub struct LogData {
+    /// The entries held in memory: after recovery every one, then the newest (see the module
+    /// docs).
     pub entries: BTreeMap<u64, Entry<TypeConfig>>,
-    /// Journal bytes of each entry still held (the batch's size spread over its entries).
+    /// Journal bytes of each entry of the log, held or not (the batch's size spread over its
+    /// entries).
     pub sizes: BTreeMap<u64, u64>,
     /// The sum of `sizes`: what the snapshot driver weighs this group by.
     pub bytes: u64,
+    /// The part of `bytes` whose entries are held in `entries`.
+    pub cached: u64,
+    /// Where the recovered entries are in the journal; handed to the journal at start.
+    pub frames: GroupFrames,
     pub vote: Option<Vote<u64>>,
     pub committed: Option<LogId<u64>>,
     pub purged: Option<LogId<u64>>,
@@ -122,6 +136,9 @@ impl LogData {
             match r.kind {
                 wal::KIND_ENTRIES => {
                     let entries: Vec<Entry<TypeConfig>> = record::decode(kind, &r.payload)?;
+                    if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+                        d.frames.add(first.log_id.index, last.log_id.index, r.loc);
+                    }
                     for e in entries {
                         d.entries.insert(e.log_id.index, e);
                     }
@@ -130,10 +147,12 @@ impl LogData {
                 wal::KIND_TRUNCATE => {
                     let from: u64 = record::decode(kind, &r.payload)?;
                     d.entries.split_off(&from);
+                    d.frames.truncate(from);
                 }
                 wal::KIND_PURGE => {
                     let upto: LogId<u64> = record::decode(kind, &r.payload)?;
                     d.entries = d.entries.split_off(&(upto.index + 1));
+                    d.frames.purge(upto.index);
                     d.purged = Some(upto);
                 }
                 wal::KIND_COMMITTED => d.committed = record::decode(kind, &r.payload)?,
@@ -161,14 +180,46 @@ impl LogView {
     }
 }
 
-/// What a group's log holds in memory now and what Raft read of it (the `wal_cache_*`
-/// metrics): every entry is held in memory, so every read is served from there.
+/// What a group's log holds in memory now and what Raft read of it (the `wal_cache_*` and
+/// `wal_disk_read*` metrics).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CacheView {
+    /// Journal bytes of the entries held in memory.
     pub bytes: u64,
+    /// Entries of the log, held or not.
     pub entries: u64,
-    /// Entries served to Raft (replication, apply) since the process started.
+    /// Since the process started: entries served to Raft (replication, apply) from memory,
+    /// and read back from the journal.
     pub hits: u64,
+    pub misses: u64,
+    /// Journal frames read back, and their payloads' bytes.
+    pub disk_reads: u64,
+    pub disk_read_bytes: u64,
+}
+
+/// What [`CacheView`] counts; atomics, so counting costs the read path no lock.
+#[derive(Debug, Default)]
+struct Reads {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    disk_reads: AtomicU64,
+    disk_read_bytes: AtomicU64,
+}
+
+/// The first and last index `range` names (`None` when it names none).
+fn inclusive(range: &impl RangeBounds<u64>) -> Option<(u64, u64)> {
+    use std::ops::Bound;
+    let from = match range.start_bound() {
+        Bound::Included(s) => *s,
+        Bound::Excluded(s) => s.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let to = match range.end_bound() {
+        Bound::Included(e) => *e,
+        Bound::Excluded(e) => e.checked_sub(1)?,
+        Bound::Unbounded => u64::MAX,
+    };
+    (from <= to).then_some((from, to))
 }
 
 #[derive(Debug, Clone)]
@@ -178,16 +229,20 @@ pub struct LogStore {
     data: Arc<Mutex<LogData>>,
     /// The node's unsnapshotted Raft log, shared by every group (`RaftLogPressure`).
     log_bytes: Arc<NodeLog>,
-    /// Entries served to readers; an atomic, so counting costs the read path no lock.
-    served: Arc<AtomicU64>,
+    /// The journal bytes of entries this group holds in memory before it drops its oldest.
+    budget: u64,
+    reads: Arc<Reads>,
 }
 
 impl LogStore {
+    /// `budget`: the journal bytes of entries the group holds in memory, its share of
+    /// `raft.wal.cache_size`. `journal` must hold `data`'s frames.
     pub fn new(
         group: u32,
         journal: wal::Journal,
         mut data: LogData,
         log_bytes: Arc<NodeLog>,
+        budget: u64,
     ) -> LogStore {
         // Recovered entries count too; their size is approximated by their encoding.
         let mut total = 0;
@@ -201,34 +256,89 @@ impl LogStore {
             total += n;
         }
         data.bytes = total;
+        data.cached = total;
+        data.frames = GroupFrames::default();
         let now = log_bytes.bytes.fetch_add(total, Ordering::Relaxed) + total;
         log_bytes.high.fetch_max(now, Ordering::Relaxed);
-        LogStore::assemble(group, journal, data, log_bytes)
-    }
-
-    fn assemble(
-        group: u32,
-        journal: wal::Journal,
-        data: LogData,
-        log_bytes: Arc<NodeLog>,
-    ) -> LogStore {
-        LogStore {
+        let store = LogStore {
             group,
             journal,
             data: Arc::new(Mutex::new(data)),
             log_bytes,
-            served: Arc::new(AtomicU64::new(0)),
-        }
+            budget,
+            reads: Arc::new(Reads::default()),
+        };
+        store.trim();
+        store
     }
 
     /// The group's log in memory and the reads it served.
     pub fn cache_view(&self) -> CacheView {
-        let d = lock(&self.data);
+        let (bytes, entries) = {
+            let d = lock(&self.data);
+            (d.cached, d.sizes.len() as u64)
+        };
+        let r = &self.reads;
         CacheView {
-            bytes: d.bytes,
-            entries: d.entries.len() as u64,
-            hits: self.served.load(Ordering::Relaxed),
+            bytes,
+            entries,
+            hits: r.hits.load(Ordering::Relaxed),
+            misses: r.misses.load(Ordering::Relaxed),
+            disk_reads: r.disk_reads.load(Ordering::Relaxed),
+            disk_read_bytes: r.disk_read_bytes.load(Ordering::Relaxed),
         }
+    }
+
+    /// Drops the oldest held entries the journal has written while the held ones exceed the
+    /// budget, keeping the last. Off the core when a recovery or a large batch drops many.
+    fn trim(&self) {
+        let written = self.journal.written(self.group);
+        let mut d = lock(&self.data);
+        let mut dropped = Vec::new();
+        while d.cached > self.budget && d.entries.len() > 1 {
+            let Some(entry) = d.entries.first_entry() else {
+                break;
+            };
+            if written.is_none_or(|w| *entry.key() > w) {
+                break;
+            }
+            let (index, e) = entry.remove_entry();
+            let size = d.sizes.get(&index).copied().unwrap_or(0);
+            d.cached = d.cached.saturating_sub(size);
+            dropped.push(e);
+        }
+        drop(d);
+        if dropped.len() > 64 {
+            background::drop_later(dropped);
+        }
+    }
+
+    /// Reads `from..=to` back from the journal, off the core thread, and counts it. Entries
+    /// purged meanwhile may be missing.
+    async fn read_back(&self, from: u64, to: u64) -> Result<Vec<Entry<TypeConfig>>, StoreError> {
+        let (journal, group) = (self.journal.clone(), self.group);
+        let frames = tokio::task::spawn_blocking(move || journal.read_entries(group, from, to))
+            .await
+            .map_err(|e| StoreError::from(StorageIOError::read_logs(&e)))?;
+        let frames = frames.map_err(|e| StoreError::from(StorageIOError::read_logs(&e)))?;
+        let mut out = Vec::new();
+        for (span, payload) in frames {
+            self.reads.disk_reads.fetch_add(1, Ordering::Relaxed);
+            let n = payload.len() as u64;
+            self.reads.disk_read_bytes.fetch_add(n, Ordering::Relaxed);
+            let entries: Vec<Entry<TypeConfig>> = record::decode(record::JOURNAL, &payload)
+                .map_err(|e| StoreError::from(StorageIOError::read_logs(&e)))?;
+            let want = from.max(span.first)..=to.min(span.last);
+            out.extend(
+                entries
+                    .into_iter()
+                    .filter(|e| want.contains(&e.log_id.index)),
+            );
+        }
+        self.reads
+            .misses
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Ok(out)
     }
 
     /// The journal bytes of the entries this group's log still holds.
@@ -284,6 +394,8 @@ impl LogStore {
     ) {
         let freed: u64 = sizes.values().sum();
         d.bytes = d.bytes.saturating_sub(freed);
+        let held: u64 = entries.keys().filter_map(|i| sizes.get(i)).sum();
+        d.cached = d.cached.saturating_sub(held);
         // Saturating: the spread per-entry sizes may round below what was added.
         let _ = self
             .log_bytes
@@ -314,14 +426,18 @@ impl LogStore {
         force_sync: bool,
         done: Option<wal::Done>,
     ) -> Result<(), StoreError> {
-        let w = wal::Append {
+        self.send(wal::Append {
             kind,
             group: self.group,
             payload,
             index,
+            first: None,
             force_sync,
             done,
-        };
+        })
+    }
+
+    fn send(&self, w: wal::Append) -> Result<(), StoreError> {
         self.journal
             .write(w)
             .map_err(|_| StorageIOError::write(&std::io::Error::other("journal stopped")).into())
@@ -349,12 +465,56 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry<TypeConfig>>, StoreError> {
-        let out: Vec<_> = lock(&self.data)
-            .entries
-            .range(range)
-            .map(|(_, e)| e.clone())
-            .collect();
-        self.served.fetch_add(out.len() as u64, Ordering::Relaxed);
+        let Some((from, to)) = inclusive(&range) else {
+            return Ok(Vec::new());
+        };
+        // What is held, and the part of the range before it that the log has on disk only.
+        let (held, behind) = {
+            let d = lock(&self.data);
+            let held: Vec<_> = d.entries.range(range).map(|(_, e)| e.clone()).collect();
+            let first_held = d.entries.keys().next().copied();
+            let first_on_disk = d.sizes.keys().next().copied();
+            let behind = match (first_on_disk, first_held) {
+                (Some(a), Some(b)) if a < b => {
+                    let (lo, hi) = (from.max(a), to.min(b - 1));
+                    (lo <= hi).then_some((lo, hi))
+                }
+                _ => None,
+            };
+            (held, behind)
+        };
+        self.reads
+            .hits
+            .fetch_add(held.len() as u64, Ordering::Relaxed);
+        let Some((lo, hi)) = behind else {
+            return Ok(held);
+        };
+        let mut out = self.read_back(lo, hi).await?;
+        // A purge while the read ran may have taken entries from the front; anything else
+        // missing is a journal that lost entries the log still counts.
+        let purged = lock(&self.data).purged.map(|p| p.index);
+        out.retain(|e| purged.is_none_or(|p| e.log_id.index > p));
+        let start = purged.map_or(lo, |p| lo.max(p + 1));
+        let contiguous = out.first().is_none_or(|e| e.log_id.index == start)
+            && out
+                .windows(2)
+                .all(|w| w[1].log_id.index == w[0].log_id.index + 1);
+        let complete = match out.last() {
+            Some(e) => e.log_id.index == hi,
+            None => purged.is_some_and(|p| p >= hi),
+        };
+        if !(contiguous && complete) {
+            let got = (
+                out.first().map(|e| e.log_id.index),
+                out.last().map(|e| e.log_id.index),
+            );
+            let e = std::io::Error::other(format!(
+                "group {}: entries {lo}..={hi} read back from the journal as {got:?}",
+                self.group
+            ));
+            return Err(StorageIOError::read_logs(&e).into());
+        }
+        out.extend(held);
         Ok(out)
     }
 }
@@ -417,33 +577,68 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let payload = record::encode_sized(record::JOURNAL, &entries, encoded_guess(&entries))
             .map_err(|e| StoreError::from(StorageIOError::write(&e)))?;
         let last = entries.last().map(|e| e.log_id.index);
+        let first = entries.first().map(|e| e.log_id.index);
+        let over;
         {
             let each = payload.len() as u64 / entries.len().max(1) as u64;
             let mut d = lock(&self.data);
-            let mut replaced = 0;
+            // Entries are written after the log's last; should any come at or below it, they
+            // replace it from there, as in the journal's index (held entries stay the log's
+            // newest, which reads rely on).
+            if let Some(first) = first
+                && d.sizes.last_key_value().is_some_and(|(l, _)| first <= *l)
+            {
+                self.remove_from(&mut d, first);
+            }
             for e in entries {
-                replaced += d.sizes.insert(e.log_id.index, each).unwrap_or(0);
+                d.sizes.insert(e.log_id.index, each);
                 d.bytes += each;
+                d.cached += each;
                 d.entries.insert(e.log_id.index, e);
             }
-            d.bytes = d.bytes.saturating_sub(replaced);
+            over = d.cached > self.budget;
             let added = payload.len() as u64;
             let now = self.log_bytes.bytes.fetch_add(added, Ordering::Relaxed) + added;
             self.log_bytes.high.fetch_max(now, Ordering::Relaxed);
         }
-        self.write_indexed(
-            wal::KIND_ENTRIES,
+        let w = wal::Append {
+            kind: wal::KIND_ENTRIES,
+            group: self.group,
             payload,
-            last,
-            membership,
-            Some(Box::new(move |r| callback.log_io_completed(r))),
-        )
+            index: last,
+            first,
+            force_sync: membership,
+            done: Some(Box::new(move |r| callback.log_io_completed(r))),
+        };
+        self.send(w)?;
+        if over {
+            self.trim();
+        }
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StoreError> {
-        self.write(wal::KIND_TRUNCATE, enc(&log_id.index)?, false, None)?;
-        let mut d = lock(&self.data);
-        self.remove_from(&mut d, log_id.index);
+        let from = log_id.index;
+        self.write_indexed(wal::KIND_TRUNCATE, enc(&from)?, Some(from), false, None)?;
+        let last_dropped = {
+            let mut d = lock(&self.data);
+            self.remove_from(&mut d, from);
+            // The log's last entry is always held: when the truncation took every held one,
+            // the new last comes back from the journal.
+            let last = d.sizes.keys().next_back().copied();
+            last.filter(|_| d.entries.is_empty())
+        };
+        if let Some(last) = last_dropped {
+            let back = self.read_back(last, last).await?;
+            let mut d = lock(&self.data);
+            for e in back {
+                if d.sizes.contains_key(&e.log_id.index) && !d.entries.contains_key(&e.log_id.index)
+                {
+                    d.cached += d.sizes[&e.log_id.index];
+                    d.entries.insert(e.log_id.index, e);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -463,72 +658,4 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn id(index: u64) -> LogId<u64> {
-        LogId::new(openraft::CommittedLeaderId::new(1, 1), index)
-    }
-
-    #[tokio::test]
-    async fn a_purge_and_a_truncation_take_their_entries_and_bytes_out_of_the_log() {
-        let dir = std::env::temp_dir().join(format!("ursula-log-remove-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let journal = wal::Journal::start(
-            dir.clone(),
-            wal::Options {
-                fsync_always: false,
-                segment_size: 1 << 20,
-                on_fatal: None,
-            },
-            Vec::new(),
-            std::collections::HashMap::new(),
-        )
-        .expect("journal");
-        let mut data = LogData::default();
-        for i in 1..=10 {
-            data.entries.insert(
-                i,
-                Entry {
-                    log_id: id(i),
-                    payload: openraft::EntryPayload::Blank,
-                },
-            );
-        }
-        let node = Arc::new(NodeLog::default());
-        let mut store = LogStore::new(3, journal, data, node.clone());
-        let size = |d: &LogData, r: std::ops::RangeInclusive<u64>| -> u64 {
-            r.map(|i| d.sizes.get(&i).copied().unwrap_or(0)).sum()
-        };
-        let (all, kept) = {
-            let d = lock(&store.data);
-            (d.bytes, size(&d, 5..=10))
-        };
-        assert!(all > 0 && node.bytes() == all);
-
-        store.purge(id(4)).await.expect("purge");
-        {
-            let d = lock(&store.data);
-            assert_eq!(
-                d.entries.keys().copied().collect::<Vec<_>>(),
-                (5..=10).collect::<Vec<_>>()
-            );
-            assert_eq!(
-                d.sizes.keys().copied().collect::<Vec<_>>(),
-                (5..=10).collect::<Vec<_>>()
-            );
-            assert_eq!((d.bytes, node.bytes()), (kept, kept));
-            assert_eq!(d.purged, Some(id(4)));
-        }
-
-        store.truncate(id(8)).await.expect("truncate");
-        let d = lock(&store.data);
-        assert_eq!(d.entries.keys().copied().collect::<Vec<_>>(), vec![5, 6, 7]);
-        assert_eq!(d.sizes.keys().copied().collect::<Vec<_>>(), vec![5, 6, 7]);
-        let left = size(&d, 5..=7);
-        assert_eq!((d.bytes, node.bytes()), (left, left));
-        drop(d);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -1,6 +1,8 @@
 //! Where a group's Raft state lives on disk and in memory.
 //!
 //! - [`wal`]: the per-core journal every group of a core shares (segments, frames, fsync).
+//! - [`frame`]: the journal's frame layout, and where each group's entry frames sit, to read
+//!   entries back that a log no longer keeps in memory.
 //! - [`log_store`]: a group's Raft log over its core's journal (openraft's `RaftLogStorage`).
 //! - [`state_machine`]: a group's state machine over its streams, and its snapshot files.
 //! - [`record`]: the sealed, versioned envelope of journal payloads and snapshots.
@@ -14,6 +16,7 @@ pub mod background;
 pub mod counters;
 pub mod fatal;
 pub mod flush;
+pub mod frame;
 pub mod log_store;
 pub mod reclaim;
 pub mod record;

@@ -15,9 +15,10 @@
 //! crash loses at most the held commit points, which only tells a restart less of what was
 //! committed: openraft commits those entries again once the group has a leader.
 //!
-//! Frame: `len u32 LE | crc32 u32 LE | seq u64 LE | kind u8 | group u32 LE | payload`, where
-//! `len` counts from `seq` to the end and the CRC covers the same bytes, so a damaged length
-//! reads as corruption. Segments are `NNNNNNNNNNNNNNNN.seg` under `core-<i>/`.
+//! The frame's layout is in [`super::frame`]; segments are `NNNNNNNNNNNNNNNN.seg` under
+//! `core-<i>/`. The writer indexes each group's entry frames as it writes them
+//! ([`super::frame::GroupFrames`]), so a log that keeps only its recent entries in memory reads
+//! older ones back ([`Journal::read_entries`]).
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -37,6 +38,15 @@ use super::counters::JournalCounters;
 use super::fatal;
 use super::fatal::OnFatal;
 use super::flush::FlushAhead;
+use super::frame;
+use super::frame::GroupFrames;
+use super::frame::Loc;
+use super::frame::Parsed;
+use super::frame::ReadError;
+use super::frame::Span;
+pub use super::frame::encode;
+pub use super::frame::encode_into;
+pub use super::frame::segment_name;
 use super::reclaim::Reclaimer;
 use super::reclaim::Segment;
 
@@ -49,9 +59,6 @@ pub const KIND_COMMITTED: u8 = 5;
 /// written. Never framed.
 pub const KIND_SYNC: u8 = 0;
 
-const HEADER: usize = 8;
-const MIN_BODY: usize = 8 + 1 + 4;
-const MAX_FRAME: usize = 1 << 30;
 /// Under `never`, a segment is synced in the background after each this many bytes (at most a
 /// quarter of a segment): the rotation's sync then finds at most this much dirty.
 const FLUSH_EVERY: u64 = 4 << 20;
@@ -82,6 +89,8 @@ pub struct Record {
     pub kind: u8,
     pub group: u32,
     pub payload: Vec<u8>,
+    /// Where the frame is, so recovered entries can be read back once evicted.
+    pub loc: Loc,
 }
 
 /// What the recovery scan found.
@@ -124,10 +133,6 @@ fn core_no(dir: &Path) -> String {
         .to_owned()
 }
 
-fn segment_name(n: u64) -> String {
-    format!("{n:016}.seg")
-}
-
 fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, WalError> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io(dir))? {
@@ -164,7 +169,7 @@ pub fn scan(dir: &Path) -> Result<Recovered, WalError> {
     }
     let segs = segments(dir)?;
     let mut out = Recovered::default();
-    for (i, (_, path)) in segs.iter().enumerate() {
+    for (i, (seg, path)) in segs.iter().enumerate() {
         let newest = i + 1 == segs.len();
         let mut bytes = Vec::new();
         File::open(path)
@@ -173,69 +178,42 @@ pub fn scan(dir: &Path) -> Result<Recovered, WalError> {
         out.bytes += bytes.len() as u64;
         let mut at = 0usize;
         while at < bytes.len() {
-            let rest = &bytes[at..];
-            let whole = rest.len() >= HEADER && {
-                let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-                (MIN_BODY..=MAX_FRAME).contains(&len) && rest.len() >= HEADER + len
+            let (kind, group, payload, len) = match frame::parse(&bytes[at..]) {
+                Parsed::Frame {
+                    kind,
+                    group,
+                    payload,
+                    len,
+                } => (kind, group, payload, len),
+                bad => {
+                    if !newest {
+                        return Err(WalError::SealedDamage {
+                            path: path.clone(),
+                            at: at as u64,
+                        });
+                    }
+                    out.damaged_tail = bad == Parsed::Damaged;
+                    out.torn_bytes = (bytes.len() - at) as u64;
+                    break;
+                }
             };
-            if !whole {
-                if !newest {
-                    return Err(WalError::SealedDamage {
-                        path: path.clone(),
-                        at: at as u64,
-                    });
-                }
-                out.torn_bytes = rest.len() as u64;
-                break;
-            }
-            let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-            let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-            let body = &rest[HEADER..HEADER + len];
-            if crc32fast::hash(body) != crc {
-                if !newest {
-                    return Err(WalError::SealedDamage {
-                        path: path.clone(),
-                        at: at as u64,
-                    });
-                }
-                out.damaged_tail = true;
-                out.torn_bytes = rest.len() as u64;
-                break;
-            }
             out.records.push(Record {
-                kind: body[8],
-                group: u32::from_le_bytes([body[9], body[10], body[11], body[12]]),
-                payload: body[13..].to_vec(),
+                kind,
+                group,
+                payload: payload.to_vec(),
+                loc: Loc {
+                    seg: *seg,
+                    at: at as u64,
+                    len: len as u32,
+                },
             });
-            at += HEADER + len;
+            at += len;
         }
         if newest && at < bytes.len() {
             out.cut = Some((path.clone(), at as u64));
         }
     }
     Ok(out)
-}
-
-pub fn encode(seq: u64, kind: u8, group: u32, payload: &[u8]) -> Vec<u8> {
-    let mut buf = Vec::new();
-    encode_into(&mut buf, seq, kind, group, payload);
-    buf
-}
-
-/// Appends one frame to `buf`, so a batch of frames is built in one buffer without a copy
-/// per frame.
-pub fn encode_into(buf: &mut Vec<u8>, seq: u64, kind: u8, group: u32, payload: &[u8]) {
-    let start = buf.len();
-    let len = MIN_BODY + payload.len();
-    buf.reserve(HEADER + len);
-    buf.extend_from_slice(&[0u8; HEADER]);
-    buf.extend_from_slice(&seq.to_le_bytes());
-    buf.push(kind);
-    buf.extend_from_slice(&group.to_le_bytes());
-    buf.extend_from_slice(payload);
-    let crc = crc32fast::hash(&buf[start + HEADER..]);
-    buf[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
-    buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 pub type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
@@ -245,8 +223,11 @@ pub struct Append {
     pub kind: u8,
     pub group: u32,
     pub payload: Vec<u8>,
-    /// Entries: the highest log index written. Purge: the index purged up to.
+    /// Entries: the highest log index written. Purge: the index purged up to. Truncate: the
+    /// first index removed.
     pub index: Option<u64>,
+    /// Entries: the lowest log index written.
+    pub first: Option<u64>,
     /// fsync before completing, whatever the policy (votes, membership).
     pub force_sync: bool,
     pub done: Option<Done>,
@@ -324,22 +305,39 @@ struct Writer {
     queued: usize,
     /// Commit points held for the next write, at most one per group (see the module docs).
     held: Vec<Append>,
+    /// Each group's entry frames, for reading entries back.
+    frames: HashMap<u32, GroupFrames>,
     buf: Vec<u8>,
     counters: Arc<JournalCounters>,
 }
 
 impl Writer {
-    fn frame(&mut self, kind: u8, group: u32, payload: &[u8], buf: &mut Vec<u8>) {
+    /// Frames a record into `buf`, which the current segment's `self.size` bytes precede;
+    /// returns where the frame will be.
+    fn frame(&mut self, kind: u8, group: u32, payload: &[u8], buf: &mut Vec<u8>) -> Loc {
         self.seq += 1;
+        let at = buf.len();
         encode_into(buf, self.seq, kind, group, payload);
+        Loc {
+            seg: self.seg_no,
+            at: self.size + at as u64,
+            len: (buf.len() - at) as u32,
+        }
     }
 
-    fn note(&mut self, w: &Append) {
+    fn note(&mut self, w: &Append, loc: Loc) {
         match w.kind {
             KIND_ENTRIES => {
                 if let Some(i) = w.index {
                     let m = self.current.max_index.entry(w.group).or_insert(0);
                     *m = (*m).max(i);
+                    let frames = self.frames.entry(w.group).or_default();
+                    frames.add(w.first.unwrap_or(i), i, loc);
+                }
+            }
+            KIND_TRUNCATE => {
+                if let (Some(from), Some(f)) = (w.index, self.frames.get_mut(&w.group)) {
+                    f.truncate(from);
                 }
             }
             KIND_VOTE | KIND_COMMITTED => {
@@ -349,6 +347,9 @@ impl Writer {
                 self.state.insert((w.group, w.kind), w.payload.clone());
                 if let Some(i) = w.index {
                     self.purged.insert(w.group, i);
+                    if let Some(f) = self.frames.get_mut(&w.group) {
+                        f.purge(i);
+                    }
                 }
             }
             _ => {}
@@ -374,6 +375,7 @@ impl Writer {
         );
         old.bytes = self.size;
         self.sealed.push(old);
+        self.size = 0;
         let mut buf = Vec::new();
         let state: Vec<_> = self
             .state
@@ -443,15 +445,15 @@ impl Writer {
         let mut sync = self.opts.fsync_always;
         let mut held = std::mem::take(&mut self.held);
         for w in &held {
-            self.frame(w.kind, w.group, &w.payload, &mut buf);
-            self.note(w);
+            let loc = self.frame(w.kind, w.group, &w.payload, &mut buf);
+            self.note(w, loc);
         }
         held.clear();
         self.held = held;
         for w in batch {
             if w.kind != KIND_SYNC {
-                self.frame(w.kind, w.group, &w.payload, &mut buf);
-                self.note(w);
+                let loc = self.frame(w.kind, w.group, &w.payload, &mut buf);
+                self.note(w, loc);
             }
             sync |= w.force_sync;
         }
@@ -527,12 +529,13 @@ fn run_sync_thread(shared: std::sync::Arc<Shared>, rx: mpsc::Receiver<Append>) {
 impl Journal {
     /// Starts the journal thread for `dir`. Every segment already there is sealed: a new one
     /// opens with `restate`, and the old ones go once every group purged past `recovered_max`
-    /// (each group's highest recovered entry).
+    /// (each group's highest recovered entry). `frames` are the recovered groups' entry frames.
     pub fn start(
         dir: PathBuf,
         opts: Options,
         restate: Restate,
         recovered_max: HashMap<u32, u64>,
+        frames: HashMap<u32, GroupFrames>,
     ) -> Result<Journal, WalError> {
         let segs = segments(&dir)?;
         let seg_no = segs.last().map_or(0, |(n, _)| *n) + 1;
@@ -590,6 +593,7 @@ impl Journal {
             state: BTreeMap::new(),
             queued: 0,
             held: Vec::new(),
+            frames,
             buf: Vec::with_capacity(1 << 16),
             counters: counters.clone(),
         };
@@ -690,6 +694,44 @@ impl Journal {
 }
 
 impl Journal {
+    /// The highest entry index of `group` written to the journal: entries up to it can be
+    /// read back.
+    pub fn written(&self, group: u32) -> Option<u64> {
+        let w = lock_writer(&self.shared.writer);
+        w.frames.get(&group).and_then(GroupFrames::last)
+    }
+
+    /// Reads back the frames that hold `group`'s entries `from..=to` and returns each with
+    /// what it holds of the log, in log order. The lock is held only to find them; a frame
+    /// whose segment is gone is left out (its entries were purged meanwhile).
+    pub fn read_entries(
+        &self,
+        group: u32,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(Span, Vec<u8>)>, ReadError> {
+        let (dir, spans) = {
+            let w = lock_writer(&self.shared.writer);
+            let spans = w
+                .frames
+                .get(&group)
+                .map(|f| f.covering(from, to))
+                .unwrap_or_default();
+            (w.dir.clone(), spans)
+        };
+        let mut out = Vec::with_capacity(spans.len());
+        for s in spans {
+            match frame::read_entries(&dir, group, s.loc, KIND_ENTRIES) {
+                Ok(p) => out.push((s, p)),
+                // Reclaim deletes a segment only once every entry in it is purged: what it
+                // held was purged while this read ran.
+                Err(ReadError::Gone(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
     /// What this journal did since the process started.
     pub fn counters(&self) -> &JournalCounters {
         &self.shared.counters
@@ -704,6 +746,7 @@ impl Journal {
             group: 0,
             payload: Vec::new(),
             index: None,
+            first: None,
             force_sync: true,
             done: Some(Box::new(move |r| drop(tx.send(r)))),
         };

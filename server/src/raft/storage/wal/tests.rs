@@ -21,6 +21,7 @@ fn write_waited(
         group,
         payload,
         index,
+        first: None,
         force_sync,
         done: Some(Box::new(move |r| drop(tx.send(r)))),
     };
@@ -42,6 +43,7 @@ fn segments_go_once_every_group_purged_their_entries_and_the_vote_survives() {
             on_fatal: None,
         },
         Vec::new(),
+        HashMap::new(),
         HashMap::new(),
     )
     .expect("start");
@@ -182,6 +184,7 @@ fn holding_journal(name: &str, rt: &tokio::runtime::Runtime) -> (Journal, PathBu
         },
         Vec::new(),
         HashMap::new(),
+        HashMap::new(),
     )
     .expect("start");
     j.hold_commit_points(rt.handle());
@@ -194,6 +197,7 @@ fn commit_point(j: &Journal, group: u32, payload: &[u8]) {
         group,
         payload: payload.to_vec(),
         index: None,
+        first: None,
         force_sync: false,
         done: None,
     };
