@@ -85,6 +85,13 @@ pub struct LogData {
     pub vote: Option<Vote<u64>>,
     pub committed: Option<LogId<u64>>,
     pub purged: Option<LogId<u64>>,
+    /// The highest index of this log the journal has written, as this log's own writes
+    /// learned it: only entries up to it may be dropped from memory. Not the journal's index,
+    /// which lags a truncation still queued for the journal's thread.
+    pub written: Option<u64>,
+    /// Bumped by every truncation, so an append's completion that an earlier truncation
+    /// overtook does not count its entries as written.
+    pub generation: u64,
 }
 
 impl LogData {
@@ -138,6 +145,8 @@ impl LogData {
                     let entries: Vec<Entry<TypeConfig>> = record::decode(kind, &r.payload)?;
                     if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
                         d.frames.add(first.log_id.index, last.log_id.index, r.loc);
+                        // Entries at or below the last replace it from there, as live.
+                        d.entries.split_off(&first.log_id.index);
                     }
                     for e in entries {
                         d.entries.insert(e.log_id.index, e);
@@ -258,6 +267,8 @@ impl LogStore {
         data.bytes = total;
         data.cached = total;
         data.frames = GroupFrames::default();
+        // Recovered entries were read from the journal.
+        data.written = data.last_index();
         let now = log_bytes.bytes.fetch_add(total, Ordering::Relaxed) + total;
         log_bytes.high.fetch_max(now, Ordering::Relaxed);
         let store = LogStore {
@@ -289,11 +300,32 @@ impl LogStore {
         }
     }
 
+    /// Takes appended entries into the log, each `each` journal bytes; returns whether the
+    /// held entries are now over the budget, and the truncation generation they belong to.
+    fn hold(&self, entries: Vec<Entry<TypeConfig>>, each: u64) -> (bool, u64) {
+        let mut d = lock(&self.data);
+        // Entries are written after the log's last; should any come at or below it, they
+        // replace it from there, as in the journal's index (held entries stay the log's
+        // newest, which reads rely on).
+        if let Some(first) = entries.first().map(|e| e.log_id.index)
+            && d.sizes.last_key_value().is_some_and(|(l, _)| first <= *l)
+        {
+            self.remove_from(&mut d, first);
+        }
+        for e in entries {
+            d.sizes.insert(e.log_id.index, each);
+            d.bytes += each;
+            d.cached += each;
+            d.entries.insert(e.log_id.index, e);
+        }
+        (d.cached > self.budget, d.generation)
+    }
+
     /// Drops the oldest held entries the journal has written while the held ones exceed the
     /// budget, keeping the last. Off the core when a recovery or a large batch drops many.
     fn trim(&self) {
-        let written = self.journal.written(self.group);
         let mut d = lock(&self.data);
+        let written = d.written;
         let mut dropped = Vec::new();
         while d.cached > self.budget && d.entries.len() > 1 {
             let Some(entry) = d.entries.first_entry() else {
@@ -335,9 +367,6 @@ impl LogStore {
                     .filter(|e| want.contains(&e.log_id.index)),
             );
         }
-        self.reads
-            .misses
-            .fetch_add(out.len() as u64, Ordering::Relaxed);
         Ok(out)
     }
 
@@ -369,6 +398,8 @@ impl LogStore {
 
     /// Takes the entries at and after `from` out of the log (a truncation).
     fn remove_from(&self, d: &mut LogData, from: u64) {
+        d.generation += 1;
+        d.written = d.written.min(from.checked_sub(1));
         let entries = d.entries.split_off(&from);
         let sizes = d.sizes.split_off(&from);
         self.release(d, entries, sizes);
@@ -460,6 +491,16 @@ impl LogStore {
     }
 }
 
+/// An append of entries up to `last` is written: the journal writes in order, so everything
+/// before it is too. Unless a truncation came after the append was queued (`generation`
+/// moved on): its entries may be gone.
+fn written_through(data: &Mutex<LogData>, generation: u64, last: Option<u64>) {
+    let mut d = lock(data);
+    if d.generation == generation {
+        d.written = d.written.max(last);
+    }
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
@@ -494,6 +535,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
         // missing is a journal that lost entries the log still counts.
         let purged = lock(&self.data).purged.map(|p| p.index);
         out.retain(|e| purged.is_none_or(|p| e.log_id.index > p));
+        let misses = out.len() as u64;
+        self.reads.misses.fetch_add(misses, Ordering::Relaxed);
         let start = purged.map_or(lo, |p| lo.max(p + 1));
         let contiguous = out.first().is_none_or(|e| e.log_id.index == start)
             && out
@@ -578,29 +621,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| StoreError::from(StorageIOError::write(&e)))?;
         let last = entries.last().map(|e| e.log_id.index);
         let first = entries.first().map(|e| e.log_id.index);
-        let over;
-        {
-            let each = payload.len() as u64 / entries.len().max(1) as u64;
-            let mut d = lock(&self.data);
-            // Entries are written after the log's last; should any come at or below it, they
-            // replace it from there, as in the journal's index (held entries stay the log's
-            // newest, which reads rely on).
-            if let Some(first) = first
-                && d.sizes.last_key_value().is_some_and(|(l, _)| first <= *l)
-            {
-                self.remove_from(&mut d, first);
-            }
-            for e in entries {
-                d.sizes.insert(e.log_id.index, each);
-                d.bytes += each;
-                d.cached += each;
-                d.entries.insert(e.log_id.index, e);
-            }
-            over = d.cached > self.budget;
-            let added = payload.len() as u64;
-            let now = self.log_bytes.bytes.fetch_add(added, Ordering::Relaxed) + added;
-            self.log_bytes.high.fetch_max(now, Ordering::Relaxed);
-        }
+        let each = payload.len() as u64 / entries.len().max(1) as u64;
+        let (over, generation) = self.hold(entries, each);
+        let added = payload.len() as u64;
+        let now = self.log_bytes.bytes.fetch_add(added, Ordering::Relaxed) + added;
+        self.log_bytes.high.fetch_max(now, Ordering::Relaxed);
+        let data = self.data.clone();
         let w = wal::Append {
             kind: wal::KIND_ENTRIES,
             group: self.group,
@@ -608,7 +634,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             index: last,
             first,
             force_sync: membership,
-            done: Some(Box::new(move |r| callback.log_io_completed(r))),
+            done: Some(Box::new(move |r: std::io::Result<()>| {
+                if r.is_ok() {
+                    written_through(&data, generation, last);
+                }
+                callback.log_io_completed(r)
+            })),
         };
         self.send(w)?;
         if over {
@@ -630,13 +661,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         };
         if let Some(last) = last_dropped {
             let back = self.read_back(last, last).await?;
+            let Some(e) = back.into_iter().find(|e| e.log_id.index == last) else {
+                let e = std::io::Error::other(format!(
+                    "group {}: the log's last entry {last} is not in the journal",
+                    self.group
+                ));
+                return Err(StorageIOError::read_logs(&e).into());
+            };
             let mut d = lock(&self.data);
-            for e in back {
-                if d.sizes.contains_key(&e.log_id.index) && !d.entries.contains_key(&e.log_id.index)
-                {
-                    d.cached += d.sizes[&e.log_id.index];
-                    d.entries.insert(e.log_id.index, e);
-                }
+            if d.entries.is_empty() && d.sizes.keys().next_back() == Some(&last) {
+                d.cached += d.sizes[&last];
+                d.entries.insert(last, e);
             }
         }
         Ok(())

@@ -694,13 +694,6 @@ impl Journal {
 }
 
 impl Journal {
-    /// The highest entry index of `group` written to the journal: entries up to it can be
-    /// read back.
-    pub fn written(&self, group: u32) -> Option<u64> {
-        let w = lock_writer(&self.shared.writer);
-        w.frames.get(&group).and_then(GroupFrames::last)
-    }
-
     /// Reads back the frames that hold `group`'s entries `from..=to` and returns each with
     /// what it holds of the log, in log order. The lock is held only to find them; a frame
     /// whose segment is gone is left out (its entries were purged meanwhile).
