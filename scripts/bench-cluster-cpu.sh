@@ -63,6 +63,8 @@ runs=()
 for groups in default 4; do
   "$bench" wait-quiet --max-wait "${BENCH_QUIET_WAIT:-120}"
   ports=("$(free_port)" "$(free_port)" "$(free_port)")
+  # The cluster authenticates its peers (docs/security.md), from the environment here.
+  export URSULA_PEER_SECRET="$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
   for i in 1 2 3; do
     dir="$out/$groups/c$i"; rm -rf "$dir"; mkdir -p "$dir"
     {

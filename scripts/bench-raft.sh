@@ -34,6 +34,8 @@ for fsync in never always; do
   run "durable-fsync-$fsync" "http://127.0.0.1:$p" "${pids[0]}"; stop_all
 done
 ports=("$(port)" "$(port)" "$(port)")
+# The cluster authenticates its peers (docs/security.md), from the environment here.
+export URSULA_PEER_SECRET="$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
 for i in 1 2 3; do
   { printf '[raft]\ninit_membership_per_group = true\n[raft.wal]\npath = "%s/c%s"\n' "$work" "$i"
     for j in 1 2 3; do printf '[[raft.peers]]\nnode_id = %s\nurl = "http://127.0.0.1:%s"\n' "$j" "${ports[$((j-1))]}"; done; } > "$work/c$i.toml"

@@ -17,6 +17,8 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 ports=("$(free_port)" "$(free_port)" "$(free_port)")
+# The cluster authenticates its peers (docs/security.md), from the environment here.
+export URSULA_PEER_SECRET="$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
 for i in 1 2 3; do
   {
     printf '[raft]\ngroup_count = 16\ninit_membership_per_group = true\n'

@@ -251,6 +251,20 @@ sse=$(awk '/^event: data$/ { d = 1; next } d && /^data:/ { sub(/^data: ?/, ""); 
   || fail "the metrics do not count the one stream"
 pass "create, append, read, SSE and metrics as the README shows"
 
+step "the image's client port takes no peer RPC (docs/security.md)"
+# The bucket purge a stranger once sent to the propose RPC of every group, as the node's own
+# operator command encodes it: {"Purge": ["demo", false]}.
+printf '\x81\xa5Purge\x92\xa4demo\xc2' >"$work/purge.bin"
+groups=$(curl -sf "$base/__ursula/metrics" | node -p 'JSON.parse(require("fs").readFileSync(0, "utf8")).group_count')
+for ((g = 0; g < groups; g++)); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data-binary "@$work/purge.bin" \
+    -H 'x-ursula-raft-from: 2' -H 'x-ursula-raft-to: 1' "$base/__ursula/raft-rpc/$g/propose")
+  [[ "$code" == 421 ]] || fail "group $g's propose RPC answered $code, not 421"
+done
+[[ "$(curl -s "$base/demo/hello?offset=-1")" == "first messagesecond message" ]] \
+  || fail "the stream demo/hello did not survive the forged purges"
+pass "every group's propose RPC answered 421; demo/hello kept both messages"
+
 step "npm: the packed tarballs offline, examples/notes"
 node=$(scripts/install-node.sh)
 app="$work/app"

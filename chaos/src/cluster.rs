@@ -151,7 +151,18 @@ impl Cluster {
     /// Writes the configs, mounts the small disks if asked, and starts every node and the
     /// gateway; returns once each answers.
     pub fn start(ursula: &Path, dir: &Path, shape: &Shape) -> Result<Cluster, ClusterError> {
-        let mut peers = String::new();
+        // The cluster authenticates its peers, as every multi-node deployment should: its
+        // nodes listen on addresses other hosts reach.
+        let secret = dir.join("peer-secret");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        std::fs::write(
+            &secret,
+            format!("{nanos:032x}{:032x}\n", std::process::id()),
+        )
+        .map_err(io("peer secret"))?;
+        let mut peers = format!("peer_secret_file = \"{}\"\n", secret.display());
         for i in 1..=shape.nodes {
             peers.push_str(&format!(
                 "[[raft.peers]]\nnode_id = {i}\nurl = \"http://{}:{PORT}\"\n",

@@ -45,6 +45,8 @@ pub const RAFT_PROTOCOL: &str = "x-ursula-raft-protocol";
 pub const RAFT_FROM: &str = "x-ursula-raft-from";
 /// Peer RPCs: the node id the sender meant the RPC for.
 pub const RAFT_TO: &str = "x-ursula-raft-to";
+/// Peer RPCs: the cluster's peer secret (`raft.peer_secret_file`), when the cluster has one.
+pub const RAFT_SECRET: &str = "x-ursula-raft-secret";
 
 /// Standard HTTP headers the protocol gives a meaning to: the type a stream is created with,
 /// when to retry a refusal, where a redirect points, and the bearer token.

@@ -138,6 +138,7 @@ fn main() -> ExitCode {
         node_id: args.node_id,
         listen: args.listen,
         admin_listen: args.admin_listen,
+        peer_secret: std::env::var(config::secret::ENV).ok(),
     };
     let cfg = match config::resolve(&overrides) {
         Ok(c) => c,

@@ -176,6 +176,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         segment_size,
         cache_size,
         peers,
+        peer_secret,
     } = &config.engine
     else {
         return Ok(NodeState {
@@ -214,6 +215,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         segment_size: *segment_size,
         cache_size: *cache_size,
         peers: peers.clone(),
+        peer_secret: peer_secret.clone(),
         snapshot: config.snapshot_driver,
         shutdown_stall: config.shutdown_stall,
         wal_disk_pressure: Some(crate::raft::handoff::DiskPressure::new(move || {
@@ -231,6 +233,17 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         temp_wal,
         store_health: store_gate.map(|(health, _)| health),
     })
+}
+
+/// Warns when a cluster node serves its peer routes without a peer secret on an address other
+/// hosts reach: anyone there can send it Raft RPCs (docs/security.md).
+fn warn_unauthenticated_peers(config: &Config) {
+    if let Some((key, addr)) = config.unauthenticated_peer_listener() {
+        tracing::warn!(
+            %addr, listener = key,
+            "peer routes are served on a non-loopback address without a peer secret: anyone who reaches {addr} can send this node Raft RPCs; set raft.peer_secret_file (or URSULA_PEER_SECRET) on every node (docs/security.md)"
+        );
+    }
 }
 
 /// Binds `addr` for the plane `key` names, or says which one could not listen.
@@ -254,6 +267,13 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
     }
     if let Some(cap) = config.node_memory_abort_cap {
         crate::memcap::spawn(cap);
+    }
+    warn_unauthenticated_peers(&config);
+    if let Some(addr) = config.admin_listen.filter(|a| !a.ip().is_loopback()) {
+        tracing::warn!(
+            %addr,
+            "the admin plane listens on a non-loopback address: anyone who reaches {addr} can run admin mutations (purge, restore, membership); keep it on loopback and reach it over a tunnel (docs/security.md)"
+        );
     }
     if let Some(stall) = config.shutdown_stall {
         tracing::warn!(
@@ -318,7 +338,8 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
         drains.push(start(l, app)?);
     }
     if let Some(l) = &admin {
-        let admin_app = crate::http::admin::router(state.clone(), admin_routes);
+        let admin_app =
+            crate::http::admin::router(state.clone(), admin_routes, config.admin_hosts.clone());
         let drain = crate::http::serve::spawn_accept_loops(
             &state.rt,
             l,

@@ -276,9 +276,9 @@ fn the_gateway_forwards_only_the_nodes_read_only_internal_paths() {
     let scratch = Scratch::new("gw-internal");
     let node = raft_node(&scratch);
     let gw = gateway(&scratch, "gw", &[node.url("")], &[]);
-    // The node itself answers a peer RPC on its client listener (no cluster listener here).
+    // A single node has no peers: it takes no peer RPC, from the gateway or anyone else.
     let direct = send("POST", &node.url("/__ursula/raft-rpc/0/probe"), &[], b"");
-    assert_eq!(direct.status, 200, "{}", direct.body);
+    assert_eq!(direct.status, 421, "{}", direct.body);
     let metrics = send("GET", &gw.url("/__ursula/metrics"), &[], b"");
     assert_eq!(metrics.status, 200, "{}", metrics.body);
     let doc: serde_json::Value = serde_json::from_str(&metrics.body).expect("metrics JSON");

@@ -149,7 +149,14 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
         let probe = "/__ursula/raft-rpc/0/probe";
         assert_eq!(status("POST", &n.url(probe), &[]).0, 404, "client plane");
         let on_cluster = format!("http://127.0.0.1:{}{probe}", cluster[i]);
-        assert_eq!(status("POST", &on_cluster, &[]).0, 200, "cluster plane");
+        let me = (i + 1).to_string();
+        let peer = if i == 0 { "2" } else { "1" };
+        let from_peer = [("x-ursula-raft-from", peer), ("x-ursula-raft-to", &me)];
+        assert_eq!(
+            status("POST", &on_cluster, &from_peer).0,
+            200,
+            "cluster plane"
+        );
         assert_eq!(status("GET", &n.url("/__ursula/raft-protocol"), &[]).0, 404);
     }
 }
@@ -277,4 +284,226 @@ fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() 
     for s in &slow {
         assert!(closed_by_server(s, Duration::from_secs(30)));
     }
+}
+
+/// `{"Purge": ["victim", false]}`: the operator's bucket purge as the state machine reads it,
+/// the body a stranger sent to the `propose` peer RPC to erase a bucket.
+const PURGE_VICTIM: &[u8] = b"\x81\xa5Purge\x92\xa6victim\xc2";
+
+/// Creates `/victim/s1` holding `x` and returns its path.
+fn victim_stream(bases: &[String]) -> &'static str {
+    create_when_led(bases, "/victim/s1");
+    let ctype = [("content-type", "application/octet-stream".to_owned())];
+    let r = send(bases, 0, "POST", "/victim/s1", &ctype, b"x").expect("append");
+    assert_eq!(r.0, 204, "{}", String::from_utf8_lossy(&r.2));
+    "/victim/s1"
+}
+
+/// Sends the purge to every group of the node at `base` with `headers`; returns each status.
+fn forged_purges(base: &str, groups: u32, headers: &[(&str, &str)]) -> Vec<u16> {
+    (0..groups)
+        .map(|g| {
+            let url = format!("{base}/__ursula/raft-rpc/{g}/propose");
+            send_url("POST", &url, headers, PURGE_VICTIM)
+                .expect("answer")
+                .0
+        })
+        .collect()
+}
+
+#[test]
+fn a_stranger_on_a_single_nodes_client_port_cannot_purge_a_bucket_through_the_propose_rpc() {
+    let dir = tempfile_dir("planes-propose-single");
+    let port = free_port();
+    // The Docker image's shape: one Raft node, its peer routes on the client listener.
+    let node = Proc::start(
+        port,
+        single_node_args(&dir, port, "[raft]\ngroup_count = 4", ""),
+        dir.join("node.log"),
+    );
+    let bases = [node.base()];
+    let path = victim_stream(&bases);
+    // Bare, and claiming to be a peer: a single node has none, so it takes no RPC at all.
+    for headers in [
+        &[][..],
+        &[("x-ursula-raft-from", "2"), ("x-ursula-raft-to", "1")][..],
+    ] {
+        let statuses = forged_purges(&node.base(), 4, headers);
+        assert!(statuses.iter().all(|s| *s == 421), "{statuses:?}");
+    }
+    assert_eq!(read_all(&bases, path), "x", "the bucket survives");
+}
+
+#[test]
+fn a_cluster_without_a_peer_secret_takes_no_operator_command_over_its_peer_routes() {
+    let dir = tempfile_dir("planes-propose-open");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    // Four groups: what the harness's leadership helpers expect.
+    let mut shared = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
+    for (i, p) in ports.iter().enumerate() {
+        shared.push_str(&format!(
+            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
+            i + 1
+        ));
+    }
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| {
+            let own = dir.join(format!("n{}.toml", i + 1));
+            let wal = dir.join(format!("wal{}", i + 1));
+            let text = format!("{shared}[raft.wal]\npath = \"{}\"\n", wal.display());
+            std::fs::write(&own, text).expect("toml");
+            let args = vec![
+                "server".into(),
+                "--config".into(),
+                own.display().to_string(),
+                "--node-id".into(),
+                (i + 1).to_string(),
+                "--listen".into(),
+                format!("127.0.0.1:{}", ports[i]),
+            ];
+            Proc::start(ports[i], args, dir.join(format!("n{}.log", i + 1)))
+        })
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let path = victim_stream(&bases);
+    // A stranger who names a real sender and addressee still cannot have a leader propose an
+    // operator command: without a secret, nothing proves the sender is a peer.
+    for (i, n) in nodes.iter().enumerate() {
+        let me = (i + 1).to_string();
+        let peer = if i == 0 { "2" } else { "1" };
+        let headers = [
+            ("x-ursula-raft-from", peer),
+            ("x-ursula-raft-to", me.as_str()),
+        ];
+        let statuses = forged_purges(&n.base(), 4, &headers);
+        assert!(statuses.iter().all(|s| *s == 403), "{statuses:?}");
+    }
+    assert_eq!(read_all(&bases, path), "x", "the bucket survives");
+    // The operator's purge on a node that leads no group needs the secret to reach the
+    // leader, and says so; on the leader's own admin plane it goes through.
+    lead_all_on(&nodes, 2);
+    let (status, text) = admin(&nodes[0], "DELETE", "/__ursula/purge/victim");
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("peer secret"), "{text}");
+    assert_eq!(read_all(&bases, path), "x", "nothing purged yet");
+    let (status, text) = admin(&nodes[1], "DELETE", "/__ursula/purge/victim");
+    assert_eq!(status, 200, "{text}");
+    let gone = send(&bases, 0, "GET", &format!("{path}?offset=-1"), &[], b"").expect("read");
+    assert_eq!(gone.0, 404);
+}
+
+#[test]
+fn a_cluster_with_a_peer_secret_refuses_every_peer_rpc_without_it_and_forwards_purges_with_it() {
+    let dir = tempfile_dir("planes-secret");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node(&dir, &ports, i))
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let path = victim_stream(&bases);
+    let wrong = PEER_SECRET.replace('0', "1");
+    for (i, n) in nodes.iter().enumerate() {
+        let me = (i + 1).to_string();
+        let peer = if i == 0 { "2" } else { "1" };
+        let claims = [
+            ("x-ursula-raft-from", peer),
+            ("x-ursula-raft-to", me.as_str()),
+        ];
+        for secret in [None, Some(wrong.as_str())] {
+            let mut headers = claims.to_vec();
+            headers.extend(secret.map(|s| (SECRET_HEADER, s)));
+            // Every kind, the batch, and the purge: refused before the body is read.
+            for kind in [
+                "append",
+                "vote",
+                "snapshot",
+                "barrier",
+                "probe",
+                "elect",
+                "propose",
+                "read-index",
+            ] {
+                let url = n.url(&format!("/__ursula/raft-rpc/0/{kind}"));
+                let (status, _, body) =
+                    send_url("POST", &url, &headers, PURGE_VICTIM).expect("answer");
+                let text = String::from_utf8_lossy(&body);
+                assert_eq!(status, 401, "{kind}: {text}");
+                assert!(text.contains("peer secret"), "{text}");
+            }
+            let batch = n.url("/__ursula/raft-rpc-batch");
+            assert_eq!(
+                send_url("POST", &batch, &headers, b"\x90")
+                    .expect("answer")
+                    .0,
+                401
+            );
+        }
+        assert!(
+            !n.log_text().contains(PEER_SECRET) && !n.log_text().contains(&wrong),
+            "no secret in the log"
+        );
+    }
+    assert_eq!(read_all(&bases, path), "x", "the bucket survives");
+    // The operator's purge, on a node that leads no group, reaches the leader with the secret.
+    lead_all_on(&nodes, 2);
+    let (status, text) = admin(&nodes[0], "DELETE", "/__ursula/purge/victim");
+    assert_eq!(status, 200, "{text}");
+    let gone = send(&bases, 0, "GET", &format!("{path}?offset=-1"), &[], b"").expect("read");
+    assert_eq!(gone.0, 404);
+}
+
+/// The status line's code of a raw `GET {path}` to `port` naming `host`.
+fn raw_get_status(port: u16, path: &str, host: &str) -> u16 {
+    use std::io::Read;
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("answer");
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line")
+}
+
+#[test]
+fn the_admin_plane_refuses_a_host_name_it_was_not_given_as_dns_rebinding_would_send() {
+    let dir = tempfile_dir("planes-admin-host");
+    let port = free_port();
+    let toml = "[server]\nadmin_hosts = [\"ursula-1.admin.test\"]\n[raft]\ngroup_count = 2";
+    let node = Proc::start(
+        port,
+        single_node_args(&dir, port, toml, ""),
+        dir.join("node.log"),
+    );
+    let admin = node.admin_port;
+    for host in [
+        "evil.example:4438",
+        "localhost.evil.example",
+        "127.0.0.1.nip.io",
+    ] {
+        assert_eq!(
+            raw_get_status(admin, "/__ursula/metrics", host),
+            403,
+            "{host}"
+        );
+    }
+    for host in [
+        format!("127.0.0.1:{admin}"),
+        format!("localhost:{admin}"),
+        "ursula-1.admin.test".to_owned(),
+    ] {
+        assert_eq!(
+            raw_get_status(admin, "/__ursula/metrics", &host),
+            200,
+            "{host}"
+        );
+    }
+    // The client plane is not the admin plane: any name reaches the streams.
+    assert_eq!(raw_get_status(port, "/__ursula/ready", "evil.example"), 200);
 }

@@ -326,15 +326,20 @@ fn a_peer_rpc_addressed_to_another_node_or_sent_by_an_unknown_one_is_refused_as_
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     // Node 1 alone: the others need not run for its peer endpoint to answer.
     let node = start_cluster_node(&dir, &ports, 0);
+    // Each RPC carries the cluster's secret: what is checked here is who it claims to be.
     let probe = |headers: &[(&str, &str)]| {
         let url = node.url("/__ursula/raft-rpc/0/probe");
-        let (status, _, body) = send_url("POST", &url, headers, b"").expect("answer");
+        let mut all = vec![(SECRET_HEADER, PEER_SECRET)];
+        all.extend_from_slice(headers);
+        let (status, _, body) = send_url("POST", &url, &all, b"").expect("answer");
         (status, String::from_utf8_lossy(&body).into_owned())
     };
     let from = "x-ursula-raft-from";
     let to = "x-ursula-raft-to";
     assert_eq!(probe(&[(from, "2"), (to, "1")]).0, 200);
-    assert_eq!(probe(&[]).0, 200, "an older sender without the headers");
+    let (status, text) = probe(&[]);
+    assert_eq!(status, 421, "an RPC that names no sender: {text}");
+    assert!(text.contains("names no sender"), "{text}");
     let (status, text) = probe(&[(from, "2"), (to, "3")]);
     assert_eq!(status, 421, "{text}");
     assert!(
@@ -351,8 +356,8 @@ fn a_peer_rpc_addressed_to_another_node_or_sent_by_an_unknown_one_is_refused_as_
     }
     assert_eq!(probe(&[(from, "two"), (to, "1")]).0, 421);
     let batch = node.url("/__ursula/raft-rpc-batch");
-    let (status, _, _) =
-        send_url("POST", &batch, &[(from, "3"), (to, "2")], b"\x90").expect("answer");
+    let headers = [(SECRET_HEADER, PEER_SECRET), (from, "3"), (to, "2")];
+    let (status, _, _) = send_url("POST", &batch, &headers, b"\x90").expect("answer");
     assert_eq!(status, 421, "a batch is checked like a single RPC");
     drop(node);
     let _ = std::fs::remove_dir_all(&dir);
@@ -410,8 +415,20 @@ fn a_peer_rpc_of_another_raft_protocol_is_refused_and_leaves_the_node_unready_un
     assert_ne!(reason(&node), "format_epoch_mismatch");
 
     let rpc = node.url("/__ursula/raft-rpc/0/probe");
-    let (status, headers, body) =
+    // Without the cluster's secret, nobody can make the node record a mismatch.
+    let (status, _, _) =
         send_url("POST", &rpc, &[("x-ursula-raft-protocol", "2")], b"").expect("answer");
+    assert_eq!(status, 401);
+    assert_ne!(reason(&node), "format_epoch_mismatch");
+    let peer = |protocol| {
+        [
+            (SECRET_HEADER, PEER_SECRET),
+            ("x-ursula-raft-protocol", protocol),
+            ("x-ursula-raft-from", "2"),
+            ("x-ursula-raft-to", "1"),
+        ]
+    };
+    let (status, headers, body) = send_url("POST", &rpc, &peer("2"), b"").expect("answer");
     let text = String::from_utf8_lossy(&body).into_owned();
     assert_eq!(status, 409, "{text}");
     assert!(text.contains("speaks Raft protocol \"2\""), "{text}");
@@ -423,8 +440,7 @@ fn a_peer_rpc_of_another_raft_protocol_is_refused_and_leaves_the_node_unready_un
     assert_eq!(reason(&node), "format_epoch_mismatch");
     assert!(node.log_text().contains("Raft protocol mismatch"));
     // Protocol 3 RPCs are still served; readiness waits for a restart.
-    let (status, _, _) =
-        send_url("POST", &rpc, &[("x-ursula-raft-protocol", "3")], b"").expect("answer");
+    let (status, _, _) = send_url("POST", &rpc, &peer("3"), b"").expect("answer");
     assert_eq!(status, 200);
     assert_eq!(reason(&node), "format_epoch_mismatch");
 

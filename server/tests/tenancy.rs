@@ -166,7 +166,8 @@ fn cold_cluster(dir: &Path, weed: &SeaweedFs, root: &str) -> Vec<Proc> {
         let node_dir = dir.join(format!("n{}", i + 1));
         std::fs::create_dir_all(&node_dir).expect("dir");
         let mut t = format!(
-            "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n[raft.wal]\npath = \"{}\"\n",
+            "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}[raft.wal]\npath = \"{}\"\n",
+            peer_secret_line(dir),
             node_dir.join("wal").display()
         );
         for (j, p) in ports.iter().enumerate() {

@@ -142,6 +142,8 @@ pub struct ServerSection {
     pub request_head_timeout: Option<Dur>,
     /// Ours: open connections per listener; more wait in the kernel's backlog.
     pub max_connections: Option<u32>,
+    /// Ours: host names the admin plane answers besides `localhost` and IP literals.
+    pub admin_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -185,6 +187,8 @@ pub struct RaftSection {
     pub snapshot_pressure_max_groups_per_tick: Option<u32>,
     pub snapshot_backstop_logs: Option<u64>,
     pub max_uncommitted_size_per_group: Option<Size>,
+    /// Ours: a file holding the secret every peer RPC carries (docs/security.md).
+    pub peer_secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

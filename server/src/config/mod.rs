@@ -11,11 +11,13 @@
 //! - [`cold`]: `[storage.cold]` checked and resolved.
 //! - [`raft`]: `[raft]` checked; node id, peers and the snapshot driver's settings.
 //! - [`ignored`]: the keys this build parses but does not act on.
+//! - [`secret`]: the cluster's peer secret.
 
 pub mod cold;
 pub mod file;
 pub mod ignored;
 pub mod raft;
+pub mod secret;
 #[cfg(test)]
 mod tests;
 pub mod units;
@@ -30,6 +32,7 @@ pub use file::FileConfig;
 pub use file::FileError;
 pub use file::parse_file;
 pub use raft::SnapshotDriver;
+pub use secret::PeerSecret;
 pub use units::Dur;
 pub use units::Size;
 pub use units::parse_duration;
@@ -71,6 +74,9 @@ pub enum EngineChoice {
         cache_size: u64,
         /// node id -> URL, this node included; empty for a single node.
         peers: std::collections::BTreeMap<u64, String>,
+        /// The secret every peer RPC carries (`raft.peer_secret_file` or
+        /// `URSULA_PEER_SECRET`); `None` leaves the peer routes unauthenticated.
+        peer_secret: Option<PeerSecret>,
     },
 }
 
@@ -84,6 +90,9 @@ pub struct Config {
     /// `server.cluster_listen`: a separate listener for Raft and cluster routes; without it
     /// `listen` serves them.
     pub cluster_listen: Option<SocketAddr>,
+    /// `server.admin_hosts` (ours): the host names, lowercase, the admin plane answers besides
+    /// `localhost` and IP literals; a request naming another is refused (DNS rebinding).
+    pub admin_hosts: Vec<String>,
     pub node_id: u64,
     pub core_count: usize,
     /// `runtime.cpu_affinity`: `Some(true)` pins the core threads, `Some(false)` never does,
@@ -125,6 +134,25 @@ pub struct Config {
     pub ignored_keys: Vec<String>,
 }
 
+impl Config {
+    /// The listener (its key and address) that serves a cluster node's peer routes to other
+    /// hosts without a peer secret: `None` for a single node, with a secret, or on loopback.
+    pub fn unauthenticated_peer_listener(&self) -> Option<(&'static str, SocketAddr)> {
+        let EngineChoice::Raft {
+            peers, peer_secret, ..
+        } = &self.engine
+        else {
+            return None;
+        };
+        let (key, addr) = match self.cluster_listen {
+            Some(a) => ("server.cluster_listen", a),
+            None => ("server.listen", self.listen),
+        };
+        (!peers.is_empty() && peer_secret.is_none() && !addr.ip().is_loopback())
+            .then_some((key, addr))
+    }
+}
+
 /// The Operations page's deadline for a graceful shutdown, from the first signal.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -141,6 +169,8 @@ pub struct Overrides {
     pub listen: Option<String>,
     /// `--admin-listen ADDR|off`.
     pub admin_listen: Option<String>,
+    /// `URSULA_PEER_SECRET`, read by `main`.
+    pub peer_secret: Option<String>,
 }
 
 /// `server.admin_listen`'s default: the admin plane on loopback only.
@@ -292,6 +322,10 @@ fn resolve_engine(
             segment_size: file.raft.wal.segment_size.map_or(64 << 20, |s| s.0),
             cache_size: file.raft.wal.cache_size.map_or(DEFAULT_WAL_CACHE, |s| s.0),
             peers,
+            peer_secret: secret::resolve(
+                file.raft.peer_secret_file.as_deref(),
+                o.peer_secret.as_deref(),
+            )?,
         }
     } else {
         EngineChoice::Memory
@@ -300,6 +334,7 @@ fn resolve_engine(
         listen,
         admin_listen,
         cluster_listen,
+        admin_hosts: admin_hosts(file)?,
         node_id,
         core_count,
         cpu_affinity: file.runtime.cpu_affinity,
@@ -351,6 +386,23 @@ type Listeners = (SocketAddr, Option<SocketAddr>, Option<SocketAddr>);
 
 /// `server.listen`, `server.admin_listen` and `server.cluster_listen`, flags first. Two planes
 /// on one fixed address would fail at bind; here the message names the keys.
+/// `server.admin_hosts`: names as a `Host` header carries them, without a port.
+fn admin_hosts(file: &FileConfig) -> Result<Vec<String>, ConfigError> {
+    let names = file.server.admin_hosts.clone().unwrap_or_default();
+    for n in &names {
+        let ok = !n.is_empty()
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+        if !ok {
+            return Err(invalid(
+                "server.admin_hosts",
+                format!("{n:?} is not a host name (letters, digits, dots and dashes, no port)"),
+            ));
+        }
+    }
+    Ok(names.iter().map(|n| n.to_ascii_lowercase()).collect())
+}
+
 fn listeners(file: &FileConfig, o: &Overrides) -> Result<Listeners, ConfigError> {
     let server = &file.server;
     let raw = o.listen.as_deref().or(server.listen.as_deref());

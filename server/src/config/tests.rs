@@ -472,6 +472,7 @@ fn the_configuration_pages_complete_examples_load() {
             segment_size: 64 << 20,
             cache_size: 256 << 20,
             peers: Default::default(),
+            peer_secret: None,
         }
     );
     let cluster = r#"
@@ -668,4 +669,58 @@ fn the_memory_abort_cap_is_acted_on_and_zero_is_refused() {
     assert_eq!(resolve_text("").expect("valid").node_memory_abort_cap, None);
     let err = resolve_text("[runtime]\nnode_memory_abort_cap_size = 0\n").expect_err("zero");
     assert!(err.contains("runtime.node_memory_abort_cap_size"), "{err}");
+}
+
+#[test]
+fn peer_routes_open_to_other_hosts_without_a_secret_are_named_for_the_start_warning() {
+    let peers = "[[raft.peers]]\nnode_id = 1\nurl = \"http://10.0.0.1:4437\"\n\
+                 [[raft.peers]]\nnode_id = 2\nurl = \"http://10.0.0.2:4437\"\n";
+    let cluster = |server: &str, raft: &str| {
+        resolve_text(&format!(
+            "[server]\n{server}\n[raft]\nnode_id = 1\n{raft}\n{peers}[raft.wal]\npath = \"./w\"\n"
+        ))
+        .expect("config")
+    };
+    let open = cluster("listen = \"0.0.0.0:4437\"", "");
+    assert_eq!(
+        open.unauthenticated_peer_listener()
+            .map(|(k, a)| (k, a.to_string())),
+        Some(("server.listen", "0.0.0.0:4437".into()))
+    );
+    let split = cluster(
+        "listen = \"127.0.0.1:4437\"\ncluster_listen = \"0.0.0.0:4439\"",
+        "",
+    );
+    assert_eq!(
+        split.unauthenticated_peer_listener().map(|(k, _)| k),
+        Some("server.cluster_listen")
+    );
+    let looped = cluster(
+        "listen = \"0.0.0.0:4437\"\ncluster_listen = \"127.0.0.1:4439\"",
+        "",
+    );
+    assert_eq!(looped.unauthenticated_peer_listener(), None);
+    let dir = tempfile::tempdir().expect("dir");
+    let secret = dir.path().join("s");
+    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").expect("secret");
+    let line = format!("peer_secret_file = \"{}\"", secret.display());
+    let secured = cluster("listen = \"0.0.0.0:4437\"", &line);
+    assert_eq!(secured.unauthenticated_peer_listener(), None);
+    let single = resolve_text("[server]\nlisten = \"0.0.0.0:4437\"\n[raft]\n").expect("single");
+    assert_eq!(single.unauthenticated_peer_listener(), None);
+}
+
+#[test]
+fn a_peer_secret_file_that_is_short_or_missing_stops_the_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let short = dir.path().join("short");
+    std::fs::write(&short, "tooshort\n").expect("secret");
+    for path in [short, dir.path().join("missing")] {
+        let text = format!(
+            "[raft]\npeer_secret_file = \"{}\"\n[raft.wal]\npath = \"./w\"\n",
+            path.display()
+        );
+        let e = resolve_text(&text).expect_err("refused");
+        assert!(e.starts_with("raft.peer_secret_file:"), "{e}");
+    }
 }

@@ -11,6 +11,10 @@
 //! fence lifecycle call is uncertain every mutation is refused `503` (`Retry-After: 1`).
 //! The fence's own routes, `POST /__ursula/maintenance-fence` (activate the token in the
 //! header) and `POST /__ursula/maintenance-fence/retire`, need only the incarnation.
+//!
+//! Every admin-plane request must name the plane by an IP literal, `localhost` or a name in
+//! `server.admin_hosts` ([`host_allowed`]): a web page that rebinds its own domain name to a
+//! forwarded admin port cannot reach it (`403`).
 
 use axum::Router;
 use axum::extract::Path;
@@ -227,9 +231,29 @@ pub fn require_incarnation(st: &AppState, headers: &HeaderMap) -> Result<(), Api
     Ok(())
 }
 
+/// Whether a request's `Host` names the admin plane: absent (no browser sends that), an IP
+/// literal, `localhost`, or one of `names` (lowercase), with any port. A browser fooled by DNS
+/// rebinding sends the attacker's domain name, which none of these is.
+pub fn host_allowed(host: Option<&axum::http::HeaderValue>, names: &[String]) -> bool {
+    let Some(host) = host else {
+        return true;
+    };
+    let Ok(authority) = host
+        .to_str()
+        .unwrap_or_default()
+        .parse::<axum::http::uri::Authority>()
+    else {
+        return false;
+    };
+    let name = authority.host().to_ascii_lowercase();
+    let literal = name.trim_start_matches('[').trim_end_matches(']');
+    literal.parse::<std::net::IpAddr>().is_ok() || name == "localhost" || names.contains(&name)
+}
+
 /// The admin plane: metrics, readiness, and the admin mutations (this node's and the
-/// engine's `engine_routes`), every mutation behind the incarnation check.
-pub fn router(state: AppState, engine_routes: Option<Router>) -> Router {
+/// engine's `engine_routes`), every mutation behind the incarnation check, and every route
+/// behind the `Host` check ([`host_allowed`]) with `server.admin_hosts`' `names`.
+pub fn router(state: AppState, engine_routes: Option<Router>, names: Vec<String>) -> Router {
     let mutations = Router::new()
         .route(
             "/__ursula/flush-cold/{bucket}/{stream}",
@@ -257,6 +281,20 @@ pub fn router(state: AppState, engine_routes: Option<Router>) -> Router {
         .with_state(state)
         .merge(mutations)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+            let allowed = host_allowed(req.headers().get(header::HOST), &names);
+            async move {
+                if allowed {
+                    next.run(req).await
+                } else {
+                    ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "the admin plane answers requests to an IP address, localhost or a name in server.admin_hosts only",
+                    )
+                    .into_response()
+                }
+            }
+        }))
 }
 
 async fn metrics_route(State(st): State<AppState>) -> Response {
@@ -415,5 +453,38 @@ async fn flush_cold(
     match run.await {
         Ok(r) => r.into_response(),
         Err(e) => e.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn the_admin_plane_answers_ip_literals_localhost_and_configured_names_only() {
+        let names = vec!["ursula-0.admin.internal".to_owned()];
+        let ok = |h: &'static str| host_allowed(Some(&HeaderValue::from_static(h)), &names);
+        for h in [
+            "127.0.0.1:4438",
+            "10.1.2.3",
+            "[::1]:4438",
+            "localhost:4438",
+            "LOCALHOST",
+            "ursula-0.admin.internal:4438",
+        ] {
+            assert!(ok(h), "{h}");
+        }
+        for h in [
+            "evil.example:4438",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "ursula-0.admin.internal.evil",
+            "",
+            "a b",
+        ] {
+            assert!(!ok(h), "{h}");
+        }
+        assert!(host_allowed(None, &[]), "no Host: not a browser");
     }
 }

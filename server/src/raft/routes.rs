@@ -99,6 +99,7 @@ fn serve_error(e: ServeError) -> Response {
     let status = match e {
         ServeError::Invalid(_) => StatusCode::BAD_REQUEST,
         ServeError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
     };
     text(status, e.to_string())
 }

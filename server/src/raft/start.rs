@@ -83,6 +83,8 @@ pub struct RaftOptions {
     pub cache_size: u64,
     /// node id -> URL, this node included; empty for a single node.
     pub peers: BTreeMap<u64, String>,
+    /// The secret peer RPCs carry, both ways ([`crate::config::secret`]).
+    pub peer_secret: Option<crate::config::PeerSecret>,
     pub snapshot: snapdrive::Settings,
     /// A test hook: a shutdown that stalls this long before it syncs its journals.
     pub shutdown_stall: Option<std::time::Duration>,
@@ -457,7 +459,12 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
     let (mut committed, locks) = commit(rt, &root, &opts, inspected)?;
     let journals = open_journals(rt, &root, &opts, &mut committed.logs)?;
     let gated: BTreeSet<u32> = committed.gate_records.keys().copied().collect();
-    let peers = Peers::new(opts.peers.clone(), opts.node_id, rt.group_count());
+    let peers = Peers::new(
+        opts.peers.clone(),
+        opts.node_id,
+        rt.group_count(),
+        opts.peer_secret.clone(),
+    );
     let shed = Shed::load(Some(root.clone())).map_err(StartError::Files)?;
     let log_bytes = Arc::new(NodeLog::default());
     let snap_stats = Arc::new(SnapStats::new(rt.group_count()));

@@ -24,6 +24,15 @@ pub use ports::free_port;
 mod scratch;
 pub use scratch::Scratch;
 
+/// The `ursula` binary the nodes run: this build's, or `URSULA_TEST_BIN`'s, to run a test
+/// against another build (an older one, to show a regression test fails there).
+pub fn ursula_bin() -> PathBuf {
+    std::env::var_os("URSULA_TEST_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_ursula")),
+        PathBuf::from,
+    )
+}
+
 pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -79,7 +88,7 @@ impl Proc {
             .append(true)
             .open(&self.log)
             .expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_ursula"))
+        let child = Command::new(ursula_bin())
             .args(&self.args)
             .args(admin_listen(&self.args, self.admin_port))
             .env("RUST_LOG", RUST_LOG)
@@ -253,8 +262,24 @@ pub fn single_node_args(dir: &Path, port: u16, toml: &str, wal: &str) -> Vec<Str
     ]
 }
 
+/// The peer secret of the test clusters, as `[raft]`'s line naming its file under `dir`
+/// (written there): every cluster the harness starts authenticates its peers, as the
+/// multi-node examples do.
+pub fn peer_secret_line(dir: &Path) -> String {
+    let path = dir.join("peer-secret");
+    std::fs::write(&path, format!("{PEER_SECRET}\n")).expect("peer secret");
+    format!("peer_secret_file = \"{}\"\n", path.display())
+}
+
+/// The header a peer RPC carries the secret in.
+pub const SECRET_HEADER: &str = "x-ursula-raft-secret";
+
+/// What [`peer_secret_line`] writes.
+pub const PEER_SECRET: &str = "test-cluster-peer-secret-0123456789abcdef";
+
 pub fn cluster_toml(dir: &Path, ports: &[u16]) -> PathBuf {
     let mut t = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
+    t.push_str(&peer_secret_line(dir));
     for (i, p) in ports.iter().enumerate() {
         t.push_str(&format!(
             "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",

@@ -77,6 +77,7 @@ impl Server {
                 segment_size: 64 << 20,
                 cache_size: 256 << 20,
                 peers: Default::default(),
+                peer_secret: None,
             };
             std::sync::Arc::new(dir)
         });

@@ -50,6 +50,7 @@ use super::wire::Probe;
 use super::wire::ProposeAnswer;
 use super::wire::RPC_PREFIX;
 use super::wire::RpcKind;
+use crate::config::PeerSecret;
 use crate::raft::TypeConfig;
 
 /// Shared by every group's network factory.
@@ -68,6 +69,8 @@ pub struct Peers {
     lanes: Arc<BTreeMap<u64, Lane>>,
     /// When each peer last acknowledged each group's appends.
     pub acks: Arc<AckClock>,
+    /// The secret every RPC carries and every peer RPC received must carry.
+    pub secret: Option<PeerSecret>,
 }
 
 /// POSTs `body` from node `me` to node `target` at `url` and returns the answer's body; `503`
@@ -75,12 +78,19 @@ pub struct Peers {
 async fn post(
     client: &Client<HttpConnector, Full<Bytes>>,
     (me, target): (u64, u64),
-    mismatch: &protocol::Mismatch,
+    (mismatch, secret): (&protocol::Mismatch, Option<&PeerSecret>),
     url: String,
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<Bytes, PeerError> {
-    let request = hyper::Request::post(url)
+    let mut request = hyper::Request::post(url);
+    if let Some(secret) = secret {
+        let mut value = hyper::header::HeaderValue::from_str(secret.expose())
+            .map_err(|e| PeerError::Network(e.to_string()))?;
+        value.set_sensitive(true);
+        request = request.header(h::RAFT_SECRET, value);
+    }
+    let request = request
         .header("content-type", "application/msgpack")
         .header(h::RAFT_PROTOCOL, protocol::PROTOCOL)
         // The sender and the addressee: a node refuses an RPC addressed to another node or
@@ -131,7 +141,12 @@ async fn post(
 }
 
 impl Peers {
-    pub fn new(urls: BTreeMap<u64, String>, me: u64, groups: u32) -> Peers {
+    pub fn new(
+        urls: BTreeMap<u64, String>,
+        me: u64,
+        groups: u32,
+        secret: Option<PeerSecret>,
+    ) -> Peers {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
@@ -144,11 +159,13 @@ impl Peers {
             .filter(|(id, _)| **id != me)
             .map(|(id, base)| {
                 let (client, url, target) = (client.clone(), format!("{base}{BATCH_PATH}"), *id);
-                let mismatch = mismatch.clone();
+                let (mismatch, secret) = (mismatch.clone(), secret.clone());
                 let send: SendFn = Arc::new(move |body| {
-                    let (client, url, mismatch) = (client.clone(), url.clone(), mismatch.clone());
+                    let (client, url) = (client.clone(), url.clone());
+                    let (mismatch, secret) = (mismatch.clone(), secret.clone());
                     Box::pin(async move {
-                        post(&client, (me, target), &mismatch, url, body, LANE_TIMEOUT).await
+                        let hdr = (&*mismatch, secret.as_ref());
+                        post(&client, (me, target), hdr, url, body, LANE_TIMEOUT).await
                     })
                 });
                 (*id, Lane::start(*id, send))
@@ -166,6 +183,7 @@ impl Peers {
             urls: Arc::new(urls),
             lanes: Arc::new(lanes),
             acks,
+            secret,
         }
     }
 
@@ -204,7 +222,7 @@ impl Peers {
         post(
             &self.client,
             (self.me, target),
-            &self.mismatch,
+            (&self.mismatch, self.secret.as_ref()),
             url,
             body,
             timeout,
@@ -245,8 +263,8 @@ impl Peers {
                 PeerError::Unreachable(m) => {
                     RPCError::Unreachable(Unreachable::new(&std::io::Error::other(m)))
                 }
-                PeerError::Network(m) => {
-                    RPCError::Network(NetworkError::new(&std::io::Error::other(m)))
+                e @ (PeerError::Network(_) | PeerError::NoSecret) => {
+                    RPCError::Network(NetworkError::new(&std::io::Error::other(e.to_string())))
                 }
             })?;
         result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(target, e)))
@@ -287,6 +305,10 @@ impl Peers {
         group: u32,
         cmd: &crate::stream::Command,
     ) -> Result<ProposeAnswer, PeerError> {
+        // A peer takes an operator's command only from a node that proves it is a peer.
+        if self.secret.is_none() {
+            return Err(PeerError::NoSecret);
+        }
         self.ask(leader, group, RpcKind::Propose, cmd, PROPOSE_TIMEOUT)
             .await
     }

@@ -37,18 +37,34 @@ pub enum ServeError {
     /// This replica refuses the RPC for now (`503`): the sender treats it as unavailable.
     #[error(transparent)]
     Refused(#[from] Refused),
+    /// This node never takes the RPC as sent (`403`): an operator command from a cluster
+    /// without a peer secret.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
-/// Whether this node takes a peer RPC with these headers, before reading its body: `409` for
-/// another Raft protocol (recorded as a mismatch), `421` when it names another node as its
-/// addressee, or this node or a node outside `[[raft.peers]]` as its sender (a peer URL that
-/// reaches the wrong process; each pair logged at most once a minute). An RPC without the
-/// headers (an older build) passes.
+/// Whether this node takes a peer RPC with these headers, before reading its body:
+///
+/// - `401` when the cluster has a peer secret and the RPC does not carry it: checked first, so
+///   nobody else can make this node record a protocol mismatch or log a misdirected sender;
+/// - `409` for another Raft protocol (recorded as a mismatch);
+/// - `421` when it names another node as its addressee, or names no sender, this node or a
+///   node outside `[[raft.peers]]` as its sender (a peer URL that reaches the wrong process;
+///   each pair logged at most once a minute). A single node has no peers and takes no RPC.
 pub fn admit(
     node: &Replicas,
     headers: &hyper::HeaderMap,
 ) -> Result<(), (hyper::StatusCode, String)> {
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(secret) = &node.peers.secret {
+        let presented = headers.get(h::RAFT_SECRET).map(|v| v.as_bytes());
+        if !presented.is_some_and(|p| secret.matches(p)) {
+            let why = "this RPC does not carry the cluster's peer secret";
+            node.peers
+                .warn_misdirected(header(h::RAFT_FROM), Some("secret"), why);
+            return Err((hyper::StatusCode::UNAUTHORIZED, why.to_owned()));
+        }
+    }
     if let Err(why) = protocol::check(header(h::RAFT_PROTOCOL)) {
         node.peers.mismatch.record(&why);
         return Err((hyper::StatusCode::CONFLICT, why));
@@ -61,6 +77,9 @@ pub fn admit(
         (_, Some(Ok(to))) if to != me => format!(
             "this RPC is addressed to node {to}, but this is node {me}: the sender's [[raft.peers]] URL for node {to} reaches node {me}"
         ),
+        (None, _) => {
+            "this RPC names no sender: only this node's [[raft.peers]] send peer RPCs".to_owned()
+        }
         (Some(Ok(from)), _) if from == me || !node.peers.urls.contains_key(&from) => format!(
             "this RPC comes from node {from}, which is this node or not one of its [[raft.peers]]: another cluster's node, or a peer list that differs between nodes"
         ),
@@ -168,6 +187,13 @@ pub async fn serve(
             rmp_serde::to_vec(&answer)
         }
         RpcKind::Propose => {
+            // Without a peer secret anyone who reaches this route could send it: an operator
+            // command is taken only from a sender [`admit`] checked the secret of.
+            if node.peers.secret.is_none() {
+                return Err(ServeError::Forbidden(
+                    "this node takes operator commands from peers only with the cluster's peer secret (raft.peer_secret_file); send the command to its admin plane".into(),
+                ));
+            }
             let cmd: Command = rmp_serde::from_slice(body).map_err(invalid)?;
             rmp_serde::to_vec(&propose(node, raft, group, cmd).await)
         }
@@ -234,6 +260,7 @@ pub async fn serve_batch(node: &Replicas, body: &[u8]) -> Result<Vec<u8>, ServeE
                 status: match e {
                     ServeError::Invalid(_) => 400,
                     ServeError::Refused(_) => 503,
+                    ServeError::Forbidden(_) => 403,
                 },
                 body: e.to_string().into_bytes(),
             },

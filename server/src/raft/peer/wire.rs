@@ -106,6 +106,11 @@ pub enum PeerError {
     Unreachable(String),
     #[error("peer exchange failed: {0}")]
     Network(String),
+    /// An operator command is handed to a peer only with the cluster's peer secret.
+    #[error(
+        "forwarding an operator command to the group's leader needs the cluster's peer secret (raft.peer_secret_file or URSULA_PEER_SECRET on every node); set it, or send the command to the leader's own admin plane"
+    )]
+    NoSecret,
 }
 
 /// A leader's answer to `barrier`, or why it gave none (not the leader, no quorum, its own
