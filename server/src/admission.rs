@@ -144,14 +144,35 @@ impl Admission {
         if self.disk_pressure() {
             return Err(Refused::WalDiskPressure);
         }
-        let permit = |body| WritePermit {
+        let mut permit = WritePermit {
             admission: self.clone(),
-            body,
+            body: 0,
             charge: None,
         };
         if body == 0 {
-            return Ok(permit(0));
+            return Ok(permit);
         }
+        self.log_pressure(raft_log)?;
+        permit.grow(body)?;
+        Ok(permit)
+    }
+
+    /// Admits a write whose head declares no length (a chunked body): checked as a write with
+    /// a body, holding nothing until [`WritePermit::grow`] counts its bytes as they arrive.
+    pub fn admit_streamed(self: &Arc<Self>, raft_log: Option<u64>) -> Result<WritePermit, Refused> {
+        if self.disk_pressure() {
+            return Err(Refused::WalDiskPressure);
+        }
+        self.log_pressure(raft_log)?;
+        Ok(WritePermit {
+            admission: self.clone(),
+            body: 0,
+            charge: None,
+        })
+    }
+
+    /// `RaftLogPressure`, with its hysteresis.
+    fn log_pressure(&self, raft_log: Option<u64>) -> Result<(), Refused> {
         if let Some(log) = raft_log {
             let budget = self.limits.log_budget;
             if log > budget.saturating_mul(2) {
@@ -163,13 +184,7 @@ impl Admission {
                 return Err(Refused::RaftLogPressure);
             }
         }
-        let before = self.inflight.fetch_add(body, Ordering::AcqRel);
-        if before.saturating_add(body) > self.limits.inflight_body_bytes && before > 0 {
-            // One body alone always fits, so a body at the route limit can still pass.
-            self.inflight.fetch_sub(body, Ordering::AcqRel);
-            return Err(Refused::IngressBodyBytesLimitReached);
-        }
-        Ok(permit(body))
+        Ok(())
     }
 
     /// Budgets held now.
@@ -311,6 +326,25 @@ impl WritePermit {
     pub fn take_charge(&mut self) -> Option<GroupCharge> {
         self.charge.take()
     }
+
+    /// Holds `total` body bytes in the in-flight budget, or refuses
+    /// (`IngressBodyBytesLimitReached`) when the bytes beyond what it holds do not fit. One
+    /// body alone always fits, so a body at the route limit can still pass; a refused permit
+    /// keeps what it held until it is dropped.
+    pub fn grow(&mut self, total: u64) -> Result<(), Refused> {
+        let Some(more) = total.checked_sub(self.body).filter(|m| *m > 0) else {
+            return Ok(());
+        };
+        let inflight = &self.admission.inflight;
+        let before = inflight.fetch_add(more, Ordering::AcqRel);
+        let others = before.saturating_sub(self.body);
+        if before.saturating_add(more) > self.admission.limits.inflight_body_bytes && others > 0 {
+            inflight.fetch_sub(more, Ordering::AcqRel);
+            return Err(Refused::IngressBodyBytesLimitReached);
+        }
+        self.body = total;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -344,6 +378,37 @@ mod tests {
         assert!(a.admit(0, None).is_ok());
         let big = a.admit(1000, None);
         assert!(big.is_ok(), "one body alone always fits");
+    }
+
+    #[test]
+    fn a_streamed_body_holds_its_bytes_as_they_arrive_and_is_refused_past_the_budget() {
+        let a = admission(100, 0);
+        let mut first = a.admit_streamed(None).expect("admitted");
+        assert_eq!(a.held().inflight_body_bytes, 0);
+        first.grow(60).expect("fits");
+        first.grow(40).expect("a smaller total holds what it has");
+        assert_eq!(a.held().inflight_body_bytes, 60);
+        let mut second = a.admit_streamed(None).expect("admitted");
+        second.grow(30).expect("fits beside the first");
+        assert_eq!(
+            second.grow(50).err(),
+            Some(Refused::IngressBodyBytesLimitReached)
+        );
+        assert_eq!(
+            a.held().inflight_body_bytes,
+            90,
+            "the refused growth is undone"
+        );
+        first.grow(500).expect_err("not alone");
+        drop((first, second));
+        assert_eq!(a.held().inflight_body_bytes, 0);
+        let mut alone = a.admit_streamed(None).expect("admitted");
+        alone.grow(1000).expect("one body alone always fits");
+        assert_eq!(
+            a.admit_streamed(Some(5000)).err(),
+            Some(Refused::RaftLogPressure),
+            "a streamed body is a body"
+        );
     }
 
     #[test]

@@ -248,13 +248,17 @@ enum Marking {
 }
 
 /// Reads a whole request body, refusing one over `limit` before reading it when
-/// `Content-Length` already says so.
+/// `Content-Length` already says so, and once its bytes pass it otherwise. Every byte read is
+/// held in `permit` as it arrives, so a body without a declared length (chunked) counts
+/// against `server.http_inflight_body_size` like any other.
 async fn read_body(
     headers: &HeaderMap,
-    body: Body,
+    mut body: Body,
     limit: u64,
     marking: Marking,
+    permit: &mut WritePermit,
 ) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
     let declared = match headers.get(header::CONTENT_LENGTH) {
         None => None,
         Some(v) => Some(
@@ -265,29 +269,34 @@ async fn read_body(
         ),
     };
     if declared.is_some_and(|n| n > limit) {
-        if marking == Marking::Unmarked {
-            let msg = format!("the body is over the {limit}-byte limit");
-            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, msg));
-        }
-        return Err(ApiError::not_applied(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            NotApplied::RequestBodyTooLarge,
-            &format!("the body is over the {limit}-byte limit"),
-        ));
+        return Err(too_large(limit, marking));
     }
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_big = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_big {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the body is over the {limit}-byte limit"),
-            )
-        } else {
-            ApiError::bad_request(format!("could not read the request body: {e}"))
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("could not read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total = total.saturating_add(data.len() as u64);
+        if total > limit {
+            return Err(too_large(limit, marking));
         }
-    })?;
+        permit.grow(total).map_err(refused)?;
+        chunks.push(data);
+    }
+    let bytes = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => {
+            let mut all = bytes::BytesMut::with_capacity(total as usize);
+            for c in &chunks {
+                all.extend_from_slice(c);
+            }
+            all.freeze()
+        }
+    };
     // A one-chunk body is a view into the connection's read buffer; a Raft log entry that kept
     // the view would pin the whole buffer (kilobytes per 100-byte append) until the log is
     // purged. Small bodies are copied out; large ones were already gathered into their own.
@@ -297,19 +306,36 @@ async fn read_body(
     Ok(bytes)
 }
 
+/// The `413` for a body over `limit`, declared or counted, marked as the route marks it.
+fn too_large(limit: u64, marking: Marking) -> ApiError {
+    let msg = format!("the body is over the {limit}-byte limit");
+    match marking {
+        Marking::Unmarked => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, msg),
+        Marking::Marked => ApiError::not_applied(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            NotApplied::RequestBodyTooLarge,
+            &msg,
+        ),
+    }
+}
+
 /// Bodies up to this size are copied out of the connection's read buffer (see `read_body`).
 const OWN_COPY_MAX: usize = 64 * 1024;
 
-/// Write admission from the request head, before its body is read (see [`crate::admission`]).
+/// Write admission from the request head, before its body is read (see [`crate::admission`]):
+/// a declared length is held at once, a chunked body as [`read_body`] counts it.
 fn admit(st: &AppState, headers: &HeaderMap) -> Result<WritePermit, ApiError> {
+    let chunked = headers.contains_key(header::TRANSFER_ENCODING);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    st.admission
-        .admit(declared, st.engine.log_bytes())
-        .map_err(refused)
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let log = st.engine.log_bytes();
+    match declared {
+        None if chunked => st.admission.admit_streamed(log),
+        d => st.admission.admit(d.unwrap_or(0), log),
+    }
+    .map_err(refused)
 }
 
 /// Admission into the stream's group once the body is read: cold backpressure and the group's
@@ -393,14 +419,16 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         (Route::Stream(_), &Method::OPTIONS) => return Ok(preflight(&headers, STREAM_METHODS)),
         (Route::Stream(sp), &Method::PUT) => {
             let mut permit = admit(st, &headers)?;
-            let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
+            let body =
+                read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked, &mut permit).await?;
             let charge = charge(st, &mut permit, &sp, &body)?;
             let at = location(&headers, path);
             write::create_stream(st, &sp, &headers, at, body, charge).await?
         }
         (Route::Stream(sp), &Method::POST) => {
             let mut permit = admit(st, &headers)?;
-            let body = read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked).await?;
+            let body =
+                read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked, &mut permit).await?;
             let charge = charge(st, &mut permit, &sp, &body)?;
             write::append(st, &sp, &headers, body, charge).await?
         }
@@ -427,8 +455,12 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
             } else {
                 MAX_BODY_BYTES
             };
-            let body = read_body(&headers, body, limit, Marking::Unmarked).await?;
-            write::publish_snapshot(st, &sp, &off, &headers, body).await?
+            // A snapshot body is held in the in-flight budget like a write's, until published.
+            let mut permit = admit(st, &headers)?;
+            let body = read_body(&headers, body, limit, Marking::Unmarked, &mut permit).await?;
+            let published = write::publish_snapshot(st, &sp, &off, &headers, body).await?;
+            drop(permit);
+            published
         }
         (Route::Snapshot(sp, off), &Method::GET) => {
             read::read_snapshot(st, &sp, &off, &headers).await?
