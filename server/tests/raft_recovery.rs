@@ -492,7 +492,9 @@ fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it
     let every_group = |v: Value| -> Value { (0..4).map(|g| (g.to_string(), v.clone())).collect() };
     let gates = wait_for(20, "node 3 gating every group as wiped", || {
         let g = metrics(&bases[2])["recovery_gates"].clone();
-        (g["wiped"].as_object().map(|w| w.len()) == Some(4)).then_some(g)
+        // A group is named wiped a moment before its gate reads gated: wait for both.
+        let all = |k: &str| g[k].as_object().map(|w| w.len()) == Some(4);
+        (all("wiped") && all("gated")).then_some(g)
     });
     assert_eq!(gates["wiped"], every_group(json!({"vote_floor": null})));
     assert_eq!(gates["gated"], every_group(json!("gated")));
