@@ -1,6 +1,6 @@
 //! The issuer's signing keys: found by RFC 8414 metadata discovery (or `--auth-jwks-url`),
 //! cached by `kid`, fetched again when a token names a `kid` the cache lacks (key rotation)
-//! or the cache is older than [`MAX_AGE`].
+//! or the cache is older than `--auth-jwks-max-age` ([`DEFAULT_MAX_AGE`]).
 //!
 //! No refetch storm: one fetch runs at a time (callers queue on one lock and find the keys it
 //! brought), and a fetch starts at most once per `refetch_interval`, so a flood of tokens with
@@ -18,9 +18,10 @@ use jsonwebtoken::jwk::AlgorithmParameters;
 use jsonwebtoken::jwk::Jwk;
 use serde_json::Value;
 
-/// Cached keys are refreshed on the next lookup after this long, even for a known `kid`, so a
-/// key the issuer withdrew stops verifying within this bound. A failed refresh keeps them.
-pub const MAX_AGE: Duration = Duration::from_secs(300);
+/// `--auth-jwks-max-age` when not given. Cached keys are refreshed on the next lookup after
+/// this long, even for a known `kid`, so a key the issuer withdrew stops verifying within
+/// this bound. A failed refresh keeps them.
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// A metadata document or JWKS larger than this is refused.
 const MAX_DOCUMENT_BYTES: usize = 1 << 20;
@@ -53,6 +54,7 @@ pub struct Jwks {
     /// `--auth-jwks-url`, which skips discovery.
     configured_url: Option<String>,
     refetch_interval: Duration,
+    max_age: Duration,
     keys: RwLock<Cache>,
     /// Held for the whole of a fetch: the single flight.
     state: tokio::sync::Mutex<State>,
@@ -67,8 +69,8 @@ struct Cache {
 }
 
 impl Cache {
-    fn fresh(&self) -> bool {
-        self.fetched.is_some_and(|t| t.elapsed() < MAX_AGE)
+    fn fresh(&self, max_age: Duration) -> bool {
+        self.fetched.is_some_and(|t| t.elapsed() < max_age)
     }
 }
 
@@ -86,12 +88,14 @@ impl Jwks {
         issuer: String,
         configured_url: Option<String>,
         refetch_interval: Duration,
+        max_age: Duration,
     ) -> Jwks {
         Jwks {
             http,
             issuer,
             configured_url,
             refetch_interval,
+            max_age,
             keys: RwLock::new(Cache::default()),
             state: tokio::sync::Mutex::new(State::default()),
             fetches: std::sync::atomic::AtomicU64::new(0),
@@ -109,7 +113,7 @@ impl Jwks {
             Ok(c) => c,
             Err(poisoned) => poisoned.into_inner(),
         };
-        (cache.keys.get(kid).cloned(), cache.fresh())
+        (cache.keys.get(kid).cloned(), cache.fresh(self.max_age))
     }
 
     /// The key `kid`, from the cache or, when it is missing or stale, from the issuer.

@@ -48,6 +48,10 @@ pub struct AuthArgs {
     /// Serve `/__ursula/gateway/metrics` to every caller, token or not.
     #[arg(long, default_value_t = false)]
     pub auth_public_metrics: bool,
+    /// How old the cached JWKS may get before it is fetched again [default: 5m] (e.g. 5m,
+    /// 30s; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", value_parser = crate::timeouts::parse_duration)]
+    pub auth_jwks_max_age: Option<Duration>,
 }
 
 /// Why the `--auth-*` flags cannot be used.
@@ -72,6 +76,8 @@ pub enum AuthConfigError {
     PolicyInvalid { path: String, why: String },
     #[error("cannot build the HTTP client for the issuer: {0}")]
     Client(String),
+    #[error("{0} must be more than 0")]
+    Zero(&'static str),
 }
 
 /// The checked `--auth-*` flags.
@@ -82,6 +88,8 @@ pub struct AuthConfig {
     pub jwks_url: Option<String>,
     pub policy: Policy,
     pub public_metrics: bool,
+    /// Cached keys older than this are fetched again (`--auth-jwks-max-age`, 5 min).
+    pub jwks_max_age: Duration,
 }
 
 impl AuthConfig {
@@ -93,6 +101,7 @@ impl AuthConfig {
                 (a.auth_policy.is_some(), "--auth-policy"),
                 (a.auth_jwks_url.is_some(), "--auth-jwks-url"),
                 (a.auth_public_metrics, "--auth-public-metrics"),
+                (a.auth_jwks_max_age.is_some(), "--auth-jwks-max-age"),
             ];
             return match stray.into_iter().find(|(set, _)| *set) {
                 Some((_, flag)) => Err(AuthConfigError::NeedsIssuer(flag)),
@@ -112,12 +121,17 @@ impl AuthConfig {
             .auth_policy
             .as_ref()
             .ok_or(AuthConfigError::Missing("--auth-policy"))?;
+        let jwks_max_age = a.auth_jwks_max_age.unwrap_or(jwks::DEFAULT_MAX_AGE);
+        if jwks_max_age.is_zero() {
+            return Err(AuthConfigError::Zero("--auth-jwks-max-age"));
+        }
         Ok(Some(AuthConfig {
             issuer,
             audience,
             jwks_url: a.auth_jwks_url.clone(),
             policy: Policy::load(path)?,
             public_metrics: a.auth_public_metrics,
+            jwks_max_age,
         }))
     }
 }
@@ -196,6 +210,7 @@ impl Auth {
             config.issuer.clone(),
             config.jwks_url.clone(),
             JWKS_REFETCH_INTERVAL,
+            config.jwks_max_age,
         );
         let rules = token::Rules {
             issuer: config.issuer.clone(),
