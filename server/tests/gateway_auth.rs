@@ -2,7 +2,7 @@
 //! access tokens from a small loopback issuer: owners write, strangers and anonymous callers
 //! get the very 404 a missing stream gets, public buckets serve reads only, refused tokens are
 //! `401` and never reach the node, an unreachable issuer is a marked `503`, and key rotation
-//! costs one JWKS fetch however many unknown `kid`s arrive.
+//! costs a fetch per refetch cool-down however many unknown `kid`s arrive.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -361,7 +361,7 @@ fn an_unreachable_issuer_is_a_marked_503_while_anonymous_public_reads_go_on() {
 }
 
 #[test]
-fn a_rotated_key_is_fetched_and_a_flood_of_unknown_kids_costs_one_fetch() {
+fn a_rotated_key_is_fetched_and_a_flood_of_unknown_kids_costs_at_most_two_fetches() {
     let scratch = Scratch::new("auth-rotate");
     let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
     let node = seeded_node(&scratch);
@@ -386,7 +386,8 @@ fn a_rotated_key_is_fetched_and_a_flood_of_unknown_kids_costs_one_fetch() {
     assert_eq!(issuer.fetches(), 2);
     assert_eq!(read(&token(&issuer.url, OWNER)), 401, "the withdrawn key");
 
-    // Past the refetch interval, so the first unknown kid may fetch and the others must not.
+    // Past the refetch interval, so the first unknown kid starts a fetch at once; the others
+    // wait for it, or, arriving after it ended, for the one due when its cool-down is over.
     std::thread::sleep(Duration::from_millis(2100));
     let before = issuer.fetches();
     let flood: Vec<_> = (0..40)
@@ -408,7 +409,7 @@ fn a_rotated_key_is_fetched_and_a_flood_of_unknown_kids_costs_one_fetch() {
         assert_eq!(f.join().expect("thread"), 401);
     }
     assert!(
-        issuer.fetches() - before <= 1,
+        issuer.fetches() - before <= 2,
         "{} fetches for 40 unknown kids",
         issuer.fetches() - before
     );

@@ -2,14 +2,26 @@
 //! cached by `kid`, fetched again when a token names a `kid` the cache lacks (key rotation)
 //! or the cache is older than `--auth-jwks-max-age` ([`DEFAULT_MAX_AGE`]).
 //!
-//! No refetch storm: one fetch runs at a time (callers queue on one lock and find the keys it
-//! brought), and a fetch starts at most once per `refetch_interval`, so a flood of tokens with
-//! made-up `kid`s costs one fetch per interval. Keys already cached keep verifying while the
-//! issuer is down; only a token whose key is not cached then gets `AuthenticationUnavailable`.
+//! Fetches run off the request path, in a task of their own, one at a time:
+//! - a token whose `kid` is cached is verified with the cached key at once, however old the
+//!   cache is; a stale cache only starts a refresh in the background (stale-while-revalidate),
+//!   so an issuer that hangs delays no token whose key the gateway already holds;
+//! - a token whose `kid` is not cached waits for one fetch: the one running, or else the next
+//!   one, which starts once the cool-down after the last fetch is over, and then gets its
+//!   answer from what that fetch brought;
+//! - the cool-down (`refetch_interval`) counts from the end of a fetch, so a flood of made-up
+//!   `kid`s costs one fetch per fetch-plus-cool-down, and slow fetches never follow each other
+//!   back to back.
+//!
+//! Keys already cached keep verifying while the issuer is down; only a token whose key is not
+//! cached then gets `AuthenticationUnavailable`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::RwLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -17,11 +29,16 @@ use http::Uri;
 use jsonwebtoken::jwk::AlgorithmParameters;
 use jsonwebtoken::jwk::Jwk;
 use serde_json::Value;
+use tokio::sync::watch;
 
-/// `--auth-jwks-max-age` when not given. Cached keys are refreshed on the next lookup after
-/// this long, even for a known `kid`, so a key the issuer withdrew stops verifying within
-/// this bound. A failed refresh keeps them.
+/// `--auth-jwks-max-age` when not given. A cache older than this is refreshed in the
+/// background on its next lookup, so a key the issuer withdrew stops verifying about this long
+/// after, once the issuer answers. A failed refresh keeps the cached keys.
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(300);
+
+/// One fetch, discovery included, is abandoned after this; each request to the issuer is also
+/// bounded by the HTTP client's own timeout.
+pub const FETCH_BOUND: Duration = Duration::from_secs(10);
 
 /// A metadata document or JWKS larger than this is refused.
 const MAX_DOCUMENT_BYTES: usize = 1 << 20;
@@ -35,8 +52,10 @@ pub enum JwksError {
     Document { url: String, why: String },
     #[error("no metadata at {tried:?}")]
     NoMetadata { tried: Vec<String> },
-    #[error("the last fetch failed less than {0:?} ago: {1}")]
-    CoolingDown(Duration, Box<JwksError>),
+    #[error("fetching the keys of {issuer} took over {after:?}")]
+    TimedOut { issuer: String, after: Duration },
+    #[error("the fetch of the keys of {0} ended without a result")]
+    Abandoned(String),
 }
 
 /// A key lookup's result when the keys could be had.
@@ -47,8 +66,14 @@ pub enum Lookup {
     Unknown,
 }
 
-#[derive(Debug)]
+/// The key cache of one issuer: cheap to clone, shared by every request and the fetch task.
+#[derive(Debug, Clone)]
 pub struct Jwks {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
     http: reqwest::Client,
     issuer: String,
     /// `--auth-jwks-url`, which skips discovery.
@@ -56,9 +81,10 @@ pub struct Jwks {
     refetch_interval: Duration,
     max_age: Duration,
     keys: RwLock<Cache>,
-    /// Held for the whole of a fetch: the single flight.
-    state: tokio::sync::Mutex<State>,
-    fetches: std::sync::atomic::AtomicU64,
+    flight: Mutex<Flight>,
+    /// How many fetches have ended: lookups waiting for a fetch watch it.
+    ended: watch::Sender<u64>,
+    fetches: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -74,12 +100,19 @@ impl Cache {
     }
 }
 
+/// The single flight: at most one fetch is running or due at a time.
 #[derive(Debug, Default)]
-struct State {
+struct Flight {
+    /// A fetch is running, or waiting for the cool-down to end before it runs.
+    pending: bool,
+    /// Fetches ended so far; the pending one, if any, is number `ended + 1`.
+    ended: u64,
+    /// When the last fetch ended: the cool-down counts from here.
+    last_end: Option<Instant>,
+    /// Why the last fetch failed; `None` after a success.
+    last_error: Option<JwksError>,
     /// From discovery, once it succeeded.
     jwks_url: Option<String>,
-    last_attempt: Option<Instant>,
-    last_error: Option<JwksError>,
 }
 
 impl Jwks {
@@ -91,90 +124,146 @@ impl Jwks {
         max_age: Duration,
     ) -> Jwks {
         Jwks {
-            http,
-            issuer,
-            configured_url,
-            refetch_interval,
-            max_age,
-            keys: RwLock::new(Cache::default()),
-            state: tokio::sync::Mutex::new(State::default()),
-            fetches: std::sync::atomic::AtomicU64::new(0),
+            shared: Arc::new(Shared {
+                http,
+                issuer,
+                configured_url,
+                refetch_interval,
+                max_age,
+                keys: RwLock::new(Cache::default()),
+                flight: Mutex::new(Flight::default()),
+                ended: watch::Sender::new(0),
+                fetches: AtomicU64::new(0),
+            }),
         }
     }
 
     /// How many JWKS fetches were started.
     pub fn fetches(&self) -> u64 {
-        self.fetches.load(std::sync::atomic::Ordering::Relaxed)
+        self.shared.fetches.load(Ordering::Relaxed)
+    }
+
+    /// The key `kid`: from the cache at once when it is there (a stale cache is refreshed in
+    /// the background), else from the one fetch this lookup waits for. Needs a Tokio runtime.
+    pub async fn key(&self, kid: &str) -> Result<Lookup, JwksError> {
+        let s = &self.shared;
+        let (cached, fresh) = s.cached(kid);
+        if let Some(k) = cached {
+            if !fresh {
+                s.pending_fetch();
+            }
+            return Ok(Lookup::Found(k));
+        }
+        let wanted = s.pending_fetch();
+        let mut ended = s.ended.subscribe();
+        // The fetch task always ends (its whole run is bounded, and a drop guard reports a
+        // task that ended without a result); the bound here is a second line of defence.
+        let bound = s.refetch_interval + FETCH_BOUND + Duration::from_secs(1);
+        let waited = tokio::time::timeout(bound, ended.wait_for(|&n| n >= wanted)).await;
+        if !matches!(waited, Ok(Ok(_))) {
+            return Err(JwksError::TimedOut {
+                issuer: s.issuer.clone(),
+                after: bound,
+            });
+        }
+        if let (Some(k), _) = s.cached(kid) {
+            return Ok(Lookup::Found(k));
+        }
+        match s.flight().last_error.clone() {
+            Some(e) => Err(e),
+            None => Ok(Lookup::Unknown),
+        }
+    }
+}
+
+impl Shared {
+    fn flight(&self) -> std::sync::MutexGuard<'_, Flight> {
+        // Plain fields, each written whole: a panic elsewhere leaves them consistent.
+        self.flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The cached key `kid`, and whether the cache is fresh.
     fn cached(&self, kid: &str) -> (Option<Arc<Jwk>>, bool) {
-        let cache = match self.keys.read() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let cache = self
+            .keys
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         (cache.keys.get(kid).cloned(), cache.fresh(self.max_age))
     }
 
-    /// The key `kid`, from the cache or, when it is missing or stale, from the issuer.
-    pub async fn key(&self, kid: &str) -> Result<Lookup, JwksError> {
-        if let (Some(k), true) = self.cached(kid) {
-            return Ok(Lookup::Found(k));
+    /// Makes sure a fetch is running or due, and returns the number it ends as: the running
+    /// one's, or a new one's, which starts once the cool-down after the last fetch is over.
+    fn pending_fetch(self: &Arc<Shared>) -> u64 {
+        let mut f = self.flight();
+        let number = f.ended + 1;
+        if f.pending {
+            return number;
         }
-        let mut state = self.state.lock().await;
-        // Whoever held the lock before may have fetched the keys this caller wants.
-        let (cached, fresh) = self.cached(kid);
-        if let (Some(k), true) = (&cached, fresh) {
-            return Ok(Lookup::Found(k.clone()));
-        }
-        if let Some(at) = state.last_attempt
-            && at.elapsed() < self.refetch_interval
-        {
-            return match (cached, &state.last_error) {
-                (Some(k), _) => Ok(Lookup::Found(k)),
-                (None, Some(e)) => Err(JwksError::CoolingDown(
-                    self.refetch_interval,
-                    Box::new(e.clone()),
-                )),
-                (None, None) => Ok(Lookup::Unknown),
+        f.pending = true;
+        let due = f.last_end.map(|t| t + self.refetch_interval);
+        drop(f);
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let mut run = Run {
+                shared,
+                result: None,
             };
-        }
-        state.last_attempt = Some(Instant::now());
-        match self.fetch(&mut state).await {
+            if let Some(at) = due {
+                tokio::time::sleep_until(at.into()).await;
+            }
+            let fetched = tokio::time::timeout(FETCH_BOUND, run.shared.fetch()).await;
+            run.result = Some(fetched.unwrap_or_else(|_| {
+                Err(JwksError::TimedOut {
+                    issuer: run.shared.issuer.clone(),
+                    after: FETCH_BOUND,
+                })
+            }));
+        });
+        number
+    }
+
+    /// Records the end of the pending fetch and wakes the lookups waiting for it.
+    fn end_fetch(&self, result: Result<HashMap<String, Arc<Jwk>>, JwksError>) {
+        let error = match result {
             Ok(keys) => {
                 tracing::debug!(keys = keys.len(), "fetched the issuer's JWKS");
-                state.last_error = None;
-                let found = keys.get(kid).cloned();
                 let fetched = Cache {
                     keys,
                     fetched: Some(Instant::now()),
                 };
-                match self.keys.write() {
-                    Ok(mut c) => *c = fetched,
-                    Err(poisoned) => *poisoned.into_inner() = fetched,
-                }
-                Ok(found.map_or(Lookup::Unknown, Lookup::Found))
+                *self
+                    .keys
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = fetched;
+                None
             }
             Err(e) => {
+                // Stale keys beat no keys while the issuer is down: the cache is kept.
                 tracing::warn!(error = %e, "cannot fetch the issuer's JWKS");
-                state.last_error = Some(e.clone());
-                // Stale keys beat no keys while the issuer is down.
-                match cached {
-                    Some(k) => Ok(Lookup::Found(k)),
-                    None => Err(e),
-                }
+                Some(e)
             }
-        }
+        };
+        let mut f = self.flight();
+        f.last_error = error;
+        f.pending = false;
+        f.last_end = Some(Instant::now());
+        f.ended += 1;
+        let ended = f.ended;
+        drop(f);
+        self.ended.send_replace(ended);
     }
 
-    async fn fetch(&self, state: &mut State) -> Result<HashMap<String, Arc<Jwk>>, JwksError> {
-        self.fetches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let url = match (&self.configured_url, &state.jwks_url) {
-            (Some(u), _) | (None, Some(u)) => u.clone(),
+    async fn fetch(&self) -> Result<HashMap<String, Arc<Jwk>>, JwksError> {
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let known = self.flight().jwks_url.clone();
+        let url = match (&self.configured_url, known) {
+            (Some(u), _) => u.clone(),
+            (None, Some(u)) => u,
             (None, None) => {
                 let u = self.discover().await?;
-                state.jwks_url = Some(u.clone());
+                self.flight().jwks_url = Some(u.clone());
                 u
             }
         };
@@ -252,6 +341,23 @@ impl Jwks {
             body.extend_from_slice(&chunk);
         }
         serde_json::from_slice(&body).map_err(|e| doc(format!("not JSON: {e}")))
+    }
+}
+
+/// One fetch task's run: however the task ends, its drop reports the fetch as ended, so a
+/// lookup never waits for a fetch that is gone and the next fetch can start.
+struct Run {
+    shared: Arc<Shared>,
+    result: Option<Result<HashMap<String, Arc<Jwk>>, JwksError>>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let result = self
+            .result
+            .take()
+            .unwrap_or_else(|| Err(JwksError::Abandoned(self.shared.issuer.clone())));
+        self.shared.end_fetch(result);
     }
 }
 
