@@ -39,12 +39,13 @@ impl Pace {
     };
 
     /// A body to forward, and the drain before a refusal decided while reading one: the
-    /// stall timeout and the minimum rate, with no bound in all.
+    /// stall timeout, the minimum rate, and `--body-read-timeout` in all, so that a body that
+    /// keeps arriving just fast enough cannot hold its share of the budget for ever.
     pub fn forwarded(limits: &UploadLimits) -> Pace {
         Pace {
             stall: limits.body_stall_timeout(),
             min_bytes_per_sec: limits.body_min_bytes_per_sec(),
-            total: None,
+            total: Some(limits.body_read_timeout()),
         }
     }
 }

@@ -16,7 +16,8 @@
 //!   hop, marked only if every redirect was; an exchange that broke after sending: unmarked `502`.
 //!
 //! Response bodies are streamed through as they arrive (SSE and long-poll included); request
-//! bodies are buffered, since every hop resends them.
+//! bodies are buffered, since every hop resends them. The refusals around a body and the drain
+//! of a body that is not forwarded are in `forward/refusals.rs`.
 //!
 //! With `--cors-allowed-origin`, a CORS preflight is answered before all of this ([`cors`]);
 //! every answer, with or without the flag, loses the upstream's `Access-Control-*` headers.
@@ -25,8 +26,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
-
-use std::pin::Pin;
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -48,7 +47,7 @@ use hyper_util::rt::TokioTimer;
 use ursula_protocol::headers as h;
 
 use crate::GatewayError;
-use crate::admission::AdmissionRejection;
+use crate::auth::Access;
 use crate::auth::Admitted;
 use crate::auth::Auth;
 use crate::body;
@@ -65,12 +64,15 @@ use crate::reply::BoxError;
 use crate::reply::GatewayBody;
 use crate::reply::GatewayRefusal;
 pub use crate::reply::METRICS_PATH;
+
+mod refusals;
 use crate::reply::Mark;
 use crate::reply::error_chain;
-use crate::tenant;
 use crate::tenant::Tenants;
-use crate::tenant::Ticket;
+use crate::untrusted::AddressSlots;
+use crate::untrusted::ClientAddr;
 use crate::uploads::Budget;
+use crate::uploads::Reservation;
 use crate::uploads::UploadCounters;
 use crate::upstreams::Counters;
 use crate::upstreams::Upstreams;
@@ -104,6 +106,8 @@ struct Inner {
     /// The request bodies buffered at once, across requests.
     budget: Budget,
     upload_counters: UploadCounters,
+    /// Untrusted bodies being read now, per client address.
+    address_slots: AddressSlots,
     /// Quotas and usage; both off without their flags.
     tenants: Tenants,
     /// Stops the usage log's writer, which then writes its last batch.
@@ -156,6 +160,7 @@ impl Gateway {
             None => None,
         };
         let budget = Budget::new(&config.uploads);
+        let address_slots = AddressSlots::new(config.uploads.untrusted_bodies_per_address());
         let tenants = Tenants::new(
             config.tenants.clone(),
             config.uploads.small_body_max_bytes(),
@@ -183,6 +188,7 @@ impl Gateway {
                 usage_stop: std::sync::Mutex::new(usage_stop),
                 budget,
                 upload_counters: UploadCounters::default(),
+                address_slots,
             }),
         })
     }
@@ -244,6 +250,7 @@ impl Inner {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
+        let addr = parts.extensions.get::<ClientAddr>().map(|c| c.0);
         let mut admitted: Option<Admitted> = None;
         let mut conceal = false;
         if let Some(auth) = &self.auth {
@@ -252,6 +259,7 @@ impl Inner {
                 Gate::Forward(a) => admitted = Some(a),
                 Gate::Conceal => conceal = true,
                 Gate::Answer(resp) => {
+                    // Refused from its head, so admitted for no principal: untrusted.
                     return self
                         .refuse_after_drain(
                             incoming.as_mut(),
@@ -259,6 +267,7 @@ impl Inner {
                             0,
                             resp,
                             Pace::HEAD_REFUSAL,
+                            addr,
                         )
                         .await;
                 }
@@ -272,52 +281,105 @@ impl Inner {
             {
                 let resp = reply::not_found("no such route on the gateway");
                 return self
-                    .refuse_after_drain(incoming.as_mut(), declared, 0, resp, Pace::HEAD_REFUSAL)
+                    .refuse_after_drain(
+                        incoming.as_mut(),
+                        declared,
+                        0,
+                        resp,
+                        Pace::HEAD_REFUSAL,
+                        None,
+                    )
                     .await;
             }
         }
-        let ticket = if conceal {
-            Ticket::default()
-        } else {
-            match self.tenants.admit(&parts, admitted.as_ref()) {
-                Ok(t) => t,
-                Err(r) => return self.tenant_refusal(r, incoming.as_mut(), declared).await,
-            }
+        // With access control, a request admitted for no principal is untrusted: its body is
+        // never buffered, and its reading counts against its client address.
+        let untrusted = match (&self.auth, &admitted) {
+            (None, _) => None,
+            (Some(_), Some(a)) if a.principal.is_some() => None,
+            _ => addr,
         };
         let limits = &self.config.uploads;
         // A body declared over the gateway's limit gets its final 413 before any tenant share
-        // is taken: a retryable 429 would have the client send it again for ever.
+        // is taken: a retryable 429 would have the client send it again for ever. A concealed
+        // request gets it too, as a forwarded one would.
         if declared.is_some_and(|n| n > limits.max_request_body_bytes()) {
             return self
                 .body_refusal(BodyError::TooLarge, incoming.as_mut(), declared)
                 .await;
         }
-        let upload = match ticket.admit_upload(&self.tenants, declared) {
-            Ok(u) => u,
-            Err(r) => return self.tenant_refusal(r, incoming.as_mut(), declared).await,
+        if conceal {
+            // Drained like a refusal's body, never buffered: a request that will be refused
+            // holds none of the budget, and its reading ends within the drain's bounds.
+            let resp = reply::concealed_not_found();
+            return self
+                .refuse_after_drain(
+                    incoming.as_mut(),
+                    declared,
+                    0,
+                    resp,
+                    Pace::HEAD_REFUSAL,
+                    untrusted,
+                )
+                .await;
+        }
+        let ticket = match self.tenants.admit(&parts, admitted.as_ref()) {
+            Ok(t) => t,
+            Err(r) => {
+                return self
+                    .tenant_refusal(r, incoming.as_mut(), declared, untrusted)
+                    .await;
+            }
         };
-        // `share` holds the body's part of the budget until the body was forwarded.
-        let read = body::read_body(incoming.as_mut(), declared, limits, &self.budget).await;
-        // A body stops counting toward its bucket's uploads once it is buffered, or refused:
-        // a refused body's drain must not hold the bucket's upload slot.
-        drop(upload);
-        let (body, share) = match read {
-            Ok(b) => b,
-            Err(e) => return self.body_refusal(e, incoming.as_mut(), declared).await,
+        // With access control a read's body is drained and never forwarded (the nodes give a
+        // read's body no meaning): reads are what anonymous callers are admitted for, and a
+        // read that a stranger could make hold the budget would undo the concealment's
+        // bound. The drain's rules are the concealed request's, so the two stay alike.
+        let read_only =
+            self.auth.is_some() && admitted.as_ref().is_some_and(|a| a.access == Access::Read);
+        let (body, share, read_whole) = if read_only {
+            let whole = incoming.is_end_stream()
+                || self
+                    .drain_body(
+                        incoming.as_mut(),
+                        declared,
+                        0,
+                        Pace::HEAD_REFUSAL,
+                        untrusted,
+                    )
+                    .await
+                    .complete;
+            (Bytes::new(), Reservation::default(), whole)
+        } else {
+            let upload = match ticket.admit_upload(&self.tenants, declared) {
+                Ok(u) => u,
+                Err(r) => {
+                    return self
+                        .tenant_refusal(r, incoming.as_mut(), declared, None)
+                        .await;
+                }
+            };
+            // `share` holds the body's part of the budget until the body was forwarded.
+            let read = body::read_body(incoming.as_mut(), declared, limits, &self.budget).await;
+            // A body stops counting toward its bucket's uploads once it is buffered, or
+            // refused: a refused body's drain must not hold the bucket's upload slot.
+            drop(upload);
+            match read {
+                Ok((b, share)) => (b, share, true),
+                Err(e) => return self.body_refusal(e, incoming.as_mut(), declared).await,
+            }
         };
         self.upload_counters
             .body_bytes_buffered
             .fetch_add(body.len() as u64, Ordering::Relaxed);
-        if conceal {
-            return reply::concealed_not_found();
-        }
         let target = parts
             .uri
             .path_and_query()
             .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
         let mut headers = parts.headers;
-        let had_body_framing = headers.contains_key(header::CONTENT_LENGTH)
-            || headers.contains_key(header::TRANSFER_ENCODING);
+        let had_body_framing = !read_only
+            && (headers.contains_key(header::CONTENT_LENGTH)
+                || headers.contains_key(header::TRANSFER_ENCODING));
         reply::strip_hop_by_hop(&mut headers);
         if self.auth.is_some() {
             // Credential termination: the nodes never see end-user credentials.
@@ -343,6 +405,11 @@ impl Inner {
         }
         drop(out);
         drop(share);
+        if !read_whole {
+            // The rest of the body is unread: the connection cannot carry another request.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if self.auth.is_some() && resp.status() == StatusCode::NOT_FOUND {
             // Marked like the concealment 404, which must not stand out from a real one.
             reply::mark_not_found(resp.headers_mut());
@@ -353,118 +420,6 @@ impl Inner {
         };
         // Outermost, so egress counts every byte the client is sent, the expiry frame too.
         ticket.forwarded(resp)
-    }
-
-    /// A tenant's refusal, sent once the body was read and dropped: from the head at the pace
-    /// of any head-decided refusal, or, for the upload limits, at the pace of a forwarded body.
-    async fn tenant_refusal<B>(
-        &self,
-        r: AdmissionRejection,
-        incoming: Pin<&mut B>,
-        declared: Option<u64>,
-    ) -> Response<GatewayBody>
-    where
-        B: Body<Data = Bytes>,
-        B::Error: Into<BoxError>,
-    {
-        let pace = match r {
-            AdmissionRejection::UploadsExhausted => {
-                Counters::bump(&self.upload_counters.refusals_tenant_uploads);
-                Pace::forwarded(&self.config.uploads)
-            }
-            AdmissionRejection::UploadBytesExhausted => {
-                Counters::bump(&self.upload_counters.refusals_tenant_bytes);
-                Pace::forwarded(&self.config.uploads)
-            }
-            _ => Pace::HEAD_REFUSAL,
-        };
-        self.refuse_after_drain(incoming, declared, 0, tenant::refusal(r), pace)
-            .await
-    }
-
-    async fn body_refusal<B>(
-        &self,
-        e: BodyError,
-        incoming: Pin<&mut B>,
-        declared: Option<u64>,
-    ) -> Response<GatewayBody>
-    where
-        B: Body<Data = Bytes>,
-        B::Error: Into<BoxError>,
-    {
-        let limit = self.config.uploads.max_request_body_bytes();
-        let mut resp = match e {
-            BodyError::BudgetExhausted { read } => {
-                Counters::bump(&self.upload_counters.refusals_budget);
-                let resp = reply::refusal(
-                    GatewayRefusal::UploadBudgetExhausted,
-                    Mark::Marked,
-                    "the gateway's request body budget is spent; retry shortly",
-                );
-                // Read at the pace of a forwarded body, so the client that sends its body
-                // first gets the refusal, and the connection stays usable.
-                let pace = Pace::forwarded(&self.config.uploads);
-                return self
-                    .refuse_after_drain(incoming, declared, read, resp, pace)
-                    .await;
-            }
-            BodyError::TooLarge => {
-                Counters::bump(&self.upstreams.counters.body_too_large);
-                reply::refusal(
-                    GatewayRefusal::RequestBodyTooLarge,
-                    Mark::Marked,
-                    &format!("the request body is over the gateway's {limit}-byte limit"),
-                )
-            }
-            BodyError::TooSlow => {
-                Counters::bump(&self.upload_counters.refusals_too_slow);
-                reply::refusal(
-                    GatewayRefusal::RequestBodyTooSlow,
-                    Mark::Marked,
-                    "the request body stopped arriving, or arrived too slowly",
-                )
-            }
-            BodyError::Unreadable(why) => reply::refusal(
-                GatewayRefusal::RequestBodyUnreadable,
-                Mark::Marked,
-                &format!("could not read the request body: {why}"),
-            ),
-        };
-        // The rest of the body stays unread: the connection cannot carry another request.
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        resp
-    }
-
-    /// Sends `resp`, a refusal decided before the body was read, once the rest of the body
-    /// was read and dropped; a body not read to its end closes the connection.
-    async fn refuse_after_drain<B>(
-        &self,
-        incoming: Pin<&mut B>,
-        declared: Option<u64>,
-        read_before: u64,
-        mut resp: Response<GatewayBody>,
-        pace: Pace,
-    ) -> Response<GatewayBody>
-    where
-        B: Body<Data = Bytes>,
-        B::Error: Into<BoxError>,
-    {
-        if incoming.is_end_stream() && read_before == 0 {
-            return resp;
-        }
-        let c = &self.upload_counters;
-        Counters::bump(&c.refusal_drains);
-        let limit = self.config.uploads.max_request_body_bytes();
-        let drained = body::drain(incoming, declared, read_before, limit, pace).await;
-        c.refusal_drain_bytes
-            .fetch_add(drained.bytes, Ordering::Relaxed);
-        if !drained.complete {
-            Counters::bump(&c.refusal_drains_cut);
-            resp.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
-        resp
     }
 
     /// The answer, and whether the request reached any node: only a failed connect to the
@@ -653,6 +608,8 @@ impl Inner {
             "refusal_drains": load(&u.refusal_drains),
             "refusal_drains_cut": load(&u.refusal_drains_cut),
             "refusal_drain_bytes": load(&u.refusal_drain_bytes),
+            "untrusted_bodies_unread": load(&u.untrusted_bodies_unread),
+            "untrusted_addresses": self.address_slots.addresses(),
             "upstreams": upstreams,
         });
         let text = match (self.tenants.metrics(), text) {

@@ -22,6 +22,8 @@
 //! - [`tenant`]: per-tenant limits and usage around one request (`--quota-policy`,
 //!   `--usage-*`): [`admission`] holds the quota policy and the shares a request takes (rate,
 //!   live reads, uploads), [`usage`] the usage ledger and its JSONL log.
+//! - [`untrusted`]: requests not admitted for a principal: the client address the listener
+//!   records, and the per-address count of their bodies being read.
 //! - [`cors`]: opt-in CORS (`--cors-allowed-origin`): the one preflight answer, given before
 //!   access control, and the allowed origin's headers; the nodes' own CORS headers never pass.
 //!
@@ -43,6 +45,7 @@ pub mod reply;
 pub mod serve;
 pub mod tenant;
 pub mod timeouts;
+pub mod untrusted;
 pub mod uploads;
 pub mod upstreams;
 pub mod usage;

@@ -20,6 +20,7 @@ use crate::GatewayError;
 use crate::config::GatewayArgs;
 use crate::config::GatewayConfig;
 use crate::forward::Gateway;
+use crate::untrusted::ClientAddr;
 
 /// Runs `ursula gateway` until SIGINT or SIGTERM.
 pub fn run(args: GatewayArgs) -> Result<(), GatewayError> {
@@ -95,7 +96,8 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let gw = gateway.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
+            let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ClientAddr(peer.ip()));
                 let gw = gw.clone();
                 async move { Ok::<_, Infallible>(gw.handle(req).await) }
             });

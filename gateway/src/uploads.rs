@@ -31,6 +31,10 @@ pub const DEFAULT_BODY_BUDGET_WAIT_MS: u64 = 1000;
 pub const DEFAULT_BODY_STALL_TIMEOUT: &str = "30s";
 /// `--body-min-bytes-per-sec` when not given: 1 KiB/s.
 pub const DEFAULT_BODY_MIN_BYTES_PER_SEC: u64 = 1024;
+/// `--body-read-timeout` when not given: 5 min, which a 32 MiB body meets at about 110 KiB/s.
+pub const DEFAULT_BODY_READ_TIMEOUT: &str = "5m";
+/// `--untrusted-bodies-per-address` when not given.
+pub const DEFAULT_UNTRUSTED_BODIES_PER_ADDRESS: u32 = 4;
 /// The SQLite extension's commit timeout: a stall timeout at or below it can cut a commit the
 /// extension still waits for, so the gateway warns.
 const EXTENSION_COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -66,6 +70,15 @@ pub struct UploadArgs {
     /// same way. 0 turns the rate check off.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_BODY_MIN_BYTES_PER_SEC)]
     pub body_min_bytes_per_sec: u64,
+    /// A body still arriving this long after its reading started is cut the same way,
+    /// however fast it arrives (e.g. 5m, 90s; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_BODY_READ_TIMEOUT, value_parser = crate::timeouts::parse_duration)]
+    pub body_read_timeout: Duration,
+    /// With access control, the bodies of requests not admitted for a principal (anonymous,
+    /// concealed or refused ones) read at once per client address; past it, such a request is
+    /// answered without its body being read, and its connection closed.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_UNTRUSTED_BODIES_PER_ADDRESS)]
+    pub untrusted_bodies_per_address: u32,
 }
 
 impl Default for UploadArgs {
@@ -78,6 +91,8 @@ impl Default for UploadArgs {
             body_budget_wait_ms: DEFAULT_BODY_BUDGET_WAIT_MS,
             body_stall_timeout: Duration::from_secs(30),
             body_min_bytes_per_sec: DEFAULT_BODY_MIN_BYTES_PER_SEC,
+            body_read_timeout: Duration::from_secs(300),
+            untrusted_bodies_per_address: DEFAULT_UNTRUSTED_BODIES_PER_ADDRESS,
         }
     }
 }
@@ -93,6 +108,8 @@ pub struct UploadLimitsSpec {
     pub body_budget_wait: Duration,
     pub body_stall_timeout: Duration,
     pub body_min_bytes_per_sec: u64,
+    pub body_read_timeout: Duration,
+    pub untrusted_bodies_per_address: u32,
 }
 
 impl From<&UploadArgs> for UploadLimitsSpec {
@@ -105,6 +122,8 @@ impl From<&UploadArgs> for UploadLimitsSpec {
             body_budget_wait: Duration::from_millis(a.body_budget_wait_ms),
             body_stall_timeout: a.body_stall_timeout,
             body_min_bytes_per_sec: a.body_min_bytes_per_sec,
+            body_read_timeout: a.body_read_timeout,
+            untrusted_bodies_per_address: a.untrusted_bodies_per_address,
         }
     }
 }
@@ -116,6 +135,8 @@ pub enum UploadLimitsError {
     ZeroBodyLimit,
     #[error("--body-stall-timeout must be more than 0")]
     ZeroStallTimeout,
+    #[error("--body-read-timeout must be more than 0")]
+    ZeroReadTimeout,
     #[error(
         "LimitAboveSharedBudget: --body-budget-bytes {budget} is below --max-request-body-bytes {limit} plus --small-body-headroom-bytes {headroom}; raise the budget or lower the limit"
     )]
@@ -140,6 +161,8 @@ pub struct UploadLimits {
     body_budget_wait: Duration,
     body_stall_timeout: Duration,
     body_min_bytes_per_sec: u64,
+    body_read_timeout: Duration,
+    untrusted_bodies_per_address: u32,
 }
 
 impl TryFrom<UploadLimitsSpec> for UploadLimits {
@@ -151,6 +174,9 @@ impl TryFrom<UploadLimitsSpec> for UploadLimits {
         }
         if s.body_stall_timeout.is_zero() {
             return Err(UploadLimitsError::ZeroStallTimeout);
+        }
+        if s.body_read_timeout.is_zero() {
+            return Err(UploadLimitsError::ZeroReadTimeout);
         }
         let needed = s
             .max_request_body_bytes
@@ -180,6 +206,8 @@ impl TryFrom<UploadLimitsSpec> for UploadLimits {
             body_budget_wait: s.body_budget_wait,
             body_stall_timeout: s.body_stall_timeout,
             body_min_bytes_per_sec: s.body_min_bytes_per_sec,
+            body_read_timeout: s.body_read_timeout,
+            untrusted_bodies_per_address: s.untrusted_bodies_per_address,
         })
     }
 }
@@ -205,6 +233,12 @@ impl UploadLimits {
     }
     pub fn body_min_bytes_per_sec(&self) -> u64 {
         self.body_min_bytes_per_sec
+    }
+    pub fn body_read_timeout(&self) -> Duration {
+        self.body_read_timeout
+    }
+    pub fn untrusted_bodies_per_address(&self) -> u32 {
+        self.untrusted_bodies_per_address
     }
 
     /// Logs what an operator should know at startup: a grown budget, a budget over half the
@@ -276,6 +310,9 @@ pub struct UploadCounters {
     pub refusal_drains_cut: AtomicU64,
     /// Bytes of refused bodies read and dropped.
     pub refusal_drain_bytes: AtomicU64,
+    /// Untrusted requests answered without their body being read: their client address
+    /// already had `--untrusted-bodies-per-address` bodies being read.
+    pub untrusted_bodies_unread: AtomicU64,
 }
 
 /// The budget stayed spent for `--body-budget-wait-ms`.
@@ -438,6 +475,8 @@ mod tests {
         assert_eq!(l.body_budget_wait(), Duration::from_secs(1));
         assert_eq!(l.body_stall_timeout(), Duration::from_secs(30));
         assert_eq!(l.body_min_bytes_per_sec(), 1024);
+        assert_eq!(l.body_read_timeout(), Duration::from_secs(300));
+        assert_eq!(l.untrusted_bodies_per_address(), 4);
     }
 
     #[test]
