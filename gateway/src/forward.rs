@@ -323,7 +323,7 @@ impl Inner {
                 )
                 .await;
         }
-        let ticket = match self.tenants.admit(&parts, admitted.as_ref()) {
+        let ticket = match self.tenants.admit(&parts, admitted.as_ref(), addr) {
             Ok(t) => t,
             Err(r) => {
                 return self

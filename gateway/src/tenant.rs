@@ -6,6 +6,7 @@
 //! segment of its path and every caller is anonymous, which suits a gateway on a trusted
 //! network that still wants one tenant kept from starving the others.
 
+use std::net::IpAddr;
 use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -170,11 +171,13 @@ impl Tenants {
     }
 
     /// Admits a request from its head, after access control. A request under no bucket
-    /// passes untouched. `Err`: the refusal to send.
+    /// passes untouched. `addr`: the client's address, whose own share of the bucket's limits
+    /// an anonymous caller admitted by access control takes. `Err`: the refusal to send.
     pub fn admit(
         &self,
         parts: &Parts,
         admitted: Option<&Admitted>,
+        addr: Option<IpAddr>,
     ) -> Result<Ticket, AdmissionRejection> {
         if self.admission.is_none() && self.usage.is_none() {
             return Ok(Ticket::default());
@@ -190,7 +193,10 @@ impl Tenants {
             None => None,
             Some(adm) => {
                 let declared = declared_length(parts);
-                match adm.admit(&bucket, is_live(parts), declared) {
+                // Without access control every caller is anonymous and the network trusted:
+                // the bucket's share is one.
+                let anonymous_from = admitted.filter(|a| a.principal.is_none()).and(addr);
+                match adm.admit(&bucket, is_live(parts), declared, anonymous_from) {
                     Ok(p) => Some(p),
                     Err(r) => return Err(r),
                 }
@@ -344,23 +350,30 @@ mod tests {
             1 << 20,
         );
         let held = t
-            .admit(&parts("GET", "/tenant-b/stream-1?live=sse"), None)
+            .admit(&parts("GET", "/tenant-b/stream-1?live=sse"), None, None)
             .expect("first");
         let refused = refusal(
-            t.admit(&parts("GET", "/tenant-b/stream-2?live=long-poll"), None)
-                .expect_err("second live read of tenant-b"),
+            t.admit(
+                &parts("GET", "/tenant-b/stream-2?live=long-poll"),
+                None,
+                None,
+            )
+            .expect_err("second live read of tenant-b"),
         );
         assert_eq!(refused.status(), http::StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
         // Another bucket, and paths under no bucket, are not limited.
         assert!(
-            t.admit(&parts("GET", "/tenant-c/stream-1?live=sse"), None)
+            t.admit(&parts("GET", "/tenant-c/stream-1?live=sse"), None, None)
                 .is_ok()
         );
-        assert!(t.admit(&parts("GET", "/__ursula/metrics"), None).is_ok());
+        assert!(
+            t.admit(&parts("GET", "/__ursula/metrics"), None, None)
+                .is_ok()
+        );
         drop(held);
         assert!(
-            t.admit(&parts("GET", "/tenant-b/stream-1?live=sse"), None)
+            t.admit(&parts("GET", "/tenant-b/stream-1?live=sse"), None, None)
                 .is_ok()
         );
     }

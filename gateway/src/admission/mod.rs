@@ -10,6 +10,7 @@
 pub mod policy;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -76,9 +77,14 @@ pub struct Admission {
     policy: QuotaPolicy,
     /// Bodies of at most this many bytes never count as uploads (`--small-body-max-bytes`).
     small_body_max: u64,
-    tenants: Mutex<HashMap<String, Arc<Tenant>>>,
+    /// By bucket, and for anonymous callers by bucket and client address.
+    tenants: Mutex<HashMap<TenantKey, Arc<Tenant>>>,
     pub counters: AdmissionCounters,
 }
+
+/// Whose share a request takes: the bucket's, or, for an anonymous caller whose address is
+/// known, that address's own share of the bucket's limits.
+type TenantKey = (String, Option<IpAddr>);
 
 /// What admitting one request holds: the live-read share when it is a live read. Keep it
 /// until the response has been streamed.
@@ -130,14 +136,17 @@ impl Admission {
 
     /// Admits one request of `bucket` from its head: the rate first (every request takes its
     /// share of it, refused ones included), then a declared body over the bucket's limit,
-    /// then a live read past the bucket's count.
+    /// then a live read past the bucket's count. `anonymous_from`: the address of an
+    /// anonymous caller, which then has the bucket's limits to itself, apart from the owners'
+    /// share, so that callers without a principal cannot spend what the bucket's owners need.
     pub fn admit(
         &self,
         bucket: &str,
         live: bool,
         declared: Option<u64>,
+        anonymous_from: Option<IpAddr>,
     ) -> Result<Pass, AdmissionRejection> {
-        let tenant = self.tenant(bucket);
+        let tenant = self.tenant(bucket, anonymous_from);
         let refused = |c: &AtomicU64, r: AdmissionRejection| {
             c.fetch_add(1, Ordering::Relaxed);
             Err(r)
@@ -187,7 +196,7 @@ impl Admission {
         if bytes <= self.small_body_max || !self.policy.limits(bucket).limits_uploads() {
             return Ok(None);
         }
-        let tenant = self.tenant(bucket);
+        let tenant = self.tenant(bucket, None);
         // A body that could never fit is refused for good (413), not told to come back (429).
         if let Some(cap) = tenant.limits.max_upload_bytes
             && bytes > cap
@@ -234,16 +243,17 @@ impl Admission {
             .sum()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Tenant>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TenantKey, Arc<Tenant>>> {
         // The map holds counters only: a panic elsewhere leaves it consistent.
         self.tenants
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn tenant(&self, bucket: &str) -> Arc<Tenant> {
+    fn tenant(&self, bucket: &str, anonymous_from: Option<IpAddr>) -> Arc<Tenant> {
+        let key = (bucket.to_owned(), anonymous_from);
         let mut map = self.lock();
-        if let Some(t) = map.get(bucket) {
+        if let Some(t) = map.get(&key) {
             return t.clone();
         }
         if map.len() >= TRACKED_BUCKETS_SWEEP {
@@ -262,7 +272,7 @@ impl Admission {
             uploads: AtomicU32::new(0),
             upload_bytes: AtomicU64::new(0),
         });
-        map.insert(bucket.to_owned(), t.clone());
+        map.insert(key, t.clone());
         t
     }
 }
@@ -289,9 +299,9 @@ mod tests {
     fn the_rate_refuses_past_one_seconds_burst_and_says_when_to_come_back() {
         let a = admission("[[bucket]]\nid = \"t\"\nrequests_per_sec = 3");
         for _ in 0..3 {
-            assert!(a.admit("t", false, None).is_ok());
+            assert!(a.admit("t", false, None, None).is_ok());
         }
-        match a.admit("t", false, None) {
+        match a.admit("t", false, None, None) {
             Err(AdmissionRejection::RateLimited { retry_after }) => {
                 assert!(retry_after <= Duration::from_secs(1), "{retry_after:?}");
             }
@@ -299,7 +309,7 @@ mod tests {
         }
         // Another bucket has its own window, and no limit here.
         for _ in 0..10 {
-            assert!(a.admit("u", false, None).is_ok());
+            assert!(a.admit("u", false, None, None).is_ok());
         }
         assert_eq!(a.counters.rate_limited.load(Ordering::Relaxed), 1);
     }
@@ -307,17 +317,22 @@ mod tests {
     #[test]
     fn live_reads_are_counted_while_held_and_given_back_on_drop() {
         let a = admission("[default]\nmax_live_reads = 2");
-        let one = a.admit("t", true, None).expect("first");
-        let two = a.admit("t", true, None).expect("second");
+        let one = a.admit("t", true, None, None).expect("first");
+        let two = a.admit("t", true, None, None).expect("second");
         assert!(matches!(
-            a.admit("t", true, None),
+            a.admit("t", true, None, None),
             Err(AdmissionRejection::LiveReadsExhausted)
         ));
         // A plain read is not a live one.
-        assert!(a.admit("t", false, None).expect("plain").live.is_none());
+        assert!(
+            a.admit("t", false, None, None)
+                .expect("plain")
+                .live
+                .is_none()
+        );
         assert_eq!(a.live_reads(), 2);
         drop(one);
-        let three = a.admit("t", true, None).expect("a share came back");
+        let three = a.admit("t", true, None, None).expect("a share came back");
         drop((two, three));
         assert_eq!(a.live_reads(), 0);
     }
@@ -325,12 +340,12 @@ mod tests {
     #[test]
     fn a_declared_body_over_the_buckets_limit_is_refused() {
         let a = admission("[[bucket]]\nid = \"t\"\nmax_request_body_bytes = 100");
-        assert!(a.admit("t", false, Some(100)).is_ok());
+        assert!(a.admit("t", false, Some(100), None).is_ok());
         assert_eq!(
-            a.admit("t", false, Some(101)).map(|_| ()),
+            a.admit("t", false, Some(101), None).map(|_| ()),
             Err(AdmissionRejection::BodyTooLarge { limit: 100 })
         );
-        assert!(a.admit("other", false, Some(1 << 30)).is_ok());
+        assert!(a.admit("other", false, Some(1 << 30), None).is_ok());
     }
 
     #[test]
@@ -367,15 +382,39 @@ mod tests {
     }
 
     #[test]
+    fn anonymous_addresses_have_the_buckets_limits_apart_from_the_owners_share() {
+        let a = admission("[[bucket]]\nid = \"t\"\nrequests_per_sec = 2\nmax_live_reads = 1");
+        let one: IpAddr = "192.0.2.1".parse().expect("ip");
+        let two: IpAddr = "192.0.2.2".parse().expect("ip");
+        for _ in 0..2 {
+            assert!(a.admit("t", false, None, Some(one)).is_ok());
+        }
+        assert!(matches!(
+            a.admit("t", false, None, Some(one)),
+            Err(AdmissionRejection::RateLimited { .. })
+        ));
+        // Another address, and the bucket's owners, still have their own share.
+        let live = a
+            .admit("t", true, None, Some(two))
+            .expect("another address");
+        assert!(a.admit("t", true, None, None).is_ok());
+        assert!(matches!(
+            a.admit("t", true, None, Some(two)),
+            Err(AdmissionRejection::LiveReadsExhausted)
+        ));
+        drop(live);
+    }
+
+    #[test]
     fn idle_buckets_are_forgotten_past_the_sweep_size_but_held_ones_stay() {
         let a = admission("[default]\nmax_live_reads = 1");
-        let held = a.admit("keep", true, None).expect("live");
+        let held = a.admit("keep", true, None, None).expect("live");
         for i in 0..TRACKED_BUCKETS_SWEEP + 10 {
-            let _ = a.admit(&format!("b{i}"), false, None);
+            let _ = a.admit(&format!("b{i}"), false, None, None);
         }
         assert!(a.lock().len() < TRACKED_BUCKETS_SWEEP + 10);
         assert!(matches!(
-            a.admit("keep", true, None),
+            a.admit("keep", true, None, None),
             Err(AdmissionRejection::LiveReadsExhausted)
         ));
         drop(held);
