@@ -52,6 +52,10 @@ pub struct AuthArgs {
     /// 30s; a bare number is seconds).
     #[arg(long, value_name = "DURATION", value_parser = crate::timeouts::parse_duration)]
     pub auth_jwks_max_age: Option<Duration>,
+    /// Refuse tokens whose lifetime (`exp - iat`) is over this (e.g. 1h, 15m; a bare number
+    /// is seconds) [default: no limit].
+    #[arg(long, value_name = "DURATION", value_parser = crate::timeouts::parse_duration)]
+    pub auth_max_token_lifetime: Option<Duration>,
 }
 
 /// Why the `--auth-*` flags cannot be used.
@@ -90,6 +94,8 @@ pub struct AuthConfig {
     pub public_metrics: bool,
     /// Cached keys older than this are fetched again (`--auth-jwks-max-age`, 5 min).
     pub jwks_max_age: Duration,
+    /// Tokens living longer than this (`exp - iat`) are refused; `None`: no limit.
+    pub max_token_lifetime: Option<Duration>,
 }
 
 impl AuthConfig {
@@ -102,6 +108,10 @@ impl AuthConfig {
                 (a.auth_jwks_url.is_some(), "--auth-jwks-url"),
                 (a.auth_public_metrics, "--auth-public-metrics"),
                 (a.auth_jwks_max_age.is_some(), "--auth-jwks-max-age"),
+                (
+                    a.auth_max_token_lifetime.is_some(),
+                    "--auth-max-token-lifetime",
+                ),
             ];
             return match stray.into_iter().find(|(set, _)| *set) {
                 Some((_, flag)) => Err(AuthConfigError::NeedsIssuer(flag)),
@@ -125,6 +135,9 @@ impl AuthConfig {
         if jwks_max_age.is_zero() {
             return Err(AuthConfigError::Zero("--auth-jwks-max-age"));
         }
+        if a.auth_max_token_lifetime.is_some_and(|d| d.is_zero()) {
+            return Err(AuthConfigError::Zero("--auth-max-token-lifetime"));
+        }
         Ok(Some(AuthConfig {
             issuer,
             audience,
@@ -132,6 +145,7 @@ impl AuthConfig {
             policy: Policy::load(path)?,
             public_metrics: a.auth_public_metrics,
             jwks_max_age,
+            max_token_lifetime: a.auth_max_token_lifetime,
         }))
     }
 }
@@ -215,6 +229,10 @@ impl Auth {
         let rules = token::Rules {
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
+            // Claims are whole seconds: a fraction of a second allows the next whole one.
+            max_lifetime_secs: config
+                .max_token_lifetime
+                .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
         };
         Ok(Arc::new(Auth {
             config,

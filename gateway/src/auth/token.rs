@@ -50,6 +50,10 @@ pub enum TokenError {
     Expired,
     #[error("the token is not valid yet (iat or nbf in the future)")]
     NotYetValid,
+    #[error("the header's crit names extensions this gateway does not understand: {0}")]
+    Critical(String),
+    #[error("the token lives {lifetime} s (exp - iat), over the {max} s allowed")]
+    LifetimeTooLong { lifetime: u64, max: u64 },
 }
 
 /// What the gateway checks claims against.
@@ -57,6 +61,8 @@ pub enum TokenError {
 pub struct Rules {
     pub issuer: String,
     pub audience: String,
+    /// `--auth-max-token-lifetime` in seconds: `exp - iat` may be at most this.
+    pub max_lifetime_secs: Option<u64>,
 }
 
 /// The header fields that choose the key.
@@ -103,6 +109,7 @@ pub fn peek(token: &str) -> Result<Peeked, TokenError> {
     if !typ_ok {
         return Err(TokenError::NotAccessToken(header.typ));
     }
+    refuse_crit(token)?;
     if matches!(
         header.alg,
         Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512
@@ -117,6 +124,24 @@ pub fn peek(token: &str) -> Result<Peeked, TokenError> {
         alg: header.alg,
         kid,
     })
+}
+
+/// RFC 7515 §4.1.11: a recipient must refuse a JWS whose `crit` names an extension it does
+/// not understand. This gateway understands none, so any `crit` at all (an empty or malformed
+/// one included, which the RFC forbids) refuses the token. jsonwebtoken's `Header` drops the
+/// parameter, so the header is read again here.
+fn refuse_crit(token: &str) -> Result<(), TokenError> {
+    use base64::Engine;
+    let first = token.split('.').next().unwrap_or_default();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(first)
+        .map_err(|e| TokenError::Malformed(e.to_string()))?;
+    let header: Value =
+        serde_json::from_slice(&bytes).map_err(|e| TokenError::Malformed(e.to_string()))?;
+    match header.get("crit") {
+        None => Ok(()),
+        Some(crit) => Err(TokenError::Critical(crit.to_string())),
+    }
 }
 
 /// Whether `jwk` is a signing key of `alg`'s family (and, when it names one, of `alg` itself).
@@ -224,6 +249,14 @@ fn claims(c: &Value, rules: &Rules, now: u64) -> Result<Verified, TokenError> {
     if iat > now.saturating_add(LEEWAY_SECS) {
         return Err(TokenError::NotYetValid);
     }
+    if let Some(max) = rules.max_lifetime_secs
+        && exp.saturating_sub(iat) > max
+    {
+        return Err(TokenError::LifetimeTooLong {
+            lifetime: exp.saturating_sub(iat),
+            max,
+        });
+    }
     if c.get("nbf").is_some() && time("nbf")? > now.saturating_add(LEEWAY_SECS) {
         return Err(TokenError::NotYetValid);
     }
@@ -246,6 +279,7 @@ mod tests {
         Rules {
             issuer: "https://issuer.example".into(),
             audience: "https://streams.example".into(),
+            max_lifetime_secs: None,
         }
     }
 
@@ -300,6 +334,31 @@ mod tests {
     }
 
     #[test]
+    fn a_lifetime_over_the_maximum_is_refused_and_one_at_it_passes() {
+        let now = 1_800_000_000;
+        let r = Rules {
+            max_lifetime_secs: Some(300),
+            ..rules()
+        };
+        let mut v = good(now);
+        v["exp"] = (now - 10 + 300).into();
+        assert!(claims(&v, &r, now).is_ok());
+        v["exp"] = (now - 10 + 301).into();
+        assert_eq!(
+            claims(&v, &r, now),
+            Err(TokenError::LifetimeTooLong {
+                lifetime: 301,
+                max: 300
+            })
+        );
+        // iat is required in any case, so a token without it never gets past the check.
+        assert_eq!(
+            claims(&without(good(now), "iat"), &r, now),
+            Err(TokenError::Claim("iat"))
+        );
+    }
+
+    #[test]
     fn bearer_credentials_are_parsed_strictly() {
         assert_eq!(bearer(b"Bearer abc"), Ok("abc"));
         assert_eq!(bearer(b"bearer abc"), Ok("abc"));
@@ -338,5 +397,15 @@ mod tests {
             Err(TokenError::NoKid)
         );
         assert!(matches!(peek("a.b"), Err(TokenError::Malformed(_))));
+        for crit in [
+            r#"{"alg":"EdDSA","typ":"at+jwt","kid":"k","crit":["exp"]}"#,
+            r#"{"alg":"EdDSA","typ":"at+jwt","kid":"k","crit":[]}"#,
+            r#"{"alg":"EdDSA","typ":"at+jwt","kid":"k","crit":"b64"}"#,
+        ] {
+            assert!(
+                matches!(peek(&tok(crit)), Err(TokenError::Critical(_))),
+                "{crit}"
+            );
+        }
     }
 }
