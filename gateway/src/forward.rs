@@ -233,6 +233,7 @@ impl Gateway {
             }
         };
         reply::vouch(resp.headers_mut());
+        reply::harden(resp.headers_mut());
         resp
     }
 }

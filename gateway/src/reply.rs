@@ -236,6 +236,30 @@ pub fn vouch(headers: &mut HeaderMap) {
     headers.insert(h::NOT_APPLIED_CHECKED, HeaderValue::from_static("1"));
 }
 
+/// The `Content-Security-Policy` of every answer: a document a browser renders from it runs
+/// sandboxed (no scripts, forms, plugins or same-origin access: a unique opaque origin) and
+/// may load nothing.
+pub const SANDBOX_CSP: &str = "sandbox; default-src 'none'";
+
+/// Keeps a stream's bytes from acting as a page of the gateway's origin: `nosniff`, so a
+/// browser takes the stream's declared type and never guesses an active one, and
+/// [`SANDBOX_CSP`], so that a `text/html` or `image/svg+xml` stream opened in a browser cannot
+/// run script with the gateway's origin. Set on every answer, not on a list of active types:
+/// such a list misses some (XSLT, PDF, `multipart/x-mixed-replace`, parameter and case
+/// variants, types a browser sniffs), and a CSP governs only documents a browser renders, so
+/// API clients, `fetch` and `EventSource` readers are unaffected. An upstream's copy is
+/// replaced.
+pub fn harden(headers: &mut HeaderMap) {
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(SANDBOX_CSP),
+    );
+}
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded in either direction.
 const HOP_BY_HOP: [&str; 9] = [
     "connection",
@@ -322,6 +346,22 @@ mod tests {
         strip_hop_by_hop(&mut hs);
         assert_eq!(hs.len(), 1);
         assert!(hs.contains_key("stream-next-offset"));
+    }
+
+    #[test]
+    fn hardening_sets_nosniff_and_the_sandbox_over_an_upstream_copy() {
+        let mut hs = HeaderMap::new();
+        hs.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("script-src *"),
+        );
+        harden(&mut hs);
+        assert_eq!(hs[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        assert_eq!(
+            hs.get_all(header::CONTENT_SECURITY_POLICY).iter().count(),
+            1
+        );
+        assert_eq!(hs[header::CONTENT_SECURITY_POLICY], SANDBOX_CSP);
     }
 
     #[test]
