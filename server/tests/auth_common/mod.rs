@@ -122,6 +122,20 @@ pub fn token(issuer: &str, subject: &str) -> String {
     sign(Key::Ed, "ed1", Some("at+jwt"), &claims(issuer, subject))
 }
 
+/// A JWS of `claims` signed with `key` under a JOSE header given whole (its `alg` is set to
+/// the key's), for headers the library's `Header` cannot carry, such as `crit`.
+pub fn sign_with_header(key: Key, mut header: Value, claims: &Value) -> String {
+    let (alg, enc) = key.encoding();
+    header["alg"] = serde_json::to_value(alg).expect("alg");
+    let input = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    let sig = jsonwebtoken::crypto::sign(input.as_bytes(), &enc, alg).expect("sign");
+    format!("{input}.{sig}")
+}
+
 pub fn b64(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
@@ -145,6 +159,8 @@ pub struct Issuer {
     metadata: Arc<Mutex<(String, String)>>,
     jwks: Arc<Mutex<Value>>,
     fetches: Arc<AtomicUsize>,
+    /// While set, JWKS requests are held unanswered: an issuer that hangs.
+    hang: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 }
 
@@ -169,20 +185,23 @@ impl Issuer {
         let jwks = Arc::new(Mutex::new(json!({ "keys": keys })));
         let fetches = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
+        let hang = Arc::new(AtomicBool::new(false));
         let metadata = Arc::new(Mutex::new((String::new(), url.clone())));
-        let (j, f, s, u, m) = (
+        let (j, f, s, u, m, h) = (
             jwks.clone(),
             fetches.clone(),
             stop.clone(),
             url.clone(),
             metadata.clone(),
+            hang.clone(),
         );
         std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((conn, _)) => {
-                        let (j, f, u, m) = (j.clone(), f.clone(), u.clone(), m.clone());
-                        std::thread::spawn(move || answer(conn, &u, &m, &j, &f));
+                        let (j, f, u, m, h) =
+                            (j.clone(), f.clone(), u.clone(), m.clone(), h.clone());
+                        std::thread::spawn(move || answer(conn, &u, &m, &j, &f, &h));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -193,8 +212,15 @@ impl Issuer {
             metadata,
             jwks,
             fetches,
+            hang,
             stop,
         }
+    }
+
+    /// From now on, JWKS requests get no answer until [`Issuer::hang`] is called with
+    /// `false` (or a minute passed): the connection is accepted and then stalls.
+    pub fn hang(&self, on: bool) {
+        self.hang.store(on, Ordering::SeqCst);
     }
 
     pub fn set_keys(&self, keys: Vec<Value>) {
@@ -219,6 +245,7 @@ fn answer(
     metadata: &Mutex<(String, String)>,
     jwks: &Mutex<Value>,
     fetches: &AtomicUsize,
+    hang: &AtomicBool,
 ) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
@@ -240,6 +267,10 @@ fn answer(
         ),
         "/jwks" => {
             fetches.fetch_add(1, Ordering::SeqCst);
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            while hang.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             ("200 OK", jwks.lock().expect("jwks").to_string())
         }
         _ => ("404 Not Found", "{}".to_owned()),
