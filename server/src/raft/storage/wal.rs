@@ -176,44 +176,66 @@ pub fn scan(dir: &Path) -> Result<Recovered, WalError> {
             .and_then(|mut f| f.read_to_end(&mut bytes))
             .map_err(io(path))?;
         out.bytes += bytes.len() as u64;
-        let mut at = 0usize;
-        while at < bytes.len() {
-            let (kind, group, payload, len) = match frame::parse(&bytes[at..]) {
-                Parsed::Frame {
-                    kind,
-                    group,
-                    payload,
-                    len,
-                } => (kind, group, payload, len),
-                bad => {
-                    if !newest {
-                        return Err(WalError::SealedDamage {
-                            path: path.clone(),
-                            at: at as u64,
-                        });
-                    }
-                    out.damaged_tail = bad == Parsed::Damaged;
-                    out.torn_bytes = (bytes.len() - at) as u64;
-                    break;
-                }
-            };
-            out.records.push(Record {
-                kind,
-                group,
-                payload: payload.to_vec(),
-                loc: Loc {
-                    seg: *seg,
-                    at: at as u64,
-                    len: len as u32,
-                },
-            });
-            at += len;
-        }
-        if newest && at < bytes.len() {
-            out.cut = Some((path.clone(), at as u64));
+        let parsed = parse_segment(*seg, &bytes);
+        out.records.extend(parsed.records);
+        if parsed.end < bytes.len() {
+            if !newest {
+                return Err(WalError::SealedDamage {
+                    path: path.clone(),
+                    at: parsed.end as u64,
+                });
+            }
+            out.damaged_tail = parsed.damaged;
+            out.torn_bytes = (bytes.len() - parsed.end) as u64;
+            out.cut = Some((path.clone(), parsed.end as u64));
         }
     }
     Ok(out)
+}
+
+/// The frames read from the start of one segment's bytes.
+#[derive(Debug, Default)]
+pub struct SegmentScan {
+    pub records: Vec<Record>,
+    /// Where the verified prefix ends: the first byte that does not start a whole frame
+    /// with a good checksum, or the segment's length.
+    pub end: usize,
+    /// The frame at `end` is whole but fails its checksum (rather than torn or no frame).
+    pub damaged: bool,
+}
+
+/// Reads the frames of segment number `seg` from the start of its `bytes`, up to the first
+/// that is torn, damaged or no frame at all. Public for the fuzz targets (`fuzz/`), which feed
+/// it arbitrary bytes without a journal directory.
+pub fn parse_segment(seg: u64, bytes: &[u8]) -> SegmentScan {
+    let mut out = SegmentScan::default();
+    while out.end < bytes.len() {
+        match frame::parse(&bytes[out.end..]) {
+            Parsed::Frame {
+                kind,
+                group,
+                payload,
+                len,
+            } => {
+                out.records.push(Record {
+                    kind,
+                    group,
+                    payload: payload.to_vec(),
+                    loc: Loc {
+                        seg,
+                        at: out.end as u64,
+                        len: len as u32,
+                    },
+                });
+                out.end += len;
+            }
+            bad => {
+                out.damaged = bad == Parsed::Damaged;
+                break;
+            }
+        }
+    }
+    out
 }
 
 pub type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
