@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: formatting and lints, the Rust tests (unit, in-process HTTP, real binary,
-# Raft clusters, the SQLite extension), the npm package's node:test suite, the Python
-# package's pytest suite (its wheel installed in a venv), the Durable
+# Raft clusters, the SQLite extension), a short run of every fuzz target, the npm package's
+# node:test suite, the Python package's pytest suite (its wheel installed in a venv), the Durable
 # Streams conformance suite against a single node and against a 3-voter Raft cluster, a short
 # set of seeded fault runs (scripts/chaos.sh), then
 # the release: scripts/release.sh's artifacts and the Docker image, run for real.
@@ -74,6 +74,11 @@ cargo nextest run --workspace --exclude ursula-vfs-tests --cargo-profile ci --no
 URSULA_TEST_ENGINE=raft cargo nextest run --workspace --exclude ursula-vfs-tests \
   --cargo-profile ci --no-fail-fast -E 'binary(~router_)'
 cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
+
+# Each cargo-fuzz target for 20 s from its seeds (docs/reliability.md, "Fuzzing"): nightly,
+# its own build under target/fuzz, cargo-fuzz installed into .tools once.
+step "fuzzing: scripts/fuzz.sh --short"
+scripts/fuzz.sh --short
 
 # Seeded fault schedules on a cluster of hosts in network namespaces, with a checker over the
 # recorded history (docs/reliability.md). chaos-sqlite was built by the nextest run above.
