@@ -146,6 +146,14 @@ def wal_records():
     damaged = bytearray(frames(segment)[0][0])
     damaged[-1] ^= 1
     write(t, "damaged", bytes([0]) + segment[: len(segment) // 2] + bytes(damaged))
+    # The purge record the target found overflowing `index + 1` (log_store.rs): LogId
+    # [[term 1, node 1], u64::MAX], sealed, in a frame of group 3.
+    body = b"\x92\x92\x01\x01\xcf" + b"\xff" * 8
+    record = b"URJR\x01" + struct.pack("<I", len(body)) + body
+    record += struct.pack("<I", zlib.crc32(record))
+    frame_body = struct.pack("<QBI", 1, 4, 3) + record
+    write(t, "purge-at-max", bytes([0]) + struct.pack("<II", len(frame_body), zlib.crc32(frame_body))
+          + frame_body)
 
 
 def raft_snapshot():

@@ -160,7 +160,12 @@ impl LogData {
                 }
                 wal::KIND_PURGE => {
                     let upto: LogId<u64> = record::decode(kind, &r.payload)?;
-                    d.entries = d.entries.split_off(&(upto.index + 1));
+                    // A purge at the last index there is keeps nothing; `+ 1` would overflow on
+                    // such a record (CRC-valid, but no log reaches it), found by fuzzing.
+                    d.entries = match upto.index.checked_add(1) {
+                        Some(next) => d.entries.split_off(&next),
+                        None => BTreeMap::new(),
+                    };
                     d.frames.purge(upto.index);
                     d.purged = Some(upto);
                 }
@@ -537,7 +542,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         out.retain(|e| purged.is_none_or(|p| e.log_id.index > p));
         let misses = out.len() as u64;
         self.reads.misses.fetch_add(misses, Ordering::Relaxed);
-        let start = purged.map_or(lo, |p| lo.max(p + 1));
+        let start = purged.map_or(lo, |p| lo.max(p.saturating_add(1)));
         let contiguous = out.first().is_none_or(|e| e.log_id.index == start)
             && out
                 .windows(2)

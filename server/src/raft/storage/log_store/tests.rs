@@ -285,3 +285,34 @@ async fn entries_after_a_truncation_stay_held_until_their_own_write_completes() 
     assert_eq!(held(&store), vec![6]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A purge record at the last index there is (fuzz/wal_records found it: `index + 1`
+/// overflowed) takes every entry out on recovery, and the purge point stays what it says.
+#[test]
+fn a_recovered_purge_at_the_last_index_takes_every_entry_out() {
+    let record = |kind: u8, payload: Vec<u8>| wal::Record {
+        kind,
+        group: 3,
+        payload,
+        loc: crate::raft::storage::frame::Loc {
+            seg: 1,
+            at: 0,
+            len: 0,
+        },
+    };
+    let entries: Vec<_> = (1..=3).map(|i| blank(1, i)).collect();
+    let last = id(u64::MAX);
+    let records = [
+        record(
+            wal::KIND_ENTRIES,
+            record::encode(record::JOURNAL, &entries).expect("encode"),
+        ),
+        record(
+            wal::KIND_PURGE,
+            record::encode(record::JOURNAL, &last).expect("encode"),
+        ),
+    ];
+    let data = LogData::recover(&records).expect("recover");
+    assert!(data.entries.is_empty());
+    assert_eq!(data.purged, Some(last));
+}
