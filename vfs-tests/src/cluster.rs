@@ -174,6 +174,11 @@ impl Cluster {
 
     fn spawn_node(&mut self, i: usize) {
         let mut t = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
+        // Peers prove membership with a shared secret; without one a follower cannot forward
+        // operator commands (purge, restore) to the leader.
+        let secret = self.dir.path().join("peer-secret");
+        std::fs::write(&secret, "vfs-tests-cluster-peer-secret-0123456789\n").expect("secret");
+        t.push_str(&format!("peer_secret_file = \"{}\"\n", secret.display()));
         t.push_str(&format!(
             "[raft.wal]\npath = \"{}\"\n",
             self.wal_dir(i).display()
