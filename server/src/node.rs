@@ -281,6 +281,13 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
             "testing.shutdown_stall is set: a test hook; this node's shutdown stalls on purpose"
         );
     }
+    if let Some(after) = config.producer_forget_after {
+        tracing::warn!(
+            ?after,
+            "testing.producer_forget_after is set: a test hook; idle producers are forgotten this soon instead of after 7 days"
+        );
+        crate::stream::producer::set_forget_after_ms(after.as_millis() as u64);
+    }
     let NodeState {
         mut state,
         peer_routes,

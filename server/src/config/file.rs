@@ -264,6 +264,9 @@ pub struct TestingSection {
     /// A Raft node's shutdown waits this long before it stops its groups and syncs its
     /// journals, as a shutdown stuck on a slow disk would: what `server.shutdown_deadline` cuts.
     pub shutdown_stall: Option<Dur>,
+    /// A producer idle this long is forgotten, instead of 7 days: lets a test reach the state
+    /// of an owner idle for a week without waiting one.
+    pub producer_forget_after: Option<Dur>,
 }
 
 /// `[governance]`, as far as the spec names it: the leadership balancer

@@ -127,6 +127,9 @@ pub struct Config {
     /// `testing.shutdown_stall`, a test hook: a Raft node's shutdown stalls this long before
     /// it syncs its journals.
     pub shutdown_stall: Option<Duration>,
+    /// `testing.producer_forget_after`, a test hook: producers idle this long are forgotten
+    /// instead of after 7 days.
+    pub producer_forget_after: Option<Duration>,
     /// `runtime.node_memory_abort_cap_size`: the resident memory past which the process aborts.
     pub node_memory_abort_cap: Option<u64>,
     /// The dotted names of the keys the file sets that this build does not act on, sorted:
@@ -363,6 +366,15 @@ fn resolve_engine(
         max_connections: max_connections(file)?,
         // Only the Raft engine's shutdown has journals to stall before.
         shutdown_stall: file.testing.shutdown_stall.filter(|_| raft).map(|d| d.0),
+        producer_forget_after: match file.testing.producer_forget_after {
+            Some(d) if d.0.is_zero() => {
+                return Err(invalid(
+                    "testing.producer_forget_after",
+                    "must be more than 0 (leave it unset for 7 days)",
+                ));
+            }
+            d => d.map(|d| d.0),
+        },
         node_memory_abort_cap: match file.runtime.node_memory_abort_cap_size {
             Some(s) if s.0 == 0 => {
                 return Err(invalid(

@@ -96,6 +96,18 @@ fn the_shutdown_deadline_is_20_s_unless_set_and_never_zero() {
 }
 
 #[test]
+fn the_producer_forget_hook_is_unset_unless_set_and_never_zero() {
+    assert_eq!(resolve_text("").expect("valid").producer_forget_after, None);
+    let c = resolve_text("[testing]\nproducer_forget_after = \"2s\"\n").expect("valid");
+    assert_eq!(
+        c.producer_forget_after,
+        Some(std::time::Duration::from_secs(2))
+    );
+    let err = resolve_text("[testing]\nproducer_forget_after = \"0s\"\n").expect_err("zero");
+    assert!(err.starts_with("testing.producer_forget_after"), "{err}");
+}
+
+#[test]
 fn the_request_head_timeout_and_connection_cap_have_defaults_and_refuse_zero() {
     let c = resolve_text("").expect("valid");
     assert_eq!(c.request_head_timeout, std::time::Duration::from_secs(120));

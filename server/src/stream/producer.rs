@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 
 /// Exact receipts kept per stream, besides each producer's newest.
 pub const RECEIPT_WINDOW: usize = 1024;
@@ -11,6 +13,20 @@ pub const MAX_PRODUCERS: usize = 4096;
 pub const EVICTABLE_IDLE_MS: u64 = 60 * 60 * 1000;
 /// A producer idle this long is forgotten.
 pub const FORGET_AFTER_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// The forget window in force: [`FORGET_AFTER_MS`] unless the `testing.producer_forget_after`
+/// hook shortened it at start. Process-wide because every replica must apply the same rule and
+/// the state machine has no other per-node settings; a test sets it alike on every node.
+static FORGET_AFTER: AtomicU64 = AtomicU64::new(FORGET_AFTER_MS);
+
+/// Sets the forget window (the `testing.producer_forget_after` hook). Call once, at start.
+pub fn set_forget_after_ms(ms: u64) {
+    FORGET_AFTER.store(ms, Ordering::Relaxed);
+}
+
+fn forget_after_ms() -> u64 {
+    FORGET_AFTER.load(Ordering::Relaxed)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Receipt {
@@ -59,7 +75,7 @@ impl Producers {
     fn live(&self, id: &str, now_ms: u64) -> Option<&Producer> {
         self.by_id
             .get(id)
-            .filter(|p| now_ms.saturating_sub(p.last_seen_ms) < FORGET_AFTER_MS)
+            .filter(|p| now_ms.saturating_sub(p.last_seen_ms) < forget_after_ms())
     }
 
     pub fn check(&self, id: &str, epoch: u64, seq: u64, now_ms: u64) -> Verdict {
