@@ -9,6 +9,8 @@ use std::time::Instant;
 pub struct Server {
     pub port: u16,
     child: Option<Child>,
+    /// The config file's directory, when the node runs with one.
+    config: Option<tempfile::TempDir>,
 }
 
 impl Server {
@@ -16,6 +18,20 @@ impl Server {
         let mut s = Server {
             port: crate::free_port(),
             child: None,
+            config: None,
+        };
+        s.spawn();
+        s
+    }
+
+    /// A node that runs with this config file (test hooks under `[testing]`, for example).
+    pub fn start_with_config(toml: &str) -> Server {
+        let dir = tempfile::tempdir().expect("config dir");
+        std::fs::write(dir.path().join("ursula.toml"), toml).expect("config");
+        let mut s = Server {
+            port: crate::free_port(),
+            child: None,
+            config: Some(dir),
         };
         s.spawn();
         s
@@ -28,8 +44,13 @@ impl Server {
             "build the server first: {} is missing",
             bin.display()
         );
-        let child = Command::new(bin)
-            .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
+        let mut cmd = Command::new(bin);
+        cmd.arg("server");
+        if let Some(dir) = &self.config {
+            cmd.arg("--config").arg(dir.path().join("ursula.toml"));
+        }
+        let child = cmd
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             // Servers of one host need admin planes apart; these tests use none.
             .args(["--admin-listen", "off"])
             .env("RUST_LOG", "warn")

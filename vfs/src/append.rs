@@ -35,6 +35,9 @@ pub enum Outcome {
         kind: Kind,
         reason: String,
     },
+    /// The stream no longer knows this owner's producer (idle past the stream's forget window,
+    /// 7 days): nothing of the commit reached the stream, and the owner may claim it back.
+    Forgotten,
 }
 
 #[derive(Debug)]
@@ -194,10 +197,13 @@ fn classify_commit(a: &Answer, had_unknown: bool, seq: u64, refused_seq: Option<
             Kind::OutcomeUnknown,
             format!("403 without a not-applied mark: {}", reason_of(a)),
         ),
+        // A gap back to 0 for a seq above 0: the stream keeps no state of this producer.
+        409 if seq > 0 && a.header(h::PRODUCER_EXPECTED_SEQ) == Some("0") => {
+            Step::Done(Outcome::Forgotten)
+        }
         409 if a.header(h::PRODUCER_EXPECTED_SEQ).is_some() => poison(
             Kind::Fenced,
-            "the stream forgot this owner's producer (idle too long) or another owner took over"
-                .into(),
+            "the stream expects another producer sequence: another owner took over".into(),
         ),
         409 if a.header(h::STREAM_CLOSED).is_some() => {
             poison(Kind::StreamState, "the stream is closed".into())
@@ -239,12 +245,45 @@ pub fn commit(
     refused_seq: Option<u64>,
     frame: &[u8],
 ) -> Result {
+    let headers = frame_headers(sidecar, sidecar.epoch, seq);
+    send(db, headers, frame, |a, had_unknown| {
+        classify_commit(a, had_unknown, seq, refused_seq)
+    })
+}
+
+/// Sends a claim frame of `epoch` (producer seq 0) for an owner that already holds the stream,
+/// as [`commit`] sends a commit. `Acked` says where the stream's copy of the claim ends: ours,
+/// or another owner's claim of the same epoch answered as its duplicate, which only reading
+/// the stream tells apart.
+pub fn claim(db: &Db, sidecar: &Sidecar, epoch: u64, frame: &[u8]) -> Result {
+    let headers = frame_headers(sidecar, epoch, 0);
+    send(db, headers, frame, |a, had_unknown| match a.status {
+        200 | 204 => match a.offset(h::STREAM_NEXT_OFFSET) {
+            Ok(Some(n)) => Step::Done(Outcome::Acked { next_offset: n }),
+            Ok(None) => Step::Done(Outcome::Poisoned {
+                kind: Kind::StreamState,
+                reason: "the claim's answer carried no Stream-Next-Offset".into(),
+            }),
+            Err(e) => Step::Done(Outcome::Poisoned {
+                kind: Kind::StreamState,
+                reason: e.to_string(),
+            }),
+        },
+        _ => classify_commit(a, had_unknown, 0, None),
+    })
+}
+
+fn send(
+    db: &Db,
+    headers: Vec<(&'static str, String)>,
+    frame: &[u8],
+    classify: impl Fn(&Answer, bool) -> Step,
+) -> Result {
     let budget = Duration::from_millis(settings::get().retry_ms);
     let start = Instant::now();
     let mut attempts = 0u64;
     let mut had_unknown = false;
     let mut backoff = Duration::from_millis(50);
-    let headers = frame_headers(sidecar, sidecar.epoch, seq);
     loop {
         attempts += 1;
         let req = Request {
@@ -254,29 +293,22 @@ pub fn commit(
             body: frame,
             long: false,
         };
-        let (step, last_never_sent) = match Client::global().send(&req) {
-            Attempt::Answered(a) => (classify_commit(&a, had_unknown, seq, refused_seq), false),
-            // A refused connection is retried like any attempt that never went out (003 L226).
-            Attempt::NeverSent(r) | Attempt::Refused(r) => (
-                Step::Again {
-                    unknown: false,
-                    wait: Duration::ZERO,
-                    refusal: Some((Kind::Unreachable, r.clone())),
-                    reason: r,
-                },
-                true,
-            ),
-            Attempt::NoAnswer(r) => (
-                Step::Again {
-                    unknown: true,
-                    wait: Duration::ZERO,
-                    refusal: None,
-                    reason: r,
-                },
-                false,
-            ),
+        let step = match Client::global().send(&req) {
+            Attempt::Answered(a) => classify(&a, had_unknown),
+            // A refused connection is retried like any attempt that never went out.
+            Attempt::NeverSent(r) | Attempt::Refused(r) => Step::Again {
+                unknown: false,
+                wait: Duration::ZERO,
+                refusal: Some((Kind::Unreachable, r.clone())),
+                reason: r,
+            },
+            Attempt::NoAnswer(r) => Step::Again {
+                unknown: true,
+                wait: Duration::ZERO,
+                refusal: None,
+                reason: r,
+            },
         };
-        let _ = last_never_sent;
         match step {
             Step::Done(outcome) => return Result { outcome, attempts },
             Step::Again {

@@ -22,6 +22,7 @@ use crate::format::PAGE_SIZE;
 use crate::format::Record;
 use crate::local;
 use crate::log;
+use crate::reclaim;
 use crate::settings;
 use crate::sqlite_wal;
 use crate::sqlite_wal::FRAME_HEADER;
@@ -307,9 +308,8 @@ fn commit(
         );
         return ffi::SQLITE_IOERR_AUTH;
     }
-    let seq = cs.seq + 1;
     let append_start = Instant::now();
-    let result = append::commit(db, &cs.sidecar, seq, cs.refused_seq, &frame);
+    let (result, seq) = append_frame(db, cs, &frame);
     let append_us = append_start.elapsed().as_micros() as u64;
     match result.outcome {
         append::Outcome::Acked { next_offset } => {
@@ -382,5 +382,61 @@ fn commit(
             db.poison(kind, &reason);
             ffi::SQLITE_IOERR_WRITE
         }
+        append::Outcome::Forgotten => {
+            db.health().append_retries += result.attempts.saturating_sub(1);
+            db.poison(
+                Kind::Fenced,
+                "the stream forgot this owner's producer again right after it claimed the stream back",
+            );
+            ffi::SQLITE_IOERR_WRITE
+        }
     }
+}
+
+/// Appends the commit frame at the next producer seq. When the stream forgot the producer, the
+/// owner claims the stream back first and sends the frame again, as the first commit of its
+/// new epoch. The seq the frame went out with comes back with the answer.
+fn append_frame(db: &Db, cs: &mut crate::db::CommitState, frame: &[u8]) -> (append::Result, u64) {
+    let seq = cs.seq + 1;
+    let first = append::commit(db, &cs.sidecar, seq, cs.refused_seq, frame);
+    if first.outcome != append::Outcome::Forgotten {
+        return (first, seq);
+    }
+    let claimed = match reclaim::reclaim(db, &cs.sidecar) {
+        Ok(c) => c,
+        Err((outcome, attempts)) => {
+            let result = append::Result {
+                outcome,
+                attempts: first.attempts + attempts,
+            };
+            return (result, seq);
+        }
+    };
+    cs.sidecar.epoch = claimed.epoch;
+    cs.sidecar.offset = Some(claimed.next_offset);
+    cs.sidecar.log_bytes += claimed.frame_bytes;
+    cs.seq = 0;
+    cs.refused_seq = None;
+    if let Err(e) = local::write_sidecar(&db.path, &cs.sidecar) {
+        let result = append::Result {
+            outcome: append::Outcome::Poisoned {
+                kind: Kind::LocalDamage,
+                reason: format!("cannot write the sidecar: {e}"),
+            },
+            attempts: first.attempts,
+        };
+        return (result, seq);
+    }
+    {
+        let mut h = db.health();
+        h.epoch = claimed.epoch;
+        h.offset = Some(claimed.next_offset);
+        h.log_bytes += claimed.frame_bytes;
+    }
+    let again = append::commit(db, &cs.sidecar, 1, None, frame);
+    let result = append::Result {
+        outcome: again.outcome,
+        attempts: first.attempts + again.attempts,
+    };
+    (result, 1)
 }

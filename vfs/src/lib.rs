@@ -15,6 +15,7 @@
 //! - [`snapshot`]: the per-database snapshot thread.
 //! - [`follow`]: the follower thread of a live read replica; [`gate`]: the read gate that
 //!   keeps its writes and read transactions apart.
+//! - [`reclaim`]: claiming the stream back when it forgot an idle owner's producer.
 //! - [`append`]: appending frames and the refusal table.
 //! - [`at`]: point-in-time: commit points, the base a point is rebuilt from, the replay that
 //!   stops at a point, the listing.
@@ -46,6 +47,7 @@ pub mod log;
 pub mod mode;
 pub mod ordered;
 pub mod pragma;
+pub mod reclaim;
 pub mod registry;
 pub mod replay;
 pub mod settings;
