@@ -99,3 +99,19 @@ test("a later loadUrsulaVfs naming another library is refused and names the one 
   assert.equal(r.code, 0, r.stderr);
   assert.deepEqual(JSON.parse(r.stdout), [[true, true], "UrsulaSetupError", "local_setup", true, true]);
 });
+
+test("on a platform without a prebuilt extension, open() throws UrsulaSetupError unsupported naming the way out", async () => {
+  // The process reports another CPU, as a riscv64 or a musl host would: no prebuilt matches.
+  const r = await runNode(
+    `Object.defineProperty(process, "arch", { value: "riscv64" });
+    try {
+      U.open(${JSON.stringify(streamUrl(server.base))}, { dir: ${JSON.stringify(tempDir())} });
+      console.log(JSON.stringify("opened"));
+    } catch (e) {
+      console.log(JSON.stringify([e.name, e.kind, e.action, /linux-riscv64/.test(e.message), /SQLITE_URSULA_VFS/.test(e.message)]));
+    }`,
+    { env: { SQLITE_URSULA_VFS: "" } },
+  );
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), ["UrsulaSetupError", "unsupported", "fix", true, true]);
+});
