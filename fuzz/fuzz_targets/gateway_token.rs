@@ -61,6 +61,7 @@ static ISSUER: LazyLock<Issuer> = LazyLock::new(|| {
         rules: Rules {
             issuer: "https://issuer.example".into(),
             audience: "https://streams.example".into(),
+            max_lifetime_secs: None,
         },
     }
 });
