@@ -34,9 +34,16 @@ fn idle() {
     std::thread::sleep(FORGET + Duration::from_millis(400));
 }
 
+/// Attaches `path` as the stream's owner, with the notes table (created once per stream).
 fn owner(ctl: &Connection, path: &Path, url: &str) -> Connection {
     attach(ctl, path, url).expect("attach");
-    Connection::open(path).expect("open")
+    let db = Connection::open(path).expect("open");
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, body TEXT)",
+        [],
+    )
+    .expect("create");
+    db
 }
 
 fn insert(db: &Connection, body: &str) -> rusqlite::Result<usize> {
@@ -65,8 +72,6 @@ fn an_owner_idle_past_the_forget_window_claims_the_stream_back_and_keeps_committ
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("a.db");
     let db = owner(&ctl, &path, &url);
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
     insert(&db, "before the idle week").expect("insert");
     let epoch = status(&ctl, &path)["epoch"].as_u64().expect("epoch");
 
@@ -121,8 +126,6 @@ fn an_idle_owner_stays_fenced_when_another_owner_claimed_and_wrote_in_the_gap() 
     let a_path = dir.path().join("a.db");
     let b_path = dir.path().join("b.db");
     let a = owner(&ctl, &a_path, &url);
-    a.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
     insert(&a, "from a").expect("insert");
     idle();
     // B takes the stream over while A is idle, writes, and then idles long enough for the
@@ -151,8 +154,6 @@ fn an_idle_owner_is_fenced_when_a_foreign_append_landed_in_the_gap() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("a.db");
     let db = owner(&ctl, &path, &url);
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
     insert(&db, "mine").expect("insert");
     idle();
     // No producer and no Stream-Seq: only the stream's tail shows it.
@@ -188,8 +189,6 @@ fn a_refusal_that_applied_before_the_gap_makes_the_next_commit_report_a_fence() 
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("a.db");
     let db = owner(&ctl, &path, &url);
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
     proxy.add(
         "POST",
         "/",
