@@ -71,6 +71,14 @@ impl Cluster {
             fsync_always: opts.fsync_always,
             extra_toml: opts.extra_toml,
         };
+        // Peers prove membership with a shared secret; without one a follower cannot forward
+        // operator commands (purge, restore) to the leader. Written once, before any node
+        // starts: a node reading it while another spawn rewrote it would find it empty.
+        std::fs::write(
+            c.peer_secret_path(),
+            "vfs-tests-cluster-peer-secret-0123456789\n",
+        )
+        .expect("secret");
         for i in 0..3 {
             c.spawn_node(i);
         }
@@ -115,7 +123,11 @@ impl Cluster {
         self.dir.path().join(format!("wal{}", i + 1))
     }
 
-    /// Node `i`'s log, for an operable cluster.
+    fn peer_secret_path(&self) -> PathBuf {
+        self.dir.path().join("peer-secret")
+    }
+
+    /// Node `i`'s log.
     pub fn log_path(&self, i: usize) -> PathBuf {
         self.dir.path().join(format!("n{}.log", i + 1))
     }
@@ -174,10 +186,7 @@ impl Cluster {
 
     fn spawn_node(&mut self, i: usize) {
         let mut t = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
-        // Peers prove membership with a shared secret; without one a follower cannot forward
-        // operator commands (purge, restore) to the leader.
-        let secret = self.dir.path().join("peer-secret");
-        std::fs::write(&secret, "vfs-tests-cluster-peer-secret-0123456789\n").expect("secret");
+        let secret = self.peer_secret_path();
         t.push_str(&format!("peer_secret_file = \"{}\"\n", secret.display()));
         t.push_str(&format!(
             "[raft.wal]\npath = \"{}\"\n",
@@ -200,17 +209,14 @@ impl Cluster {
             Some(ports) => format!("127.0.0.1:{}", ports[i]),
             None => "off".to_owned(),
         };
-        let (out, err) = match &self.admin_ports {
-            Some(_) => {
-                let log = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(self.log_path(i))
-                    .expect("log");
-                (Stdio::from(log.try_clone().expect("log")), Stdio::from(log))
-            }
-            None => (Stdio::null(), Stdio::null()),
-        };
+        // Every node logs to the cluster's directory, so a start that never becomes ready
+        // can say why.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .expect("log");
+        let (out, err) = (Stdio::from(log.try_clone().expect("log")), Stdio::from(log));
         let child = Command::new(bin())
             .args(["server", "--config"])
             .arg(&config)
@@ -277,7 +283,7 @@ impl Drop for Cluster {
         // The logs live in the cluster's temporary directory, gone after this: a failing test
         // prints their tails, and copies them whole under `URSULA_TEST_KEEP_LOGS/<pid>/` when
         // that is set (to chase a failure seen once in a loop of runs).
-        if std::thread::panicking() && self.admin_ports.is_some() {
+        if std::thread::panicking() {
             if let Ok(keep) = std::env::var("URSULA_TEST_KEEP_LOGS") {
                 let d = std::path::Path::new(&keep).join(std::process::id().to_string());
                 let _ = std::fs::create_dir_all(&d);

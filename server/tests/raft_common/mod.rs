@@ -267,7 +267,11 @@ pub fn single_node_args(dir: &Path, port: u16, toml: &str, wal: &str) -> Vec<Str
 /// multi-node examples do.
 pub fn peer_secret_line(dir: &Path) -> String {
     let path = dir.join("peer-secret");
-    std::fs::write(&path, format!("{PEER_SECRET}\n")).expect("peer secret");
+    // Called once per node while earlier nodes may already read the file: a plain write
+    // truncates it first, and a node reading then finds it empty. A rename replaces it whole.
+    let staged = dir.join(format!("peer-secret.{}", std::process::id()));
+    std::fs::write(&staged, format!("{PEER_SECRET}\n")).expect("peer secret");
+    std::fs::rename(&staged, &path).expect("peer secret");
     format!("peer_secret_file = \"{}\"\n", path.display())
 }
 
