@@ -5,14 +5,13 @@
 // here with the gateway tests' Ed25519 key (gateway/tests/auth_keys).
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { createPrivateKey, sign } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:http";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { open, setToken, status, UrsulaError, UrsulaWriteRefusedError } from "../index.js";
+import { AUDIENCE, startIssuer } from "./helpers/issuer.mjs";
 import { tempDir, thrown } from "./helpers/kit.mjs";
-import { detach, freePort, repoRoot, startServer, ursulaBin } from "./helpers/server.mjs";
+import { detach, freePort, startServer, ursulaBin } from "./helpers/server.mjs";
 
 // Read once, when the extension loads (the first open below).
 const tokenFile = join(tempDir(), "token");
@@ -20,41 +19,15 @@ writeFileSync(tokenFile, "");
 process.env.URSULA_VFS_RETRY_MS = "800";
 process.env.URSULA_VFS_TOKEN_FILE = tokenFile;
 
-const AUDIENCE = "https://streams.example";
 const BUCKET = "tenant-js";
 const RATED = "tenant-rated";
-const keys = join(repoRoot, "gateway", "tests", "auth_keys");
-const privateKey = createPrivateKey({
-  key: readFileSync(join(keys, "issuer-ed25519.pk8")),
-  format: "der",
-  type: "pkcs8",
-});
 
 let server;
-let jwks;
+let iss;
 let issuer;
 let gateway;
 let gatewayBase;
-
-const b64 = (v) => Buffer.from(typeof v === "string" ? v : JSON.stringify(v)).toString("base64url");
-let jti = 0;
-function token(subject, ttlSecs = 600) {
-  const now = Math.floor(Date.now() / 1000);
-  const exp = now + ttlSecs;
-  const header = b64({ alg: "EdDSA", typ: "at+jwt", kid: "ed1" });
-  jti += 1;
-  const claims = b64({
-    iss: issuer,
-    aud: AUDIENCE,
-    sub: subject,
-    client_id: "js-tests",
-    iat: Math.min(now, exp),
-    exp,
-    jti: `js-${process.pid}-${jti}`,
-  });
-  const signature = sign(null, Buffer.from(`${header}.${claims}`), privateKey).toString("base64url");
-  return `${header}.${claims}.${signature}`;
-}
+const token = (subject, ttlSecs) => iss.token(subject, ttlSecs);
 
 before(async () => {
   server = await startServer();
@@ -62,14 +35,8 @@ before(async () => {
     const r = await fetch(`${server.base}/${b}`, { method: "PUT" });
     assert.ok([200, 201, 204].includes(r.status), `bucket ${b}: ${r.status}`);
   }
-  const all = JSON.parse(readFileSync(join(keys, "public-jwks.json"), "utf8"));
-  const body = JSON.stringify({ keys: [{ ...all.ed, kid: "ed1" }] });
-  jwks = createServer((_req, res) => {
-    res.writeHead(200, { "content-type": "application/json" });
-    res.end(body);
-  });
-  await new Promise((ok) => jwks.listen(0, "127.0.0.1", ok));
-  issuer = `http://127.0.0.1:${jwks.address().port}`;
+  iss = await startIssuer();
+  issuer = iss.url;
   const dir = tempDir();
   const owners = `owners = [{ issuer = "${issuer}", subject = "owner-1" }]`;
   writeFileSync(
@@ -123,7 +90,7 @@ before(async () => {
 
 after(async () => {
   gateway?.kill("SIGKILL");
-  jwks?.close();
+  iss?.close();
   await server?.stop();
 });
 
