@@ -88,6 +88,9 @@ scripts/chaos.sh --short --bin "$out"
 step "npm package @tonbo/sqlite-ursula (node:test on Node 22)"
 URSULA_BIN="$out/ursula" scripts/test-js.sh --ci --no-build
 
+step "browser replica @tonbo/sqlite-ursula-browser (Chromium, Node 22)"
+URSULA_BIN="$out/ursula" scripts/test-browser.sh --ci
+
 # The wheel is built from the build step's extension (glibc 2.28, so tagged manylinux_2_28).
 step "Python package sqlite-ursula (pytest, the wheel installed in a venv)"
 URSULA_BIN="$out/ursula" scripts/test-python.sh --no-build

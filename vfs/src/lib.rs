@@ -41,6 +41,8 @@ pub mod entry;
 pub mod error;
 pub mod follow;
 pub mod format;
+#[cfg(test)]
+mod format_fixtures;
 pub mod gate;
 pub mod local;
 pub mod log;
