@@ -313,3 +313,84 @@ fn the_gateway_forwards_only_the_nodes_read_only_internal_paths() {
         assert!(a.vouched());
     }
 }
+
+/// An SSE subscription read event by event with the HTML standard's rules: `data:` values (one
+/// leading space removed) joined by LF, the last LF dropped.
+struct SseReader {
+    lines: std::io::BufReader<Box<dyn Read + Send>>,
+}
+
+impl SseReader {
+    fn open(url: &str) -> SseReader {
+        let resp = agent()
+            .get(url)
+            .call()
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        assert_eq!(resp.status().as_u16(), 200, "{url}");
+        let reader: Box<dyn Read + Send> = Box::new(resp.into_body().into_reader());
+        SseReader {
+            lines: std::io::BufReader::new(reader),
+        }
+    }
+
+    /// The next event: its name and its raw lines, then its decoded data.
+    fn next(&mut self) -> (String, String, String) {
+        use std::io::BufRead;
+        let (mut name, mut raw, mut data) = (String::new(), String::new(), Vec::new());
+        loop {
+            let mut line = String::new();
+            let n = self.lines.read_line(&mut line).expect("read an event line");
+            assert!(n > 0, "the subscription ended inside an event: {raw:?}");
+            raw.push_str(&line);
+            let line = line.strip_suffix('\n').unwrap_or(&line);
+            if line.is_empty() {
+                if name.is_empty() && data.is_empty() {
+                    continue;
+                }
+                return (name, raw, data.join("\n"));
+            }
+            if let Some(v) = line.strip_prefix("event:") {
+                name = v.trim_start().to_owned();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
+            }
+        }
+    }
+
+    fn next_data(&mut self) -> (String, String) {
+        loop {
+            let (name, raw, data) = self.next();
+            if name == "data" {
+                return (raw, data);
+            }
+        }
+    }
+}
+
+#[test]
+fn json_sse_events_reach_a_standard_parser_through_the_gateway_with_every_line_feed() {
+    let scratch = Scratch::new("json-sse");
+    let node = memory_node(&scratch);
+    let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
+    const JSON: (&str, &str) = ("content-type", "application/json");
+    let a = send("PUT", &gw.url("/demo"), &[], b"");
+    assert!(matches!(a.status, 200 | 201 | 204), "bucket: {}", a.status);
+    let a = send("PUT", &gw.url("/demo/j"), &[JSON], b"");
+    assert_eq!(a.status, 201, "{}", a.body);
+    let a = send("POST", &gw.url("/demo/j"), &[JSON], br#"[{"a":1},{"a":2}]"#);
+    assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
+
+    // Catch-up: both records, each ending in its LF, and the same event bytes as the node's.
+    let mut through = SseReader::open(&gw.url("/demo/j?offset=-1&live=sse"));
+    let mut direct = SseReader::open(&node.url("/demo/j?offset=-1&live=sse"));
+    let (raw, data) = through.next_data();
+    assert_eq!(data, "{\"a\":1}\n{\"a\":2}\n", "{raw:?}");
+    assert_eq!(direct.next_data().0, raw, "the gateway changed the event");
+
+    // Live: an append made while subscribed arrives as one whole record with its LF.
+    let a = send("POST", &gw.url("/demo/j"), &[JSON], br#"{"b":3}"#);
+    assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
+    let (raw, data) = through.next_data();
+    assert_eq!(data, "{\"b\":3}\n", "{raw:?}");
+    assert_eq!(direct.next_data().0, raw, "the gateway changed the event");
+}

@@ -401,6 +401,12 @@ struct Event {
 }
 
 impl Event {
+    /// The payload a client following the HTML standard hands the application: the `data:`
+    /// values joined by LF (each line's LF, less the last).
+    fn payload(&self) -> String {
+        self.data.join("\n")
+    }
+
     fn json(&self) -> Value {
         serde_json::from_str(&self.data.join("\n"))
             .unwrap_or_else(|e| panic!("{self:?} is not JSON: {e}"))
@@ -590,7 +596,7 @@ async fn sse_on_a_binary_stream_sends_base64() {
 }
 
 #[tokio::test]
-async fn sse_on_a_json_stream_sends_one_ndjson_record_per_data_line() {
+async fn sse_on_a_json_stream_sends_each_record_with_its_line_feed() {
     let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     s.append("/demo/s", JSON, r#"[{"a":1},{"b":"x\ny"}]"#).await;
@@ -603,11 +609,45 @@ async fn sse_on_a_json_stream_sends_one_ndjson_record_per_data_line() {
         Some(&b"application/x-ndjson"[..])
     );
     assert!(parts.headers.get("stream-sse-data-encoding").is_none());
-    assert_eq!(
-        sse.expect_event("data").await.data,
-        vec![r#"{"a":1}"#, r#"{"b":"x\ny"}"#]
-    );
+    let ev = sse.expect_event("data").await;
+    assert_eq!(ev.data, vec![r#"{"a":1}"#, r#"{"b":"x\ny"}"#, ""]);
+    // Exactly the NDJSON bytes the event covers, the last record's line feed included.
+    assert_eq!(ev.payload(), "{\"a\":1}\n{\"b\":\"x\\ny\"}\n");
     assert_eq!(sse.expect_control().await["streamNextOffset"], off(21));
+}
+
+#[tokio::test]
+async fn a_live_json_tail_delivers_each_append_as_whole_records_ending_in_a_line_feed() {
+    // The browser's rule (000 L1982): buffer until a newline, then parse. Without the last
+    // record's LF a live tail would glue the next append's first record onto it.
+    let s = Server::new().await;
+    s.create("/demo/s", JSON).await;
+    let (_, mut sse) = Sse::open(&s, "/demo/s?offset=now&live=sse").await;
+    sse.expect_control().await;
+    s.append("/demo/s", JSON, r#"{"msg":"hello"}"#).await;
+    assert_eq!(
+        sse.expect_event("data").await.payload(),
+        "{\"msg\":\"hello\"}\n"
+    );
+    sse.expect_control().await;
+    s.append("/demo/s", JSON, r#"[{"msg":"world"},{"n":2}]"#)
+        .await;
+    assert_eq!(
+        sse.expect_event("data").await.payload(),
+        "{\"msg\":\"world\"}\n{\"n\":2}\n"
+    );
+}
+
+#[tokio::test]
+async fn sse_on_a_text_stream_keeps_every_line_feed_the_writer_sent() {
+    let s = Server::new().await;
+    s.create("/demo/s", TEXT).await;
+    s.append("/demo/s", TEXT, "one\ntwo\n").await;
+    let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
+    assert_eq!(sse.expect_event("data").await.payload(), "one\ntwo\n");
+    sse.expect_control().await;
+    s.append("/demo/s", TEXT, "\n\nthree").await;
+    assert_eq!(sse.expect_event("data").await.payload(), "\n\nthree");
 }
 
 #[tokio::test]
@@ -765,19 +805,27 @@ async fn sse_on_a_json_stream_prefers_to_end_an_event_at_a_complete_record() {
     )
     .await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse&max_bytes=12").await;
-    assert_eq!(sse.expect_event("data").await.data, vec![r#"{"a":1}"#]);
+    assert_eq!(sse.expect_event("data").await.payload(), "{\"a\":1}\n");
     assert_eq!(sse.expect_control().await["streamNextOffset"], off(8));
-    assert_eq!(sse.expect_event("data").await.data, vec![r#"{"b":2}"#]);
+    assert_eq!(sse.expect_event("data").await.payload(), "{\"b\":2}\n");
     assert_eq!(sse.expect_control().await["streamNextOffset"], off(16));
-    // A record longer than the window still makes progress, in pieces.
-    let mut rest = String::new();
+    // A record longer than the window still makes progress, in pieces: the events before its
+    // end carry no line feed, and the next one continues the record.
+    let mut pieces = Vec::new();
     loop {
-        rest.push_str(&sse.expect_event("data").await.data.join("\n"));
+        pieces.push(sse.expect_event("data").await.payload());
         if sse.expect_control().await.get("upToDate").is_some() {
             break;
         }
     }
-    assert_eq!(rest, r#"{"long":"0123456789"}"#);
+    assert!(pieces.len() > 1, "{pieces:?}");
+    for p in &pieces[..pieces.len() - 1] {
+        assert!(
+            !p.contains('\n'),
+            "a piece ends the record early: {pieces:?}"
+        );
+    }
+    assert_eq!(pieces.concat(), "{\"long\":\"0123456789\"}\n");
 }
 
 #[tokio::test]

@@ -443,13 +443,9 @@ impl Session {
             if !view.data.is_empty() {
                 out.push_str("event: data\n");
                 if self.text {
-                    let text = String::from_utf8_lossy(&view.data);
-                    let body = if self.json {
-                        text.strip_suffix('\n').unwrap_or(&text)
-                    } else {
-                        &text
-                    };
-                    push_data_lines(&mut out, body);
+                    // The whole text, its final line feed included: a JSON event ends with the
+                    // LF of its last record (or inside a record the next event continues).
+                    push_data_lines(&mut out, &String::from_utf8_lossy(&view.data));
                 } else {
                     out.push_str("data:");
                     base64::engine::general_purpose::STANDARD.encode_string(&view.data, &mut out);
@@ -566,9 +562,11 @@ fn write_control(
     sent
 }
 
-/// Writes `text` as `data:` lines. CR, LF and CRLF all end an SSE line, so each becomes a line
-/// break the client turns back into LF; a line starting with a space gets one extra, because
-/// the client strips one.
+/// Writes `text` as `data:` lines. A client joins an event's lines with LF and drops the LF
+/// after the last one, so text ending in a line break gets one more, empty, `data:` line and
+/// reaches the client with its final LF. CR, LF and CRLF all end an SSE line, so each becomes a
+/// line break the client turns back into LF; a line starting with a space gets one extra,
+/// because the client strips one.
 fn push_data_lines(out: &mut String, text: &str) {
     let mut rest = text;
     loop {
@@ -641,6 +639,35 @@ mod tests {
         assert!(write_control(&mut out, None, 6, false, false).is_some());
         let value = control_json(&out);
         assert!(value.get("upToDate").is_none() && value.get("streamClosed").is_none());
+    }
+
+    /// What a client following the HTML standard hands the application: the `data:` values
+    /// (one leading space removed), each followed by LF, less the last LF.
+    fn decoded(event: &str) -> String {
+        let mut buf = String::new();
+        for line in event.lines() {
+            let value = line.strip_prefix("data:").expect("a data line");
+            buf.push_str(value.strip_prefix(' ').unwrap_or(value));
+            buf.push('\n');
+        }
+        buf.pop();
+        buf
+    }
+
+    #[test]
+    fn a_client_decodes_exactly_the_text_written_final_line_feed_included() {
+        for text in [
+            "{\"a\":1}\n{\"a\":2}\n",
+            "{\"a\":1}\n{\"partial\":",
+            "no line feed",
+            "two\n\n",
+            "\n",
+            " leading space\n",
+        ] {
+            let mut out = String::new();
+            push_data_lines(&mut out, text);
+            assert_eq!(decoded(&out), text, "{out:?}");
+        }
     }
 
     #[test]
