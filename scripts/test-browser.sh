@@ -3,7 +3,8 @@
 # locked dependencies (npm ci), then runs `node --test` on browser/test/*.test.mjs with Node 22.
 # The decoder tests need nothing else; the replica tests start the real `ursula` server and
 # gateway, open pages in headless Chromium (on PATH) and commit through the npm package, so
-# the addon must be in js/ (scripts/test-js.sh puts it there; run that first).
+# the addon must be in js/ (scripts/test-js.sh puts it there; run that first). The examples'
+# test runs examples/browser-telemetry and examples/browser-replica the same way.
 #
 # Usage: scripts/test-browser.sh [--ci] [-- extra node --test args]
 # Env: URSULA_BIN (required: the `ursula` binary), NODE (default: scripts/install-node.sh).
@@ -28,6 +29,9 @@ export PATH="$(dirname "$NODE"):$PATH"
 unset SQLITE_URSULA_VFS URSULA_VFS_RETRY_MS URSULA_VFS_IDLE_MS URSULA_VFS_TOKEN_FILE URSULA_VFS_CA_FILE
 
 (cd browser && npm ci --no-audit --no-fund --loglevel=error) >&2
+# The example test serves examples/browser-replica from its own node_modules (links to js/ and
+# browser/, nothing from the registry).
+(cd examples/browser-replica && npm ci --no-audit --no-fund --loglevel=error) >&2
 
 reporter=spec
 ((ci)) && reporter=tap

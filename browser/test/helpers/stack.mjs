@@ -168,6 +168,13 @@ export async function startStack() {
       });
     },
 
+    /** A file holding `token`, for `URSULA_VFS_TOKEN_FILE`. */
+    tokenFile(token) {
+      const file = join(tempDir("ursula-token-"), "token");
+      writeFileSync(file, `${token}\n`);
+      return file;
+    },
+
     /** Opens `page` (under browser/) in headless Chromium with `params`; `close()` kills it. */
     browse(page, params) {
       const profile = join(dir, `chromium-${browsers.size}-${Date.now()}`);
@@ -213,11 +220,7 @@ export async function startStack() {
       const ownerDir = tempDir("ursula-owner-");
       const env = { ...process.env, NODE_NO_WARNINGS: "1", OWNER_URL: url, OWNER_COUNT: String(count), OWNER_RATE: String(rate), OWNER_ROWS: String(rows), OWNER_DIR: ownerDir };
       if (pad !== null) env.OWNER_PAD = String(pad);
-      if (token !== null) {
-        const tokenFile = join(ownerDir, "token");
-        writeFileSync(tokenFile, `${token}\n`);
-        env.URSULA_VFS_TOKEN_FILE = tokenFile;
-      }
+      if (token !== null) env.URSULA_VFS_TOKEN_FILE = this.tokenFile(token);
       const child = detach(spawn(process.execPath, [join(browserRoot, "test", "helpers", "owner.mjs")], { stdio: ["pipe", "pipe", "inherit"], env }));
       const lines = [];
       let readyOk;
