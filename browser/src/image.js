@@ -59,6 +59,9 @@ export class Image {
   #reserve(pages, keep) {
     const need = pages * PAGE_SIZE;
     if (need <= this.capacity && this.ptr !== 0) return;
+    // The pages copied over carry page 1 as the owner wrote it (a WAL header, which memdb
+    // refuses to open): make it this copy's before SQLite reads it.
+    if (keep) this.#settle();
     const { capi, wasm } = this.sqlite3;
     const capacity = Math.max(need, this.capacity * 2, 16 * PAGE_SIZE);
     const ptr = capi.sqlite3_malloc64(capacity);
