@@ -4,16 +4,27 @@
 //! backlog), and closes a connection that sends no whole request head within
 //! `--request-head-timeout` of opening or of its last answer: a client that sends half a head
 //! and then nothing holds no slot for long.
+//!
+//! Each connection speaks HTTP/1.1 or, when it opens with the HTTP/2 preface, h2c (HTTP/2 in
+//! clear text with prior knowledge; TLS, and with it `h2` by ALPN, is a proxy's job in front).
+//! Either way every request goes through the same [`Gateway::handle`]: the same refusals, body
+//! limits, timeouts and access control, per request, so per HTTP/2 stream.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
+use http::HeaderValue;
+use http::header;
 use hyper::server::conn::http1;
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
+use hyper_util::rt::TokioExecutor;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use crate::GatewayError;
@@ -96,23 +107,106 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let gw = gateway.clone();
         tokio::spawn(async move {
+            let Some(protocol) = sniff(&stream, head_timeout).await else {
+                tracing::debug!(%peer, "no request began in time: connection closed");
+                return;
+            };
             let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(ClientAddr(peer.ip()));
+                host_from_authority(&mut req);
                 let gw = gw.clone();
                 async move { Ok::<_, Infallible>(gw.handle(req).await) }
             });
-            let conn = http1::Builder::new()
-                .keep_alive(true)
-                .timer(TokioTimer::new())
-                .header_read_timeout(head_timeout)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
+            let io = TokioIo::new(stream);
+            let served = match protocol {
+                Protocol::Http1 => {
+                    http1::Builder::new()
+                        .keep_alive(true)
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(head_timeout)
+                        .serve_connection(io, service)
+                        .await
+                }
+                Protocol::Http2 => {
+                    http2::Builder::new(TokioExecutor::new())
+                        .timer(TokioTimer::new())
+                        .max_concurrent_streams(H2_MAX_STREAMS)
+                        .keep_alive_interval(H2_PING_EVERY)
+                        .keep_alive_timeout(H2_PING_TIMEOUT)
+                        .serve_connection(io, service)
+                        .await
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "client connection ended with an error");
             }
             // The slot is free once the connection is gone, however it ended.
             drop(slot);
         });
     }
+}
+
+/// What an h2c client with prior knowledge sends first (RFC 9113 §3.4); no HTTP/1 request line
+/// starts with `PRI *`.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Streams one HTTP/2 connection may have open at once: a page's live tails share one
+/// connection (a browser opens one per origin), and each is a request the admission limits
+/// count like any other.
+const H2_MAX_STREAMS: u32 = 256;
+
+/// An HTTP/2 connection is pinged after this long without a frame from the client, and closed
+/// when the ping goes unanswered for [`H2_PING_TIMEOUT`]: a peer gone without a FIN frees its
+/// slot and its streams' permits.
+const H2_PING_EVERY: Duration = Duration::from_secs(30);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The protocol a connection speaks, from its first bytes (peeked, left for the server to
+/// read). `None` when the peer closed, or sent too little to tell within `within` (the request
+/// head timeout): a connection that says nothing holds its slot no longer than a half-sent
+/// HTTP/1 head does.
+async fn sniff(stream: &TcpStream, within: Duration) -> Option<Protocol> {
+    let look = async {
+        let mut buf = [0u8; H2_PREFACE.len()];
+        loop {
+            let n = stream.peek(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            if buf[..n] != H2_PREFACE[..n] {
+                return Some(Protocol::Http1);
+            }
+            if n == H2_PREFACE.len() {
+                return Some(Protocol::Http2);
+            }
+            // A part of the preface so far: `peek` answers at once while those bytes wait, so
+            // look again a moment later. Rare: a client sends the preface in one segment.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(within, look).await.ok().flatten()
+}
+
+/// An HTTP/2 request names its host in `:authority` (the URI), not in `Host`; the nodes build
+/// `Location` from `Host`, so the gateway gives it one as an HTTP/1.1 client would have.
+fn host_from_authority<B>(req: &mut hyper::Request<B>) {
+    if req.headers().contains_key(header::HOST) {
+        return;
+    }
+    let Some(host) = req
+        .uri()
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    else {
+        return;
+    };
+    req.headers_mut().insert(header::HOST, host);
 }
 
 async fn wait_for_signal() {
