@@ -15,7 +15,8 @@
 //!   marker and vouch, the response-header timeout, metrics; response bodies stream through
 //!   unbuffered.
 //! - [`reply`]: the gateway's own answers, refusal tokens, header hygiene.
-//! - [`serve`]: the listener (request-head timeout, connection cap) and [`run`].
+//! - [`serve`]: the listener (request-head timeout, connection cap, HTTP/1.1 or h2c by the
+//!   first bytes) and [`run`]; [`h2c`]: a connection upgraded to HTTP/2 from HTTP/1.1.
 //! - [`auth`]: opt-in access control (`--auth-*`): RFC 9068 access tokens, the issuer's JWKS,
 //!   the bucket policy and its `404` concealment; [`guard`] applies it to a request, and
 //!   [`expiry`] ends an SSE subscription at its token's `exp`.
@@ -29,9 +30,8 @@
 //!
 //! Dependencies run one way: `forward` uses `body`, which uses `uploads`; `config` uses
 //! `uploads` and `timeouts`; `uploads` takes only the duration parser from `timeouts`;
-//! `tenant` uses `admission` and `usage`, and `forward` uses `tenant` and `cors`.
-//!
-//! Not built yet: HTTP/2.
+//! `tenant` uses `admission` and `usage`, and `forward` uses `tenant` and `cors`; `serve` uses
+//! `forward` and `h2c`.
 
 pub mod admission;
 pub mod auth;
@@ -41,6 +41,7 @@ pub mod cors;
 pub mod expiry;
 pub mod forward;
 pub mod guard;
+pub mod h2c;
 pub mod reply;
 pub mod serve;
 pub mod tenant;

@@ -6,13 +6,16 @@
 //! and then nothing holds no slot for long.
 //!
 //! Each connection speaks HTTP/1.1 or, when it opens with the HTTP/2 preface, h2c (HTTP/2 in
-//! clear text with prior knowledge; TLS, and with it `h2` by ALPN, is a proxy's job in front).
+//! clear text with prior knowledge; TLS, and with it `h2` by ALPN, is a proxy's job in front);
+//! an HTTP/1.1 request may also upgrade its connection to h2c ([`h2c`]).
 //! Either way every request goes through the same [`Gateway::handle`]: the same refusals, body
 //! limits, timeouts and access control, per request, so per HTTP/2 stream.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use http::HeaderValue;
@@ -20,6 +23,7 @@ use http::header;
 use hyper::server::conn::http1;
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioExecutor;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::TokioTimer;
@@ -31,6 +35,8 @@ use crate::GatewayError;
 use crate::config::GatewayArgs;
 use crate::config::GatewayConfig;
 use crate::forward::Gateway;
+use crate::h2c;
+use crate::reply::GatewayBody;
 use crate::untrusted::ClientAddr;
 
 /// Runs `ursula gateway` until SIGINT or SIGTERM.
@@ -107,37 +113,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let gw = gateway.clone();
         tokio::spawn(async move {
-            let Some(protocol) = sniff(&stream, head_timeout).await else {
-                tracing::debug!(%peer, "no request began in time: connection closed");
-                return;
-            };
-            let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ClientAddr(peer.ip()));
-                host_from_authority(&mut req);
-                let gw = gw.clone();
-                async move { Ok::<_, Infallible>(gw.handle(req).await) }
-            });
-            let io = TokioIo::new(stream);
-            let served = match protocol {
-                Protocol::Http1 => {
-                    http1::Builder::new()
-                        .keep_alive(true)
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(head_timeout)
-                        .serve_connection(io, service)
-                        .await
-                }
-                Protocol::Http2 => {
-                    http2::Builder::new(TokioExecutor::new())
-                        .timer(TokioTimer::new())
-                        .max_concurrent_streams(H2_MAX_STREAMS)
-                        .keep_alive_interval(H2_PING_EVERY)
-                        .keep_alive_timeout(H2_PING_TIMEOUT)
-                        .serve_connection(io, service)
-                        .await
-                }
-            };
-            if let Err(e) = served {
+            if let Err(e) = connection(stream, peer, gw, head_timeout).await {
                 tracing::debug!(%peer, error = %e, "client connection ended with an error");
             }
             // The slot is free once the connection is gone, however it ended.
@@ -146,9 +122,83 @@ pub async fn serve(
     }
 }
 
-/// What an h2c client with prior knowledge sends first (RFC 9113 §3.4); no HTTP/1 request line
-/// starts with `PRI *`.
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+type ConnError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An upgrade hyper will hand over after its `101`, and the upgraded request's frame.
+type Switched = (OnUpgrade, Vec<u8>);
+
+/// One client connection, HTTP/1.1 or HTTP/2 by its first bytes, to its end.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    gw: Gateway,
+    head_timeout: Duration,
+) -> Result<(), ConnError> {
+    let Some(protocol) = sniff(&stream, head_timeout).await else {
+        tracing::debug!(%peer, "no request began in time: connection closed");
+        return Ok(());
+    };
+    let io = TokioIo::new(stream);
+    if protocol == Protocol::Http2 {
+        return serve_h2(io, gw, peer).await;
+    }
+    // An `Upgrade: h2c` request leaves its frame and the upgrade here; the connection goes on
+    // as HTTP/2 once hyper has sent the `101`.
+    let upgrade: Arc<Mutex<Option<Switched>>> = Arc::default();
+    let pending = upgrade.clone();
+    let gw1 = gw.clone();
+    let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        let switch = h2c::upgrade_frame(&req).map(|frame| {
+            let on = hyper::upgrade::on(&mut req);
+            if let Ok(mut p) = pending.lock() {
+                *p = Some((on, frame));
+            }
+        });
+        let gw = gw1.clone();
+        async move {
+            if switch.is_some() {
+                return Ok::<_, Infallible>(h2c::switching(GatewayBody::default()));
+            }
+            req.extensions_mut().insert(ClientAddr(peer.ip()));
+            Ok(gw.handle(req).await)
+        }
+    });
+    http1::Builder::new()
+        .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(head_timeout)
+        .serve_connection(io, service)
+        .with_upgrades()
+        .await?;
+    let switched = upgrade.lock().ok().and_then(|mut p| p.take());
+    let Some((on, frame)) = switched else {
+        return Ok(());
+    };
+    let upgraded = on.await?;
+    let io = h2c::resume(TokioIo::new(upgraded), frame, head_timeout).await?;
+    serve_h2(TokioIo::new(io), gw, peer).await
+}
+
+/// An HTTP/2 connection (prior knowledge or upgraded), each stream a request to `gw`.
+async fn serve_h2<I>(io: I, gw: Gateway, peer: SocketAddr) -> Result<(), ConnError>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ClientAddr(peer.ip()));
+        host_from_authority(&mut req);
+        let gw = gw.clone();
+        async move { Ok::<_, Infallible>(gw.handle(req).await) }
+    });
+    http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .keep_alive_interval(H2_PING_EVERY)
+        .keep_alive_timeout(H2_PING_TIMEOUT)
+        .serve_connection(io, service)
+        .await?;
+    Ok(())
+}
 
 /// Streams one HTTP/2 connection may have open at once: a page's live tails share one
 /// connection (a browser opens one per origin), and each is a request the admission limits
@@ -173,16 +223,16 @@ enum Protocol {
 /// HTTP/1 head does.
 async fn sniff(stream: &TcpStream, within: Duration) -> Option<Protocol> {
     let look = async {
-        let mut buf = [0u8; H2_PREFACE.len()];
+        let mut buf = [0u8; h2c::PREFACE.len()];
         loop {
             let n = stream.peek(&mut buf).await.ok()?;
             if n == 0 {
                 return None;
             }
-            if buf[..n] != H2_PREFACE[..n] {
+            if buf[..n] != h2c::PREFACE[..n] {
                 return Some(Protocol::Http1);
             }
-            if n == H2_PREFACE.len() {
+            if n == h2c::PREFACE.len() {
                 return Some(Protocol::Http2);
             }
             // A part of the preface so far: `peek` answers at once while those bytes wait, so

@@ -1,8 +1,8 @@
 //! `ursula gateway` speaks h2c (HTTP/2 with prior knowledge) beside HTTP/1.1 on one listener:
 //! a client drives streams and holds fifty live tails over one connection; each HTTP/2 stream
 //! meets the refusals, body limits and access control an HTTP/1.1 request meets; a connection
-//! that never finishes its preface is closed at the head timeout; an `Upgrade: h2c` request is
-//! answered in HTTP/1.1.
+//! that never finishes its preface is closed at the head timeout; an `Upgrade: h2c` request
+//! switches its connection to HTTP/2 unless it carries a body.
 
 use std::io::Read;
 use std::io::Write;
@@ -304,7 +304,7 @@ fn a_connection_silent_or_stopped_inside_the_preface_is_closed_at_the_head_timeo
 }
 
 #[test]
-fn an_upgrade_to_h2c_is_answered_in_http1() {
+fn an_upgrade_to_h2c_answers_on_stream_1_and_the_connection_goes_on_in_http2() {
     let scratch = Scratch::new("h2-upgrade");
     let node = memory_node(&scratch);
     let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
@@ -313,18 +313,51 @@ fn an_upgrade_to_h2c_is_answered_in_http1() {
         200 | 201 | 204
     ));
     assert_eq!(send("PUT", &gw.url("/demo/s"), &[TEXT], b"up|").status, 201);
+    // curl's --http2 on an http:// URL asks for the upgrade on its first request and reuses the
+    // connection, now HTTP/2, for the second.
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--http2",
+            "-w",
+            "\n%{http_version} %{num_connects}\n",
+        ])
+        .arg(gw.url("/demo/s?offset=-1"))
+        .arg(gw.url("/demo/none?offset=-1"))
+        .output()
+        .expect("curl (apt-get install -y curl)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "up|", "{text}");
+    assert_eq!(
+        lines[1], "2 1",
+        "the upgraded request was not answered in HTTP/2: {text}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some("2 0"),
+        "the second request: {text}"
+    );
+
+    // With a body the request is answered in HTTP/1.1, the upgrade ignored.
     let mut s = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
     let req = format!(
-        "GET /demo/s?offset=-1 HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: Upgrade, HTTP2-Settings\r\n\
-         Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+        "POST /demo/s HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+         Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nContent-Type: text/plain\r\n\
+         Content-Length: 4\r\n\r\nmore",
         gw.port
     );
     s.write_all(req.as_bytes()).expect("write");
     let mut seen = String::new();
-    read_until(&mut s, &mut seen, "up|");
-    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
-    assert!(
-        !seen.to_ascii_lowercase().contains("upgrade: h2c"),
-        "{seen}"
+    read_until(&mut s, &mut seen, "\r\n\r\n");
+    assert!(seen.starts_with("HTTP/1.1 20"), "{seen}");
+    assert_eq!(
+        send("GET", &gw.url("/demo/s?offset=-1"), &[], b"").body,
+        "up|more"
     );
 }
