@@ -240,7 +240,7 @@ fn preflight(req_headers: &HeaderMap, allow: &'static str) -> Response {
 }
 
 /// Whether a `413` for a declared oversized body carries the refusal marker. Snapshot PUTs
-/// never do (L2122): repeating one is harmless, so clients need no marker to retry it.
+/// never do (the spec's rule): repeating one is harmless, so clients need no marker to retry it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Marking {
     Marked,
