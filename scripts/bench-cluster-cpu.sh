@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a 3-voter cluster's CPU goes (issue 19, point 4). Starts a 3-voter cluster on loopback,
+# Where a 3-voter cluster's CPU goes. Starts a 3-voter cluster on loopback,
 # drives its leader with `ursula-bench load` (100-byte appends, 1,000 streams, 32 connections),
 # and reports for each node the CPU of each of its threads and, when `perf` can sample the
 # processes, the share of each node's samples per kind of work (HTTP, Raft core, replication,

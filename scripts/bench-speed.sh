@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speed against the machine's own ceiling (issue 19), written to docs/benchmarks.md's section
+# Speed against the machine's own ceiling, written to docs/benchmarks.md's section
 # "## Speed against the machine's ceiling (issue 19)":
 #
 #   scripts/bench-speed.sh            # about 20 minutes on 2 cores

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fault runs against a real cluster (issue 18; docs/reliability.md): nodes as hosts in network
+# Fault runs against a real cluster (docs/reliability.md): nodes as hosts in network
 # namespaces, a seeded nemesis, concurrent clients and a SQLite owner with a live follower,
 # and a checker over each recorded history. Needs root (namespaces, iptables, tmpfs mounts).
 #

@@ -57,8 +57,8 @@ fi
 
 # cargo-fuzz's default build: optimized, with debug assertions and overflow checks (an
 # overflow is a finding; `-O` would turn them off), and AddressSanitizer. Sixteen codegen
-# units instead of its one: the server's dependency tree builds in about half the time on two
-# cores, for a few percent of executions per second.
+# units instead of its one: the server's dependency tree builds much faster on few cores, for
+# little loss of executions per second (docs/reliability.md, "Fuzzing").
 build_start=$SECONDS
 nice -n 10 cargo +nightly fuzz build --codegen-units 16 --target-dir target/fuzz
 echo "fuzz.sh: built in $((SECONDS - build_start)) s"

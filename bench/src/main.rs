@@ -8,7 +8,7 @@
 //! - `ursula-bench report --ursula-load F --ursula-idle F --reference-load F --reference-idle F
 //!   --out docs/benchmarks.md`: the markdown report (each flag repeats once per round).
 //!
-//! - `scripts/bench-speed.sh` (issue 19) uses `ceiling` (a hyper server answering `204`),
+//! - `scripts/bench-speed.sh` uses `ceiling` (a hyper server answering `204`),
 //!   `setup`, `point`, `oha` (converts an oha JSON report), `max`, `idle-sse` and
 //!   `speed-report`.
 //!

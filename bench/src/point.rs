@@ -1,6 +1,6 @@
-//! One measured point of `scripts/bench-speed.sh` (issue 19): a server, a client
-//! (`ursula-bench` or `oha`), a number of streams and connections, closed loop or a fixed
-//! offered rate. Points are JSON lines appended to one file; [`crate::speed`] reads them back.
+//! One measured point of `scripts/bench-speed.sh`: a server, a client (`ursula-bench` or
+//! `oha`), a number of streams and connections, closed loop or a fixed offered rate. Points
+//! are JSON lines appended to one file; [`crate::speed`] reads them back.
 //!
 //! Streams are named so that `oha --rand-regex-url` can spread requests over the same set:
 //! `n{N}-{i}` with `i` zero-padded to the width of `N - 1` (so `n1000-[0-9]{3}`).

@@ -127,7 +127,7 @@ pub struct Context {
     pub servers: String,
 }
 
-/// Aims of issue point 8.
+/// The report's aims (docs/benchmarks.md, "Reading the comparison").
 const AIM_RATIO: f64 = 10.0;
 const AIM_P99_US: f64 = 5_000.0;
 const AIM_IDLE_BYTES: f64 = 2_048.0;

@@ -1,6 +1,6 @@
-//! The markdown section of `scripts/bench-speed.sh` (issue 19): ursula beside the machine's
-//! ceiling (a hyper server answering `204`), each row taken by two load generators, latency at
-//! fixed offered rates, and how throughput and p99 grow with streams and connections.
+//! The markdown section of `scripts/bench-speed.sh`: ursula beside the machine's ceiling (a
+//! hyper server answering `204`), each row taken by two load generators, latency at fixed
+//! offered rates, and how throughput and p99 grow with streams and connections.
 //!
 //! Every cell is the median round of its point (by throughput), so one round's p99 is never
 //! paired with another round's rate.
@@ -18,7 +18,7 @@ pub const MEMORY: &str = "ursula-memory";
 pub const NEVER: &str = "ursula-never";
 pub const CLIENTS: [&str; 2] = ["ursula-bench", "oha"];
 
-/// Aims of the issue, in one place so the text and the check agree.
+/// The speed section's aims, in one place so the text and the check agree.
 const CEILING_AIM: f64 = 0.80;
 const FIXED_P99_AIM_MS: f64 = 2.0;
 const IDLE_STREAM_AIM_BYTES: f64 = 1024.0;

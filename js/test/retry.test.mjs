@@ -1,5 +1,6 @@
 // Which failures the attach retries within URSULA_VFS_RETRY_MS: a refused connection fails at
-// once (spec 003 L76); a 503, or a connection reset without an answer, is retried.
+// once (docs/sqlite-vfs.md, "Reads and the retry budget"); a 503, or a connection reset
+// without an answer, is retried.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { open, openAsync, UrsulaWriteRefusedError } from "../index.js";

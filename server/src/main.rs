@@ -11,16 +11,17 @@ use clap::Subcommand;
 use tokio::sync::watch;
 use ursula::config;
 
-// glibc's malloc spent a sixth of a durable node's CPU under load (arena growth, page faults,
-// consolidation); mimalloc's per-thread heaps suit the core-per-thread runtime.
+// glibc's malloc costs a durable node under load a large share of its CPU (arena growth, page
+// faults, consolidation; measured in docs/architecture.md); mimalloc's per-thread heaps suit the
+// core-per-thread runtime.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Transparent huge pages off for this process, before the heap grows. With THP on, a heap that
 /// grows under load (stream data, the Raft log before a snapshot) takes its new memory as 2 MiB
-/// pages that the kernel zero-fills inside the page fault: ~6% of a cluster leader's CPU, and
-/// stalls that pushed a 3-voter cluster's append p99 at 32 connections from ~6.5 ms to ~10-12 ms
-/// on the benchmark machine. Databases that care for tail latency ask the same (Redis, MongoDB).
+/// pages that the kernel zero-fills inside the page fault: CPU on the request path, and stalls
+/// in a cluster's append tail (measured in docs/architecture.md and docs/benchmarks.md).
+/// Databases that care for tail latency ask the same (Redis, MongoDB).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn disable_transparent_huge_pages() {

@@ -3,8 +3,9 @@
 //! A stream's live readers sit on whichever core accepted their connection, and the group that
 //! wakes them runs its turn on one thread. Waking a task that belongs to another core's
 //! current-thread runtime costs that runtime an unpark, a syscall, for every task. A fan-out
-//! to 1,000 SSE readers split over two cores paid about 500 of them in a row on the appending
-//! thread, whose own readers waited behind them (1-3 ms before the first of them ran).
+//! to many SSE readers split over the cores would pay one per reader of every other core, in a
+//! row on the appending thread, whose own readers wait behind them (measured in
+//! docs/speed-log.md, "The SSE fan-out (point 5)").
 //!
 //! So the readers of one stream on one core share a relay: a task on that core that holds the
 //! group's receiver and repeats every tick on a channel of its own. The group wakes one task

@@ -1,8 +1,8 @@
 //! Cores and groups: each stream hashes to a group, each group to one core. Every core thread
 //! runs its own single-threaded Tokio runtime, serves HTTP connections, and hosts its groups'
 //! Raft tasks. A group's state sits behind a lock of its own, taken by whichever thread serves
-//! the request: no thread hop per request, and no lock shared by groups (see
-//! docs/architecture.md for why this replaced per-core mailboxes).
+//! the request: no thread hop per request, and no lock shared by groups (docs/architecture.md
+//! says why a lock per group and not per-core mailboxes).
 
 use std::collections::HashMap;
 use std::hash::Hasher;

@@ -494,10 +494,10 @@ fn a_node_whose_peer_speaks_another_raft_protocol_refuses_to_start_before_writin
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 18's deviation: a follower's catch-up read that reaches its local tail used to answer
-/// `307`, dropping the bytes it held. It serves them now without `Stream-Up-To-Date`; only a
-/// read with nothing to serve at its tail, and a cursor past its tail (the leader alone says
-/// whether that is `416`), go to the leader.
+/// A follower's catch-up read that reaches its local tail serves the bytes it holds, without
+/// `Stream-Up-To-Date`, rather than answering `307` and dropping them (docs/reliability.md,
+/// "What the runs found"); only a read with nothing to serve at its tail, and a cursor past its
+/// tail (the leader alone says whether that is `416`), go to the leader.
 #[test]
 fn a_follower_serves_its_replicated_tail_without_up_to_date_and_judges_cursors_past_it_by_the_leaders_read_index()
  {

@@ -1,8 +1,8 @@
 //! A leader restarted in its own term (openraft restores a node whose committed vote names it
 //! as leader at once) knows only the commit index it persisted, which can lag appends it
-//! acknowledged before it stopped. Found by the fault runs (docs/reliability.md, seed 1001:
-//! a node restarted 72 ms earlier answered `416` for an offset an earlier read had served).
-//! Its read index now has a floor: its last log index at start.
+//! acknowledged before it stopped: a read it confirms could then answer `416` for an offset an
+//! earlier read had served (docs/reliability.md, "What the runs found"). So its read index has
+//! a floor: its last log index at start.
 
 mod raft_common;
 

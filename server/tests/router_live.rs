@@ -271,7 +271,7 @@ async fn a_delete_and_recreate_ends_a_waiting_long_poll_with_404_or_the_recreate
 
 #[tokio::test]
 async fn a_recreate_after_expiry_ends_a_waiting_long_poll_with_416_or_412_with_the_header() {
-    // L2413, L5588: with the header a long-poll ends with 404 or 412; without it, usually 416.
+    // The spec's rule: with the header a long-poll ends with 404 or 412; without it, usually 416.
     // An expired stream recreated in place: no delete, so no moment without a stream.
     let s = Server::new().await;
     let soon = ursula::runtime::now_ms() + 250;
@@ -618,7 +618,7 @@ async fn sse_on_a_json_stream_sends_each_record_with_its_line_feed() {
 
 #[tokio::test]
 async fn a_live_json_tail_delivers_each_append_as_whole_records_ending_in_a_line_feed() {
-    // The browser's rule (000 L1982): buffer until a newline, then parse. Without the last
+    // The browser's rule in the spec: buffer until a newline, then parse. Without the last
     // record's LF a live tail would glue the next append's first record onto it.
     let s = Server::new().await;
     s.create("/demo/s", JSON).await;
@@ -795,7 +795,7 @@ async fn sse_refusals_before_the_stream_opens_are_statuses() {
 
 #[tokio::test]
 async fn sse_on_a_json_stream_prefers_to_end_an_event_at_a_complete_record() {
-    // L4993: NDJSON SSE payloads SHOULD end at the last complete record when there is one.
+    // The spec: NDJSON SSE payloads SHOULD end at the last complete record when there is one.
     let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     s.append(

@@ -286,7 +286,7 @@ async fn reading_a_snapshot_that_does_not_exist_answers_404() {
 
 #[tokio::test]
 async fn a_snapshot_over_32_mib_answers_413_without_a_refusal_marker() {
-    // L2122: snapshot and retention PUTs carry no marker.
+    // The spec: snapshot and retention PUTs carry no marker.
     let s = Server::new().await;
     stream_with(&s, OCTET, "abc").await;
     let r = s

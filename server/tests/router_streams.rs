@@ -721,7 +721,7 @@ async fn a_content_type_mismatch_answers_409_with_the_tail_and_no_closed_or_prod
 
 #[tokio::test]
 async fn a_close_only_post_ignores_its_content_type_even_a_malformed_one() {
-    // L4579: with an empty body servers MUST NOT reject based on Content-Type.
+    // The spec: with an empty body servers MUST NOT reject based on Content-Type.
     let s = Server::new().await;
     s.create("/demo/s", JSON).await;
     let r = s

@@ -6,9 +6,9 @@
 //! database checkpoints and deletes the `-wal`, then rewrites page 1 through a rollback
 //! journal. The extension refuses that write (it would reach the file and not the stream), and
 //! SQLite's pager is left with a hot `-journal` whose rollback writes the database file too,
-//! which is refused again: every later statement on the connection, reads included, failed
-//! with a disk I/O error until it was closed. MEMORY and OFF keep their journal in memory, so
-//! their connection recovered, but the statement still failed with a bare disk I/O error.
+//! which is refused again: every later statement on the connection, reads included, would fail
+//! with a disk I/O error until it is closed. MEMORY and OFF keep their journal in memory, so
+//! their connection recovers, but the statement still fails with a bare disk I/O error.
 
 /// SQLite's journal mode names, in the order its parser tries them (`sqlite3JournalModename`).
 const MODES: [&str; 6] = ["delete", "persist", "off", "truncate", "memory", "wal"];

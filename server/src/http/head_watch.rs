@@ -2,15 +2,16 @@
 //!
 //! hyper's own `header_read_timeout` arms a timer every time it starts to read a request head:
 //! a boxed sleep, registered in the runtime's timer wheel and taken out again once the head is
-//! parsed, for every request of every keep-alive connection. On an in-memory node that was
-//! about 3% of the CPU an append costs (docs/speed-log.md). Here each connection has one
-//! [`HeadClock`] instead: the service marks it busy when a request's head has arrived
-//! ([`Watched`]) and idle again once the answer's body has been handed to the connection in
-//! full, and one sleep per connection ([`overdue`]) wakes when the connection could first be
-//! overdue and ends it only if it has been idle, without a new head, for the whole timeout.
-//! The rule is the one hyper applied: a connection closes when no whole request head arrives
-//! within the timeout of its opening or of its last answer; a request being served, however
-//! long (a long-poll, an SSE stream, a slow body), never counts against it.
+//! parsed, for every request of every keep-alive connection: a visible share of the CPU an
+//! in-memory append costs (docs/speed-log.md, "Per-request work above hyper, trimmed again").
+//! Here each connection has one [`HeadClock`] instead: the service marks it busy when a
+//! request's head has arrived ([`Watched`]) and idle again once the answer's body has been
+//! handed to the connection in full, and one sleep per connection ([`overdue`]) wakes when the
+//! connection could first be overdue and ends it only if it has been idle, without a new head,
+//! for the whole timeout. The rule is the one hyper applies: a connection closes when no whole
+//! request head arrives within the timeout of its opening or of its last answer; a request
+//! being served, however long (a long-poll, an SSE stream, a slow body), never counts against
+//! it.
 
 use std::convert::Infallible;
 use std::future::Future;

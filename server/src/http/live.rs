@@ -89,7 +89,7 @@ fn reserve(st: &AppState, sp: &StreamPath) -> Result<WaiterSlot, ApiError> {
 
 /// What a long-poll ended by a delete or recreate answers: `404` when the stream is gone; for a
 /// recreated stream, `412` with the current token when the client named the incarnation, else
-/// `416` (L2413, L5588).
+/// `416`, as the spec says (docs/conformance.md, "Spec rules the code cites").
 async fn ended(
     st: &AppState,
     sp: &StreamPath,
@@ -433,8 +433,8 @@ impl Session {
                 }
             }
             if self.json && view.data.last().is_some_and(|b| *b != b'\n') {
-                // The window cut a record: end at the last complete one when there is one
-                // (L4993). A record longer than the window still goes out in pieces.
+                // The window cut a record: end at the last complete one when there is one (a
+                // SHOULD of the spec). A record longer than the window still goes out in pieces.
                 if let Some(lf) = view.data.iter().rposition(|b| *b == b'\n') {
                     view.data = view.data.slice(..=lf);
                     view.next = view.start + lf as u64 + 1;

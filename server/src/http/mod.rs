@@ -92,10 +92,11 @@ impl AppState {
 }
 
 /// The client plane as hyper calls it. A stream request goes straight to [`dispatch`]: an axum
-/// router matched each one against its table, stored the (empty) path parameters in the
-/// request, and boxed and cloned a service, about a tenth of the CPU an append costs. Paths
-/// under `/__ursula/`, which the cluster plane's routes may share on this listener, still go
-/// through `routed`: [`client_router`], merged with those routes when they are served here.
+/// router would match each one against its table, store the (empty) path parameters in the
+/// request, and box and clone a service, a visible share of the CPU an append costs
+/// (docs/speed-log.md, "The client plane's per-request work"). Paths under `/__ursula/`, which
+/// the cluster plane's routes may share on this listener, go through `routed`:
+/// [`client_router`], merged with those routes when they are served here.
 #[derive(Clone)]
 pub struct ClientPlane {
     state: Arc<AppState>,
@@ -240,7 +241,7 @@ fn preflight(req_headers: &HeaderMap, allow: &'static str) -> Response {
 }
 
 /// Whether a `413` for a declared oversized body carries the refusal marker. Snapshot PUTs
-/// never do (L2122): repeating one is harmless, so clients need no marker to retry it.
+/// never do (the spec's rule): repeating one is harmless, so clients need no marker to retry it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Marking {
     Marked,

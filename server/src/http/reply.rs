@@ -269,7 +269,7 @@ impl Reply {
         Reply {
             status,
             // Room for an answer's own headers and the four the dispatcher adds to every one
-            // (a read's answer has twelve): an empty map allocated at the first insert and
+            // (a read's answer has twelve): an empty map allocates at the first insert and
             // again, rehashing, at the seventh.
             headers: HeaderMap::with_capacity(12),
             body: Body::empty(),

@@ -121,8 +121,9 @@ where
 }
 
 /// The headers a write reads, found in one pass over the request's headers. Looked up one
-/// by one, each of the eight hashed its name and probed the map: about a thousand
-/// instructions per append, more than the pass costs for a usual request's few headers.
+/// by one, each of the eight would hash its name and probe the map, which costs more than the
+/// pass does for a usual request's few headers (counted in docs/speed-log.md, "What a write
+/// does with its headers, trimmed again").
 #[derive(Debug, Default)]
 pub struct WriteHeaders<'a> {
     content_type: Sent<'a>,

@@ -2,10 +2,11 @@
 //!
 //! A connection's task races its hyper connection against the node's stop and the head
 //! timeout. `select!` polls every branch each time the task runs, and the connection wakes the
-//! task several times for every request: the stop's `watch` receiver took the lock its waiters
-//! share across the cores on each of those polls, and the timeout's sleep registered its waker
-//! again, together about 2% of an in-memory append's CPU (docs/speed-log.md). Wrapped in
-//! [`Woken`], a branch is polled once, to register, and then only when its own waker fired.
+//! task several times for every request: the stop's `watch` receiver takes the lock its waiters
+//! share across the cores on each of those polls, and the timeout's sleep registers its waker
+//! again, together a visible share of an in-memory append's CPU (docs/speed-log.md,
+//! "Per-request work above hyper, trimmed again"). Wrapped in [`Woken`], a branch is polled
+//! once, to register, and then only when its own waker fired.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -123,8 +123,8 @@ pub async fn append(
             "Stream-Record-Match was removed in 0.6.0",
         ));
     }
-    // With an empty body the server must not reject over Content-Type, even a malformed one
-    // (L4579): a close-only request stays valid whatever type a client library attached.
+    // With an empty body the server must not reject over Content-Type, even a malformed one (a
+    // MUST of the spec): a close-only request stays valid whatever type a client library attached.
     let ctype = match sent.content_type() {
         Ok(ctype) => ctype,
         Err(_) if body.is_empty() => None,

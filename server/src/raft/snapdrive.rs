@@ -4,14 +4,14 @@
 //!
 //! A snapshot serializes the group's whole state on its core, so its cost grows with the state
 //! while an entry-count policy takes them at a fixed rate: a busy group with a large hot window
-//! spent most of its core rebuilding snapshots. Weighing the log since the last snapshot against
-//! twice that snapshot's size keeps the work per logged byte bounded, and the pressure pass
-//! keeps the node's log under the budget that `RaftLogPressure` enforces.
+//! would spend most of its core rebuilding snapshots. Weighing the log since the last snapshot
+//! against twice that snapshot's size keeps the work per logged byte bounded, and the pressure
+//! pass keeps the node's log under the budget that `RaftLogPressure` enforces.
 //!
 //! Each pass also releases idle groups that keep a sealed journal segment on disk: a group
 //! whose log stopped growing below its threshold is never snapshotted, and its few entries
 //! would pin the segment that holds them for the node's life. Every core's first segment holds
-//! every group's first entries, so on a node with idle groups it was never deleted.
+//! every group's first entries, so on a node with idle groups it would never be deleted.
 
 use std::collections::BTreeMap;
 use std::sync::Weak;

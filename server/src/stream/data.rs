@@ -64,9 +64,10 @@ pub struct StreamData {
     hot_since_ms: Option<u64>,
 }
 
-/// Segments as MessagePack binaries: serde's default wrote each byte as its own integer, which
-/// made a snapshot of a large hot window cost a second of its core. Reading still accepts the
-/// integer arrays older snapshots hold.
+/// Segments as MessagePack binaries: serde's default writes each byte as its own integer, which
+/// makes a snapshot of a large hot window cost its core a long stall (docs/speed-log.md,
+/// "Earlier measurements the code relies on"). Reading still accepts the integer arrays older
+/// snapshots hold.
 mod byte_segments {
     use std::collections::VecDeque;
     use std::sync::Arc;

@@ -79,9 +79,10 @@ impl Default for Tenancy {
 
 /// The bucket of a stream key (`{bucket}/{stream}`).
 pub fn bucket_of(key: &str) -> &str {
-    // A byte search: `split_once('/')` goes through the `char` searcher, which compared each
-    // candidate with a `memcmp` call, about 1% of an in-memory append's CPU. `/` is ASCII, so
-    // its index is a char boundary.
+    // A byte search: `split_once('/')` goes through the `char` searcher, which compares each
+    // candidate with a `memcmp` call, a visible share of an in-memory append's CPU
+    // (docs/speed-log.md, "Per-request work above hyper, trimmed again"). `/` is ASCII, so its
+    // index is a char boundary.
     match key.bytes().position(|b| b == b'/') {
         Some(i) => &key[..i],
         None => key,

@@ -100,7 +100,8 @@ pub(super) fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
                 }
             },
             // Nothing listens at the address: a wrong port or a stopped server, which waiting
-            // out the budget would not fix, so the open fails at once (003 L76).
+            // out the budget would not fix, so the open fails at once (the spec's rule for
+            // reads; docs/sqlite-vfs.md, "Reads and the retry budget").
             Attempt::Refused(r) => (
                 false,
                 VfsError::new(Kind::Unreachable, format!("cannot reach the stream: {r}")),

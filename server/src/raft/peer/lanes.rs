@@ -1,8 +1,8 @@
 //! Append batching between two nodes: every group's `append` RPCs (heartbeats included) to one
 //! peer share a lane, and the RPCs that queue while the lane's requests are in flight travel
 //! together as one `POST /__ursula/raft-rpc-batch`. With many groups each holding one write,
-//! a request per group per round cost the cluster most of its CPU in HTTP handling; the batch
-//! carries them for the price of one. An idle lane sends at once, so a lone RPC waits for
+//! a request per group per round would cost the cluster most of its CPU in HTTP handling; the
+//! batch carries them for the price of one. An idle lane sends at once, so a lone RPC waits for
 //! nothing.
 //!
 //! Each RPC keeps its own answer: the receiver runs them concurrently and answers each with the

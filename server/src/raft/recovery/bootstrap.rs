@@ -17,9 +17,9 @@
 //! A replica that once saw every voter answer empty is part of a fresh install, not wiped:
 //! every vote it cast since is in its own journal, and before it the group existed nowhere. It
 //! is never gated for the group, however late the initializer's leader reaches it. The probe
-//! does not hold replication while it runs: under load an earlier hold made fresh replicas
-//! refuse the initializer's first election and then find a leader before they held anything,
-//! so they were taken for wiped ones and a leader lost right after the bootstrap left the
+//! does not hold replication while it runs: under load a hold would make fresh replicas refuse
+//! the initializer's first election and then find a leader before they held anything, so they
+//! would be taken for wiped ones, and a leader lost right after the bootstrap would leave the
 //! group without a quorum.
 
 use std::collections::BTreeMap;

@@ -2,9 +2,10 @@
 //! it: freeing what a log purge removed, and (through [`lower_priority`]) building snapshots,
 //! whose files go to the kernel in bounded pieces ([`Bounded`]).
 //!
-//! Why: a purge after a snapshot removes tens of thousands of entries at once. Freeing them
-//! on the core took 17-38 ms at 20-55k appends/s on a durable node (each entry owns its
-//! payload), a stall every appender of that core's groups saw (docs/speed-log.md).
+//! Why: a purge after a snapshot removes tens of thousands of entries at once, each owning its
+//! payload. Freeing them on the core is a stall every appender of that core's groups sees
+//! (measured in docs/speed-log.md, "The segment synced ahead, and purged entries freed off the
+//! core").
 
 use std::any::Any;
 use std::sync::OnceLock;
@@ -15,9 +16,9 @@ use std::sync::mpsc;
 ///
 /// Why `SCHED_IDLE` and not only nice 19: a core thread woken on the CPU where a nice-19
 /// thread runs preempts it only when the scheduler finds the core thread eligible, and
-/// otherwise waits for the next tick, 4 ms at this kernel's 250 Hz; `perf sched timehist`
-/// showed a core thread 3-4 ms in the run queue behind the snapshot writer and the reaper.
-/// A waking thread of any other policy always preempts a `SCHED_IDLE` one at once.
+/// otherwise waits in the run queue until the next scheduler tick, behind the snapshot writer
+/// or the reaper (docs/speed-log.md, "Background threads that a waking core thread preempts at
+/// once"). A waking thread of any other policy always preempts a `SCHED_IDLE` one at once.
 pub fn lower_priority() {
     use thread_priority::unix::NormalThreadSchedulePolicy;
     use thread_priority::unix::ThreadSchedulePolicy;
@@ -40,13 +41,12 @@ pub const WRITE_CHUNK: usize = 64 << 10;
 
 /// A writer that hands at most [`WRITE_CHUNK`] bytes to each `write` of the one it wraps.
 ///
-/// Why: a kernel built without preemption (`PREEMPT_NONE`, this machine's) does not switch
-/// away from a thread inside a system call. A snapshot of 16 MiB went to the page cache in
-/// one `write` of 30-40 ms, and the pinned core thread woken on the same CPU waited 6-7 ms at a
-/// time in the run queue behind the nice-19 writer (`perf sched timehist`), which put the
-/// durable node's p99 at a fixed 34,000 appends/s at 4-13 ms against 1.7-2.8 ms with the
-/// snapshot driver off. Between two pieces the thread is back in user space, where a waiting
-/// core thread takes the CPU at once.
+/// Why: a kernel built without preemption (`PREEMPT_NONE`) does not switch away from a thread
+/// inside a system call. A snapshot handed to the page cache in one large `write` keeps a
+/// pinned core thread woken on the same CPU waiting in the run queue for the whole call: a
+/// stall in the durable node's append tail (docs/speed-log.md, "Background threads that a
+/// waking core thread preempts at once"). Between two pieces the thread is back in user space,
+/// where a waiting core thread takes the CPU at once.
 #[derive(Debug)]
 pub struct Bounded<W>(pub W);
 

@@ -2,12 +2,13 @@
 //!
 //! Under `never` nothing is fsynced on the write path, but a segment is synced when the next
 //! one starts: a later segment must not survive a crash that loses the end of an earlier one,
-//! or the next start could not tell that gap from damage. That sync ran on the core thread and
-//! found the whole segment dirty: 57-110 ms per 64 MiB segment on this project's test
-//! machine, a stall every appender of the core saw. A thread per core now syncs the segment
-//! each time another [`Options::every`] bytes are written, so the rotation finds only the last
-//! stretch dirty. The order on disk is unchanged: the rotation still syncs the old segment
-//! before the new one takes a write.
+//! or the next start could not tell that gap from damage. That sync runs on the core thread,
+//! and a segment nothing synced before is dirty as a whole: a stall every appender of the core
+//! would see (measured in docs/speed-log.md, "The segment synced ahead, and purged entries
+//! freed off the core"). So a thread per core syncs the segment each time another
+//! [`Options::every`] bytes are written, and the rotation finds only the last stretch dirty.
+//! The order on disk is kept: the rotation still syncs the old segment before the new one
+//! takes a write.
 //!
 //! A failed background sync stops the process like a failed journal write: the kernel may have
 //! dropped the pages it could not write, and a later sync would not report them again.

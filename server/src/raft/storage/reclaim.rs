@@ -2,13 +2,13 @@
 //!
 //! The journal decides which sealed segments can go (every group purged past their entries)
 //! on the thread that writes, a core thread under `fsync = "never"`. Deleting one is not
-//! free: unlinking a synced 64 MiB segment took 19-21 ms on this project's test machine (ext4
-//! frees its extents, and with `discard` tells the device), a stall every appender of the core
-//! would see once per rotation. A thread per core (`ursula-unlink-<core>`, at the lowest
-//! priority) deletes them instead. A deletion that fails comes back to the journal, which
-//! keeps the segment and tries again at its next pass, as it did when it deleted inline. A
-//! segment whose deletion is still pending when the process stops is found at the next start
-//! and reclaimed then.
+//! free: unlinking a synced segment makes the filesystem free its extents (and, with
+//! `discard`, tell the device), a stall every appender of the core would see once per rotation
+//! (measured in docs/speed-log.md, "The segment synced ahead, and purged entries freed off the
+//! core"). A thread per core (`ursula-unlink-<core>`, at the lowest priority) deletes them
+//! instead. A deletion that fails comes back to the journal, which keeps the segment and tries
+//! again at its next pass. A segment whose deletion is still pending when the process stops is
+//! found at the next start and reclaimed then.
 //!
 //! It is not the flush-ahead's thread (`flush.rs`) with a second kind of job: that one must
 //! run at normal priority, since the rotation waits for whatever it has not synced yet, while a

@@ -276,12 +276,12 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         let spawned = std::thread::Builder::new()
             .name(format!("snapshot-{}", self.group))
             .spawn(move || {
-                // A snapshot of a group holding tens of MiB of stream bytes takes 100-300 ms of
-                // CPU to encode, copy and write; at normal priority it took its share of a
-                // 2-core machine from the core threads in that window, and appends queued
-                // behind it (at 30k appends/s on a durable node, p99 about halved at nice 19,
-                // and again at a third with the idle policy and bounded writes; see
-                // docs/speed-log.md).
+                // A snapshot of a group holding tens of MiB of stream bytes takes a long stretch
+                // of CPU to encode, copy and write; at normal priority it takes its share of a
+                // small machine from the core threads in that window, and appends queue behind
+                // it. The lowest priority and bounded writes shorten the durable node's append
+                // tail (docs/speed-log.md, "The snapshot thread at nice 19" and "Background
+                // threads that a waking core thread preempts at once").
                 background::lower_priority();
                 let built = captured.encode().and_then(|snap| {
                     shelf.store(&snap)?;

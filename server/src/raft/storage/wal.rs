@@ -2,14 +2,15 @@
 //! of a core. Writes that must be fsynced (every write under `fsync = always`; votes and
 //! membership otherwise) go to a thread per core that batches the frames of all its groups into
 //! one write and one fsync. Under `never` an ordinary write needs no fsync, so the core's own
-//! thread writes it at once: no thread hop on the hot path (measured: the hop cost about half
-//! the single-group write rate). Order is kept: while a synced write waits in the thread's
-//! queue, later writes queue behind it instead of overtaking it.
+//! thread writes it at once: no thread hop on the hot path, where the hop costs a large share
+//! of one group's write rate (docs/speed-log.md, "Earlier measurements the code relies on").
+//! Order is kept: while a synced write waits in the thread's queue, later writes queue behind
+//! it instead of overtaking it.
 //!
 //! Under `never`, a group's commit point (`KIND_COMMITTED`, which nobody waits for) is held
 //! and written in front of the core's next write, whichever group that is for, or by the
 //! core's flusher task once the tasks queued ahead of it ran: at saturation one `write` call
-//! then carries an entry and the commit points before it, where each was its own call. A
+//! then carries an entry and the commit points before it, instead of a call for each. A
 //! newer commit point of a group replaces its held one. Held records keep their place in the
 //! journal's order (nothing is written between a record and the one held before it), and a
 //! crash loses at most the held commit points, which only tells a restart less of what was
