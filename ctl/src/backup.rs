@@ -1,20 +1,20 @@
 //! `backup-create` and `backup-verify`, and what `restore` shares with them: the cluster's
 //! `/__ursula/backup/info`, the manifest and the checks of each group object.
 //!
-//! The format is the server's ([`ursula::backup`]): one MessagePack [`GroupObject`] per Raft
-//! group at [`object_key`], and [`MANIFEST`] beside them, written last so that a backup
-//! without a manifest is visibly unfinished.
+//! The format is `ursula-state`'s ([`ursula_state::backup`]): one MessagePack [`GroupObject`]
+//! per Raft group at [`object_key`], and [`MANIFEST`] beside them, written last so that a
+//! backup without a manifest is visibly unfinished.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use ursula::backup::BackupInfo;
-use ursula::backup::FORMAT_VERSION;
-use ursula::backup::GroupObject;
-use ursula::backup::MANIFEST;
-use ursula::backup::Manifest;
-use ursula::backup::ManifestGroup;
-use ursula::backup::object_key;
+use ursula_state::backup::BackupInfo;
+use ursula_state::backup::FORMAT_VERSION;
+use ursula_state::backup::GroupObject;
+use ursula_state::backup::MANIFEST;
+use ursula_state::backup::Manifest;
+use ursula_state::backup::ManifestGroup;
+use ursula_state::backup::object_key;
 
 use crate::CtlError;
 use crate::Outcome;

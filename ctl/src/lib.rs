@@ -16,7 +16,7 @@
 //! - [`status`]: the `status` verb: per-node summary, per-group leadership, the verdict.
 //! - [`location`]: where a backup lives: a local directory or `s3://bucket/prefix`.
 //! - [`backup`]: `backup-create` and `backup-verify`, over the server's backup format
-//!   (`ursula::backup`): the cluster's backup info, the manifest, each object's checks.
+//!   (`ursula_state::backup`): the cluster's backup info, the manifest, each object's checks.
 //! - [`restore`]: `restore`, every refusal checked before the first import.
 //! - [`cli`]: every verb of the spec's ursulactl page as clap parses it.
 //! - [`run`]: runs a parsed verb.

@@ -8,10 +8,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use ursula::backup::ColdCheck;
-use ursula::backup::Imported;
-use ursula::backup::MISSING_SHOWN;
-use ursula::backup::ManifestGroup;
+use ursula_state::backup::ColdCheck;
+use ursula_state::backup::Imported;
+use ursula_state::backup::MISSING_SHOWN;
+use ursula_state::backup::ManifestGroup;
 
 use crate::CtlError;
 use crate::Outcome;

@@ -5,12 +5,12 @@
 mod common;
 
 use common::*;
-use ursula::backup::object_key;
 use ursula_cold::testing::ACCESS_KEY_ID;
 use ursula_cold::testing::BUCKET;
 use ursula_cold::testing::SECRET_ACCESS_KEY;
 use ursula_cold::testing::SeaweedFs;
 use ursula_ctl::location::Location;
+use ursula_state::backup::object_key;
 
 fn start() -> (tokio::runtime::Runtime, SeaweedFs) {
     // weed is started on a runtime of the test's own; the location drives its own one, and

@@ -15,17 +15,17 @@ use common::stub::group_of;
 use common::stub::info;
 use common::stub::manifest;
 use common::*;
-use ursula::backup::ColdCheck;
-use ursula::backup::GroupObject;
-use ursula::backup::Imported;
-use ursula::backup::MANIFEST;
-use ursula::backup::Manifest;
-use ursula::backup::object_key;
 use ursula_ctl::location::Location;
+use ursula_state::backup::ColdCheck;
+use ursula_state::backup::GroupObject;
+use ursula_state::backup::Imported;
+use ursula_state::backup::MANIFEST;
+use ursula_state::backup::Manifest;
+use ursula_state::backup::object_key;
 
 /// Group `g`'s export by `node` at `commit`, holding `streams` streams.
 fn export(g: u32, count: u32, commit: u64, node: u64, streams: usize) -> Vec<u8> {
-    GroupObject::capture(g, count, commit, node, &state(streams))
+    GroupObject::capture(g, count, commit, node, common::CAPTURED_MS, &state(streams))
         .expect("capture")
         .encode()
         .expect("encode")

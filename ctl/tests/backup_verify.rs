@@ -4,10 +4,10 @@
 mod common;
 
 use common::*;
-use ursula::backup::GroupObject;
-use ursula::backup::MANIFEST;
-use ursula::backup::object_key;
 use ursula_ctl::location::Location;
+use ursula_state::backup::GroupObject;
+use ursula_state::backup::MANIFEST;
+use ursula_state::backup::object_key;
 
 fn backup(
     count: u32,
@@ -15,7 +15,7 @@ fn backup(
     tempfile::TempDir,
     String,
     Location,
-    ursula::backup::Manifest,
+    ursula_state::backup::Manifest,
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
     let spec = dir.path().join("backup").display().to_string();

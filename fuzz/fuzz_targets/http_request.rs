@@ -154,10 +154,10 @@ fn check_headers(headers: &HeaderMap) {
         assert!(seq.iter().all(|b| (0x20..=0x7e).contains(b)));
     }
     match request::lifetime(headers) {
-        Ok(Some(ursula::stream::Lifetime::Ttl(secs))) => {
+        Ok(Some(ursula_state::stream::Lifetime::Ttl(secs))) => {
             assert_eq!(lifetime::parse_ttl(&secs.to_string()), Some(secs));
         }
-        Ok(Some(ursula::stream::Lifetime::ExpiresAt(ms))) => {
+        Ok(Some(ursula_state::stream::Lifetime::ExpiresAt(ms))) => {
             let text = lifetime::format_expires_at(ms);
             // Years past 9999 have no RFC 3339 form; the formatter falls back to digits.
             if let Some(back) = lifetime::parse_expires_at(&text) {

@@ -1,4 +1,4 @@
-//! JSON-mode append and create bodies (`server/src/stream/json.rs`): the hand-written scanner
+//! JSON-mode append and create bodies (`state/src/stream/json.rs`): the hand-written scanner
 //! that validates, minifies and flattens a body into stored messages.
 //!
 //! Beyond "no panic": every stored message is one line of minified, valid JSON (serde_json
@@ -9,9 +9,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ursula::stream::json::JsonError;
-use ursula::stream::json::MAX_DEPTH;
-use ursula::stream::json::to_messages;
+use ursula_state::stream::json::JsonError;
+use ursula_state::stream::json::MAX_DEPTH;
+use ursula_state::stream::json::to_messages;
 
 fuzz_target!(|data: &[u8]| {
     let create = to_messages(data, true);

@@ -28,7 +28,7 @@ use ursula::raft::peer::wire::ElectRequest;
 use ursula::raft::peer::wire::Item;
 use ursula::raft::peer::wire::Probe;
 use ursula::raft::peer::wire::ProposeAnswer;
-use ursula::stream::Command;
+use ursula_state::stream::Command;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, body)) = data.split_first() else {

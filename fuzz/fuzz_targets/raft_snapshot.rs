@@ -1,5 +1,5 @@
 //! A group's state as snapshots and backups carry it (`server/src/raft/storage/state_machine.rs`,
-//! `record.rs`, `server/src/backup.rs`): a snapshot file, the group state a leader's
+//! `record.rs`, `state/src/backup.rs`): a snapshot file, the group state a leader's
 //! `InstallSnapshot` ships, and a backup's group object with its deep check.
 //!
 //! The first byte picks the input: 0 a snapshot file, 1 a group state record, 2 a backup group
@@ -14,10 +14,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ursula::backup::GroupObject;
+use ursula_state::backup::GroupObject;
 use ursula::raft::storage::record;
 use ursula::raft::storage::state_machine;
-use ursula::stream::GroupState;
+use ursula_state::stream::GroupState;
 use ursula_protocol::offset::Offset;
 use ursula_protocol::offset::ReadFrom;
 
@@ -113,7 +113,7 @@ fn loaded(mut state: GroupState) {
     assert!(state.hot_bytes() <= state.held_bytes());
     let mut usage = std::collections::BTreeMap::new();
     state.usage_into(&mut usage, 0);
-    let _ = ursula::backup::cold_references(&state);
+    let _ = ursula_state::backup::cold_references(&state);
     let streams: Vec<(String, u64)> = state
         .streams()
         .map(|(k, s)| (k.to_owned(), s.retained))

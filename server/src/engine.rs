@@ -17,9 +17,9 @@ use crate::runtime::GroupId;
 use crate::runtime::Runtime;
 use crate::runtime::RuntimeError;
 use crate::runtime::now_ms;
-use crate::stream::Applied;
-use crate::stream::Command;
-use crate::stream::Refusal;
+use ursula_state::stream::Applied;
+use ursula_state::stream::Command;
+use ursula_state::stream::Refusal;
 
 /// A write on its way: resolves once it was applied (or refused by the state machine).
 pub type Pending =

@@ -20,7 +20,7 @@ use crate::raft::RaftOptions;
 use crate::raft::storegate::Store;
 use crate::raft::storegate::StoreHealth;
 use crate::runtime::Runtime;
-use crate::stream::Command;
+use ursula_state::stream::Command;
 
 /// How often each group drops streams whose lifetime ended.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
@@ -286,7 +286,7 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
             ?after,
             "testing.producer_forget_after is set: a test hook; idle producers are forgotten this soon instead of after 7 days"
         );
-        crate::stream::producer::set_forget_after_ms(after.as_millis() as u64);
+        ursula_state::stream::producer::set_forget_after_ms(after.as_millis() as u64);
     }
     let NodeState {
         mut state,

@@ -16,10 +16,10 @@ use std::time::UNIX_EPOCH;
 
 use tokio::sync::watch;
 
-use crate::stream::Applied;
-use crate::stream::Command;
-use crate::stream::GroupState;
-use crate::stream::Refusal;
+use ursula_state::stream::Applied;
+use ursula_state::stream::Command;
+use ursula_state::stream::GroupState;
+use ursula_state::stream::Refusal;
 
 pub type GroupId = u32;
 

@@ -446,7 +446,7 @@ fn a_group_exported_from_one_node_imports_into_an_empty_one_with_its_streams_and
         .expect("export");
         assert_eq!(status, 200);
         assert!(hs.contains_key("x-ursula-backup-commit-index"));
-        let obj = ursula::backup::GroupObject::decode(&body).expect("decode");
+        let obj = ursula_state::backup::GroupObject::decode(&body).expect("decode");
         assert_eq!(obj.raft_group_id, g);
         objects.push(body);
     }
@@ -464,7 +464,7 @@ fn a_group_exported_from_one_node_imports_into_an_empty_one_with_its_streams_and
         .then_some(())
     });
     // Another format epoch, or the wrong group, is refused before anything is imported.
-    let mut other_epoch = ursula::backup::GroupObject::decode(&objects[0]).expect("decode");
+    let mut other_epoch = ursula_state::backup::GroupObject::decode(&objects[0]).expect("decode");
     other_epoch.format_epoch = 2;
     let (status, _, body) = admin(
         &target,
@@ -508,7 +508,7 @@ fn a_group_exported_from_one_node_imports_into_an_empty_one_with_its_streams_and
                 b"",
             )
             .expect("export");
-            let state = ursula::backup::GroupObject::decode(&body)
+            let state = ursula_state::backup::GroupObject::decode(&body)
                 .expect("decode")
                 .open(*g, 4)
                 .expect("open");

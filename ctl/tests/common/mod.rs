@@ -8,18 +8,21 @@ pub mod stub;
 use std::process::Command;
 use std::process::Stdio;
 
-use ursula::backup::FORMAT_VERSION;
-use ursula::backup::GroupObject;
-use ursula::backup::MANIFEST;
-use ursula::backup::Manifest;
-use ursula::backup::ManifestGroup;
-use ursula::backup::object_key;
-use ursula::stream::Append;
-use ursula::stream::Body;
-use ursula::stream::Command as StreamCommand;
-use ursula::stream::Create;
-use ursula::stream::GroupState;
 use ursula_ctl::location::Location;
+use ursula_state::backup::FORMAT_VERSION;
+use ursula_state::backup::GroupObject;
+use ursula_state::backup::MANIFEST;
+use ursula_state::backup::Manifest;
+use ursula_state::backup::ManifestGroup;
+use ursula_state::backup::object_key;
+use ursula_state::stream::Append;
+use ursula_state::stream::Body;
+use ursula_state::stream::Command as StreamCommand;
+use ursula_state::stream::Create;
+use ursula_state::stream::GroupState;
+
+/// The capture time every test object carries.
+pub const CAPTURED_MS: u64 = 1_700_000_000_000;
 
 /// A group state of `streams` streams, each created with a few bytes and appended to once.
 pub fn state(streams: usize) -> GroupState {
@@ -60,10 +63,17 @@ pub fn state(streams: usize) -> GroupState {
 /// Group `g`'s object of a `count`-group backup, encoded: `g + 1` streams, commit index
 /// `10 + g`.
 pub fn object(g: u32, count: u32) -> Vec<u8> {
-    GroupObject::capture(g, count, 10 + u64::from(g), 1, &state(g as usize + 1))
-        .expect("capture")
-        .encode()
-        .expect("encode")
+    GroupObject::capture(
+        g,
+        count,
+        10 + u64::from(g),
+        1,
+        CAPTURED_MS,
+        &state(g as usize + 1),
+    )
+    .expect("capture")
+    .encode()
+    .expect("encode")
 }
 
 /// The manifest entry of `bytes` as group `g`'s object.

@@ -151,7 +151,7 @@ pub fn manifest(dir: &std::path::Path, nodes: &[&StubNode]) -> String {
 
 /// `/__ursula/backup/info`'s JSON.
 pub fn info(format_version: u32, raft_group_count: u32, node_id: u64) -> (u16, Vec<u8>) {
-    let i = ursula::backup::BackupInfo {
+    let i = ursula_state::backup::BackupInfo {
         format_version,
         raft_group_count,
         node_id,

@@ -18,9 +18,9 @@ use crate::engine::GroupEngine;
 use crate::runtime::GroupId;
 use crate::runtime::Runtime;
 use crate::runtime::now_ms;
-use crate::stream::Applied;
-use crate::stream::Command;
-use crate::stream::FlushSlice;
+use ursula_state::stream::Applied;
+use ursula_state::stream::Command;
+use ursula_state::stream::FlushSlice;
 
 /// A slice of this size or more gets an object of its own (the spec's direct-object layout);
 /// smaller slices of one bucket are packed together.

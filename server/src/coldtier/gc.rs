@@ -11,7 +11,7 @@ use super::ColdTier;
 use crate::engine::GroupEngine;
 use crate::runtime::Runtime;
 use crate::runtime::now_ms;
-use crate::stream::Command;
+use ursula_state::stream::Command;
 
 /// Objects deleted per group per pass, so one pass stays short.
 const PER_PASS: usize = 64;

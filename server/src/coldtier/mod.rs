@@ -22,11 +22,11 @@ pub use crate::config::ColdSettings;
 use crate::engine::EngineError;
 use crate::engine::GroupEngine;
 use crate::runtime::GroupId;
-use crate::stream::Applied;
-use crate::stream::ColdBody;
-use crate::stream::Command;
-use crate::stream::Refusal;
-use crate::stream::data::ColdPiece;
+use ursula_state::stream::Applied;
+use ursula_state::stream::ColdBody;
+use ursula_state::stream::Command;
+use ursula_state::stream::Refusal;
+use ursula_state::stream::data::ColdPiece;
 
 /// Counters the metrics report.
 #[derive(Debug, Default)]
@@ -148,7 +148,7 @@ impl ColdTier {
             rand::random::<u64>()
         )
         .into();
-        let digest = crate::stream::machine::snapshot_digest(content_type, &body);
+        let digest = ursula_state::stream::machine::snapshot_digest(content_type, &body);
         let len = body.len() as u64;
         let store = self.store.clone();
         let task = tokio::spawn(async move {

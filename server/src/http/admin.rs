@@ -150,7 +150,7 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
 }
 
 /// What one group's replicated state holds (`group_state_gauges`).
-fn state_gauges(group: u32, state: &crate::stream::GroupState) -> metrics::GroupStateGauges {
+fn state_gauges(group: u32, state: &ursula_state::stream::GroupState) -> metrics::GroupStateGauges {
     let mut g = metrics::GroupStateGauges {
         group,
         streams: state.len() as u64,

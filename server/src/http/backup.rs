@@ -1,4 +1,4 @@
-//! The admin plane's backup routes ([`crate::backup`] holds the format):
+//! The admin plane's backup routes ([`ursula_state::backup`] holds the format):
 //!
 //! - `GET /__ursula/backup/info`: the backup format and the group count.
 //! - `GET /__ursula/backup/group/{g}`: this replica's state of group `g` as a group object,
@@ -30,16 +30,16 @@ use super::reply::ApiError;
 use super::reply::Reply;
 use super::reply::json_reply;
 use super::tenancy::unavailable;
-use crate::backup::BackupInfo;
-use crate::backup::ColdCheck;
-use crate::backup::FORMAT_VERSION;
-use crate::backup::GroupObject;
-use crate::backup::Imported;
-use crate::backup::MISSING_SHOWN;
-use crate::backup::cold_references;
-use crate::stream::Applied;
-use crate::stream::Command;
-use crate::stream::GroupState;
+use ursula_state::backup::BackupInfo;
+use ursula_state::backup::ColdCheck;
+use ursula_state::backup::FORMAT_VERSION;
+use ursula_state::backup::GroupObject;
+use ursula_state::backup::Imported;
+use ursula_state::backup::MISSING_SHOWN;
+use ursula_state::backup::cold_references;
+use ursula_state::stream::Applied;
+use ursula_state::stream::Command;
+use ursula_state::stream::GroupState;
 
 /// The largest group object an import or a cold check takes: a peer RPC carries it to the
 /// leader, and those are bounded at 1 GiB.
@@ -116,7 +116,8 @@ async fn export_group(st: &AppState, raw: &str) -> Result<Reply, ApiError> {
         .map_err(|e| internal(e.to_string()))?;
     let (count, node) = (st.rt.group_count(), st.node_id);
     let bytes = tokio::task::spawn_blocking(move || {
-        GroupObject::capture(g, count, index, node, &state).and_then(|o| o.encode())
+        GroupObject::capture(g, count, index, node, crate::runtime::now_ms(), &state)
+            .and_then(|o| o.encode())
     })
     .await
     .map_err(|e| internal(e.to_string()))?
@@ -142,7 +143,7 @@ async fn posted(
     let opened = tokio::task::spawn_blocking(move || {
         let obj = GroupObject::decode(&bytes)?;
         let state = obj.open(g, count)?;
-        Ok::<_, crate::backup::BackupError>((obj, state))
+        Ok::<_, ursula_state::backup::BackupError>((obj, state))
     })
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?

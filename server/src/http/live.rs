@@ -31,8 +31,8 @@ use crate::runtime::Group;
 use crate::runtime::Tick;
 use crate::runtime::WaiterSlot;
 use crate::runtime::now_ms;
-use crate::stream::Refusal;
-use crate::stream::read::ReadView;
+use ursula_state::stream::Refusal;
+use ursula_state::stream::read::ReadView;
 
 fn cursor_for(client: Option<&str>) -> String {
     let jitter = rand::random_range(1..=3600u64);

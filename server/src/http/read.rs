@@ -21,9 +21,9 @@ use super::request;
 use super::request::StreamPath;
 use crate::engine::LeaderRoute;
 use crate::runtime::now_ms;
-use crate::stream::Command;
-use crate::stream::Lifetime;
-use crate::stream::read::ReadView;
+use ursula_state::stream::Command;
+use ursula_state::stream::Lifetime;
+use ursula_state::stream::read::ReadView;
 
 /// Removed in 0.6.0; a read that still sends one is refused rather than misread.
 const REMOVED_PARAMS: [&str; 4] = ["record", "tail_records", "max_records", "record_view"];
@@ -178,7 +178,7 @@ pub async fn read_view(
 /// lock held. A store that does not answer is a `503` the client retries.
 pub async fn fill_cold(
     st: &AppState,
-    cold: &mut Vec<crate::stream::data::ColdPiece>,
+    cold: &mut Vec<ursula_state::stream::data::ColdPiece>,
     data: &mut Bytes,
 ) -> Result<(), ApiError> {
     if cold.is_empty() {

@@ -15,7 +15,7 @@ use ursula_protocol::refusal::NotApplied;
 
 use super::names;
 use crate::engine::EngineError;
-use crate::stream::Refusal;
+use ursula_state::stream::Refusal;
 
 /// A refusal on its way to the client: status, the headers the spec gives it, and a body that
 /// says what was wrong.

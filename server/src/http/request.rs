@@ -14,8 +14,8 @@ use ursula_protocol::seq;
 use super::names::STREAM_INCARNATION;
 use super::reply::ApiError;
 use super::reply::parse_incarnation;
-use crate::stream::Lifetime;
-use crate::stream::ProducerTuple;
+use ursula_state::stream::Lifetime;
+use ursula_state::stream::ProducerTuple;
 
 /// A route of the client plane. The admin plane's and the cluster plane's routes are routers
 /// of their own ([`super::admin`], `raft::routes`): here they are `NotFound`.

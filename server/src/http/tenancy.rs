@@ -27,11 +27,11 @@ use super::reply::json_reply;
 use crate::engine::EngineError;
 use crate::runtime::GroupId;
 use crate::runtime::now_ms;
-use crate::stream::Applied;
-use crate::stream::Command;
-use crate::stream::Refusal;
-use crate::stream::ledger::BucketReport;
-use crate::stream::ledger::WRITE_UNIT_BYTES;
+use ursula_state::stream::Applied;
+use ursula_state::stream::Command;
+use ursula_state::stream::Refusal;
+use ursula_state::stream::ledger::BucketReport;
+use ursula_state::stream::ledger::WRITE_UNIT_BYTES;
 
 /// `GET /__ursula/usage`: the committed counters and current gauges of this node's replicas,
 /// by bucket.

@@ -19,14 +19,14 @@ use super::request::WriteHeaders;
 use crate::admission::GroupCharge;
 use crate::config;
 use crate::engine::EngineError;
-use crate::stream::Append;
-use crate::stream::Applied;
-use crate::stream::Body;
-use crate::stream::Command;
-use crate::stream::Create;
-use crate::stream::Lifetime;
-use crate::stream::PublishSnapshot;
-use crate::stream::json;
+use ursula_state::stream::Append;
+use ursula_state::stream::Applied;
+use ursula_state::stream::Body;
+use ursula_state::stream::Command;
+use ursula_state::stream::Create;
+use ursula_state::stream::Lifetime;
+use ursula_state::stream::PublishSnapshot;
+use ursula_state::stream::json;
 
 pub fn create_bucket(bucket: &str) -> Result<Reply, ApiError> {
     ids::validate_bucket(bucket).map_err(|e| ApiError::bad_request(e.to_string()))?;

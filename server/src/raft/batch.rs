@@ -25,9 +25,9 @@ use crate::engine::EngineError;
 use crate::runtime::GroupId;
 use crate::runtime::Runtime;
 use crate::runtime::now_ms;
-use crate::stream::Applied;
-use crate::stream::Command;
-use crate::stream::Refusal;
+use ursula_state::stream::Applied;
+use ursula_state::stream::Command;
+use ursula_state::stream::Refusal;
 
 type Answer = Result<Result<Applied, Refusal>, EngineError>;
 

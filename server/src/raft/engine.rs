@@ -24,7 +24,7 @@ use crate::engine::LeaderRoute;
 use crate::engine::NotReady;
 use crate::engine::Pending;
 use crate::runtime::GroupId;
-use crate::stream::Command;
+use ursula_state::stream::Command;
 
 /// How long a follower waits to apply a leader's read index before it gives the read to the
 /// leader instead: longer means a lagging follower answers late, shorter that it hands off

@@ -60,9 +60,9 @@ use std::io::Cursor;
 
 use openraft::Raft;
 
-use crate::stream::Applied;
-use crate::stream::Command;
-use crate::stream::Refusal;
+use ursula_state::stream::Applied;
+use ursula_state::stream::Command;
+use ursula_state::stream::Refusal;
 
 /// A replicated entry: the writes batched into it, in order, and the leader's clock when it
 /// was proposed, so every replica applies them identically.

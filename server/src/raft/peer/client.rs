@@ -303,7 +303,7 @@ impl Peers {
         &self,
         leader: u64,
         group: u32,
-        cmd: &crate::stream::Command,
+        cmd: &ursula_state::stream::Command,
     ) -> Result<ProposeAnswer, PeerError> {
         // A peer takes an operator's command only from a node that proves it is a peer.
         if self.secret.is_none() {

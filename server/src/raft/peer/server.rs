@@ -26,7 +26,7 @@ use crate::raft::recovery::floor::Floor;
 use crate::raft::recovery::floor::Refused;
 use crate::raft::recovery::floor::Rpc;
 use crate::raft::replicas::Replicas;
-use crate::stream::Command;
+use ursula_state::stream::Command;
 
 /// Why [`serve`] answers no Raft reply.
 #[derive(Debug, thiserror::Error)]

@@ -81,7 +81,8 @@ pub type ElectAnswer = Result<(), String>;
 
 /// The leader's answer to a forwarded operator command: what the state machine answered, or
 /// why the addressee did not propose it (not the leader, the group stopped).
-pub type ProposeAnswer = Result<Result<crate::stream::Applied, crate::stream::Refusal>, String>;
+pub type ProposeAnswer =
+    Result<Result<ursula_state::stream::Applied, ursula_state::stream::Refusal>, String>;
 
 /// One RPC in a batch request: its group and its MessagePack body.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]

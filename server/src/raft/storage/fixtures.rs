@@ -26,14 +26,14 @@ use super::state_machine::StoredSnapshot;
 use super::wal;
 use crate::raft::TypeConfig;
 use crate::raft::Writes;
-use crate::stream::Append;
-use crate::stream::Body;
-use crate::stream::Command;
-use crate::stream::Create;
-use crate::stream::GroupState;
-use crate::stream::Lifetime;
-use crate::stream::ProducerTuple;
-use crate::stream::PublishSnapshot;
+use ursula_state::stream::Append;
+use ursula_state::stream::Body;
+use ursula_state::stream::Command;
+use ursula_state::stream::Create;
+use ursula_state::stream::GroupState;
+use ursula_state::stream::Lifetime;
+use ursula_state::stream::ProducerTuple;
+use ursula_state::stream::PublishSnapshot;
 
 const NOW: u64 = 1_764_547_200_000;
 const OCTET: &str = "application/octet-stream";
@@ -261,7 +261,10 @@ fn a_version_1_group_state_still_reads_with_an_empty_ledger() {
     assert_eq!(&snap.data[..5], b"URGS\x01");
     let state = state_machine::read_group_state(&snap.data).expect("state");
     check_streams(&state);
-    assert_eq!(state.tenancy(), &crate::stream::ledger::Tenancy::default());
+    assert_eq!(
+        state.tenancy(),
+        &ursula_state::stream::ledger::Tenancy::default()
+    );
 }
 
 #[test]

@@ -28,7 +28,7 @@ use crate::raft::Outcome;
 use crate::raft::TypeConfig;
 use crate::raft::stats::SnapStats;
 use crate::runtime;
-use crate::stream::GroupState;
+use ursula_state::stream::GroupState;
 
 type StoreError = StorageError<u64>;
 

@@ -111,12 +111,14 @@ pub enum BackupError {
 }
 
 impl GroupObject {
-    /// Exports `state` of group `group`.
+    /// Exports `state` of group `group`, captured at `captured_unix_ms` (the caller's clock:
+    /// this crate keeps none).
     pub fn capture(
         group: u32,
         group_count: u32,
         commit_index: u64,
         node_id: u64,
+        captured_unix_ms: u64,
         state: &GroupState,
     ) -> Result<GroupObject, BackupError> {
         Ok(GroupObject {
@@ -125,7 +127,7 @@ impl GroupObject {
             raft_group_count: group_count,
             commit_index,
             source_node_id: node_id,
-            captured_unix_ms: crate::runtime::now_ms(),
+            captured_unix_ms,
             state: rmp_serde::to_vec(state).map_err(|e| BackupError::Encode(e.to_string()))?,
         })
     }
@@ -234,7 +236,7 @@ mod tests {
     #[test]
     fn a_group_object_round_trips_and_opens_to_the_same_state() {
         let st = state();
-        let obj = GroupObject::capture(3, 8, 42, 1, &st).expect("capture");
+        let obj = GroupObject::capture(3, 8, 42, 1, 1_700_000_000_000, &st).expect("capture");
         let back = GroupObject::decode(&obj.encode().expect("encode")).expect("decode");
         assert_eq!(back, obj);
         let opened = back.open(3, 8).expect("open");
@@ -247,7 +249,7 @@ mod tests {
     #[test]
     fn another_format_epoch_group_or_count_is_refused_naming_the_check() {
         let st = state();
-        let mut obj = GroupObject::capture(3, 8, 42, 1, &st).expect("capture");
+        let mut obj = GroupObject::capture(3, 8, 42, 1, 1_700_000_000_000, &st).expect("capture");
         assert!(matches!(obj.open(4, 8), Err(BackupError::GroupId { .. })));
         assert!(matches!(
             obj.open(3, 16),
@@ -263,7 +265,7 @@ mod tests {
     #[test]
     fn a_state_that_does_not_decode_or_is_inconsistent_fails_the_deep_check() {
         let st = state();
-        let mut obj = GroupObject::capture(0, 1, 1, 1, &st).expect("capture");
+        let mut obj = GroupObject::capture(0, 1, 1, 1, 1_700_000_000_000, &st).expect("capture");
         obj.state.truncate(obj.state.len() / 2);
         assert!(matches!(obj.open(0, 1), Err(BackupError::State { .. })));
     }
