@@ -171,7 +171,7 @@ async fn subscriber(
     let mut text = Vec::with_capacity(4096);
     // Latencies in ns, made a histogram once the run is over: a histogram of this range per
     // subscriber is large, and recording into a thousand of them costs the client cache misses
-    // on every delivery, on the cores the server shares (docs/speed-log.md, "The SSE fan-out
+    // on every delivery, on the cores the server shares (docs/dev/speed-log.md, "The SSE fan-out
     // (point 5)").
     let mut latencies = Vec::with_capacity(4096);
     // One future for the end of the run, not a timer armed and cleared on every read.
@@ -221,7 +221,7 @@ impl EventParser {
         mut on_record: impl FnMut(u64),
     ) -> Result<(), HttpError> {
         // Byte-at-a-time scans here are a visible share of the client's CPU in the fan-out, on
-        // the same cores as the server it measures (docs/speed-log.md, "Earlier measurements
+        // the same cores as the server it measures (docs/dev/speed-log.md, "Earlier measurements
         // the code relies on"): memchr's vectorised search instead.
         if memchr::memchr(b'\r', text).is_some() {
             text.retain(|b| *b != b'\r');

@@ -5,7 +5,7 @@
 //! current-thread runtime costs that runtime an unpark, a syscall, for every task. A fan-out
 //! to many SSE readers split over the cores would pay one per reader of every other core, in a
 //! row on the appending thread, whose own readers wait behind them (measured in
-//! docs/speed-log.md, "The SSE fan-out (point 5)").
+//! docs/dev/speed-log.md, "The SSE fan-out (point 5)").
 //!
 //! So the readers of one stream on one core share a relay: a task on that core that holds the
 //! group's receiver and repeats every tick on a channel of its own. The group wakes one task

@@ -3,7 +3,7 @@
 //! hyper's own `header_read_timeout` arms a timer every time it starts to read a request head:
 //! a boxed sleep, registered in the runtime's timer wheel and taken out again once the head is
 //! parsed, for every request of every keep-alive connection: a visible share of the CPU an
-//! in-memory append costs (docs/speed-log.md, "Per-request work above hyper, trimmed again").
+//! in-memory append costs (docs/dev/speed-log.md, "Per-request work above hyper, trimmed again").
 //! Here each connection has one [`HeadClock`] instead: the service marks it busy when a
 //! request's head has arrived ([`Watched`]) and idle again once the answer's body has been
 //! handed to the connection in full, and one sleep per connection ([`overdue`]) wakes when the

@@ -94,7 +94,7 @@ impl AppState {
 /// The client plane as hyper calls it. A stream request goes straight to [`dispatch`]: an axum
 /// router would match each one against its table, store the (empty) path parameters in the
 /// request, and box and clone a service, a visible share of the CPU an append costs
-/// (docs/speed-log.md, "The client plane's per-request work"). Paths under `/__ursula/`, which
+/// (docs/dev/speed-log.md, "The client plane's per-request work"). Paths under `/__ursula/`, which
 /// the cluster plane's routes may share on this listener, go through `routed`:
 /// [`client_router`], merged with those routes when they are served here.
 #[derive(Clone)]

@@ -122,7 +122,7 @@ where
 
 /// The headers a write reads, found in one pass over the request's headers. Looked up one
 /// by one, each of the eight would hash its name and probe the map, which costs more than the
-/// pass does for a usual request's few headers (counted in docs/speed-log.md, "What a write
+/// pass does for a usual request's few headers (counted in docs/dev/speed-log.md, "What a write
 /// does with its headers, trimmed again").
 #[derive(Debug, Default)]
 pub struct WriteHeaders<'a> {

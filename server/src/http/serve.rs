@@ -71,7 +71,7 @@ impl Drain {
 /// Whichever core accepts, the connection is served by the core with the fewest open
 /// connections of this listener (the accepting core on a tie). Both cores wake for a new
 /// connection and the one that runs first takes it, so left to itself one core takes most of a
-/// client's connections and runs at its limit while the other idles (docs/speed-log.md,
+/// client's connections and runs at its limit while the other idles (docs/dev/speed-log.md,
 /// "Connections spread over the cores by open count").
 pub fn spawn_accept_loops<S>(
     rt: &Runtime,

@@ -4,7 +4,7 @@
 //! timeout. `select!` polls every branch each time the task runs, and the connection wakes the
 //! task several times for every request: the stop's `watch` receiver takes the lock its waiters
 //! share across the cores on each of those polls, and the timeout's sleep registers its waker
-//! again, together a visible share of an in-memory append's CPU (docs/speed-log.md,
+//! again, together a visible share of an in-memory append's CPU (docs/dev/speed-log.md,
 //! "Per-request work above hyper, trimmed again"). Wrapped in [`Woken`], a branch is polled
 //! once, to register, and then only when its own waker fired.
 

@@ -81,7 +81,7 @@ impl Default for Tenancy {
 pub fn bucket_of(key: &str) -> &str {
     // A byte search: `split_once('/')` goes through the `char` searcher, which compares each
     // candidate with a `memcmp` call, a visible share of an in-memory append's CPU
-    // (docs/speed-log.md, "Per-request work above hyper, trimmed again"). `/` is ASCII, so its
+    // (docs/dev/speed-log.md, "Per-request work above hyper, trimmed again"). `/` is ASCII, so its
     // index is a char boundary.
     match key.bytes().position(|b| b == b'/') {
         Some(i) => &key[..i],

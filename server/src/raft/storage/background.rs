@@ -4,7 +4,7 @@
 //!
 //! Why: a purge after a snapshot removes tens of thousands of entries at once, each owning its
 //! payload. Freeing them on the core is a stall every appender of that core's groups sees
-//! (measured in docs/speed-log.md, "The segment synced ahead, and purged entries freed off the
+//! (measured in docs/dev/speed-log.md, "The segment synced ahead, and purged entries freed off the
 //! core").
 
 use std::any::Any;
@@ -17,7 +17,7 @@ use std::sync::mpsc;
 /// Why `SCHED_IDLE` and not only nice 19: a core thread woken on the CPU where a nice-19
 /// thread runs preempts it only when the scheduler finds the core thread eligible, and
 /// otherwise waits in the run queue until the next scheduler tick, behind the snapshot writer
-/// or the reaper (docs/speed-log.md, "Background threads that a waking core thread preempts at
+/// or the reaper (docs/dev/speed-log.md, "Background threads that a waking core thread preempts at
 /// once"). A waking thread of any other policy always preempts a `SCHED_IDLE` one at once.
 pub fn lower_priority() {
     use thread_priority::unix::NormalThreadSchedulePolicy;
@@ -44,7 +44,7 @@ pub const WRITE_CHUNK: usize = 64 << 10;
 /// Why: a kernel built without preemption (`PREEMPT_NONE`) does not switch away from a thread
 /// inside a system call. A snapshot handed to the page cache in one large `write` keeps a
 /// pinned core thread woken on the same CPU waiting in the run queue for the whole call: a
-/// stall in the durable node's append tail (docs/speed-log.md, "Background threads that a
+/// stall in the durable node's append tail (docs/dev/speed-log.md, "Background threads that a
 /// waking core thread preempts at once"). Between two pieces the thread is back in user space,
 /// where a waiting core thread takes the CPU at once.
 #[derive(Debug)]

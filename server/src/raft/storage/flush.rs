@@ -4,7 +4,7 @@
 //! one starts: a later segment must not survive a crash that loses the end of an earlier one,
 //! or the next start could not tell that gap from damage. That sync runs on the core thread,
 //! and a segment nothing synced before is dirty as a whole: a stall every appender of the core
-//! would see (measured in docs/speed-log.md, "The segment synced ahead, and purged entries
+//! would see (measured in docs/dev/speed-log.md, "The segment synced ahead, and purged entries
 //! freed off the core"). So a thread per core syncs the segment each time another
 //! [`Options::every`] bytes are written, and the rotation finds only the last stretch dirty.
 //! The order on disk is kept: the rotation still syncs the old segment before the new one

@@ -50,7 +50,7 @@ fn enc<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
 }
 
 /// About the encoded size of `entries`, so their buffer is allocated once: grown from the
-/// default guess it would be reallocated even for a single small append (docs/speed-log.md,
+/// default guess it would be reallocated even for a single small append (docs/dev/speed-log.md,
 /// "What a write does with its headers, trimmed again").
 fn encoded_guess(entries: &[Entry<TypeConfig>]) -> usize {
     // Keys, types, producer and the entry's own fields: well under this for a usual write.

@@ -4,7 +4,7 @@
 //! on the thread that writes, a core thread under `fsync = "never"`. Deleting one is not
 //! free: unlinking a synced segment makes the filesystem free its extents (and, with
 //! `discard`, tell the device), a stall every appender of the core would see once per rotation
-//! (measured in docs/speed-log.md, "The segment synced ahead, and purged entries freed off the
+//! (measured in docs/dev/speed-log.md, "The segment synced ahead, and purged entries freed off the
 //! core"). A thread per core (`ursula-unlink-<core>`, at the lowest priority) deletes them
 //! instead. A deletion that fails comes back to the journal, which keeps the segment and tries
 //! again at its next pass. A segment whose deletion is still pending when the process stops is

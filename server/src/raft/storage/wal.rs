@@ -3,7 +3,7 @@
 //! membership otherwise) go to a thread per core that batches the frames of all its groups into
 //! one write and one fsync. Under `never` an ordinary write needs no fsync, so the core's own
 //! thread writes it at once: no thread hop on the hot path, where the hop costs a large share
-//! of one group's write rate (docs/speed-log.md, "Earlier measurements the code relies on").
+//! of one group's write rate (docs/dev/speed-log.md, "Earlier measurements the code relies on").
 //! Order is kept: while a synced write waits in the thread's queue, later writes queue behind
 //! it instead of overtaking it.
 //!
