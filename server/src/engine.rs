@@ -40,6 +40,30 @@ pub enum EngineError {
     Unavailable(String),
 }
 
+/// Why a leadership confirmation, a read barrier or the API queues' confirmation did not hold.
+/// Each variant is one way the round can fail; the detail is the underlying library's or the
+/// leader's own words. The HTTP planes turn it into a `503` in one place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfirmError {
+    #[error("no group {0}")]
+    NoGroup(GroupId),
+    #[error("no leader is known for group {0}")]
+    NoLeader(GroupId),
+    /// The quorum round (ReadIndex) failed: this node no longer leads, no quorum answered, or
+    /// the group is shutting down.
+    #[error("{0}")]
+    Quorum(String),
+    /// The leader could not be asked for a read index, or declined to give one.
+    #[error("{0}")]
+    Leader(String),
+    /// Applying up to the confirmed index did not finish within the barrier's wait.
+    #[error("{0}")]
+    Apply(String),
+    /// A group's Raft API queue did not answer (the group is shutting down).
+    #[error("group {group}: {detail}")]
+    Queue { group: GroupId, detail: String },
+}
+
 /// Where a request only a group's leader may answer goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaderRoute {
@@ -96,15 +120,15 @@ pub trait GroupEngine: Send + Sync + Debug {
     fn leader_route(&self, group: GroupId) -> LeaderRoute;
 
     /// Confirms with a quorum that this node still leads `group` (a ReadIndex round) and has
-    /// applied what was committed before, for a linearizable read. `Err` says why not.
-    fn confirm_leadership(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>>;
+    /// applied what was committed before, for a linearizable read.
+    fn confirm_leadership(&self, group: GroupId) -> BoxFuture<'static, Result<(), ConfirmError>>;
 
     /// Brings this node's state of `group` level with every write committed before the call,
     /// whether it leads or follows: the leader confirms its leadership (a ReadIndex round); a
     /// follower asks the leader for a quorum-confirmed read index and waits, a bounded time,
     /// until it applied it. Then a read of the local state (a `416` for a cursor past the
-    /// tail) holds for the whole group. `Err` says why not.
-    fn read_barrier(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>>;
+    /// tail) holds for the whole group.
+    fn read_barrier(&self, group: GroupId) -> BoxFuture<'static, Result<(), ConfirmError>>;
 
     /// Every reason the engine keeps the node unready, in the Troubleshooting page's order.
     fn not_ready(&self) -> Vec<NotReady>;
@@ -116,7 +140,7 @@ pub trait GroupEngine: Send + Sync + Debug {
     /// Resolves once every group's Raft API queue processed what was sent to it before the
     /// call (the maintenance fence's activation confirms admitted mutations were submitted).
     /// Nothing to confirm without Raft.
-    fn confirm_api_queues(&self) -> BoxFuture<'_, Result<(), String>> {
+    fn confirm_api_queues(&self) -> BoxFuture<'_, Result<(), ConfirmError>> {
         Box::pin(async { Ok(()) })
     }
 
@@ -172,11 +196,11 @@ impl GroupEngine for MemoryEngine {
         LeaderRoute::Here
     }
 
-    fn confirm_leadership(&self, _group: GroupId) -> BoxFuture<'static, Result<(), String>> {
+    fn confirm_leadership(&self, _group: GroupId) -> BoxFuture<'static, Result<(), ConfirmError>> {
         Box::pin(async { Ok(()) })
     }
 
-    fn read_barrier(&self, _group: GroupId) -> BoxFuture<'static, Result<(), String>> {
+    fn read_barrier(&self, _group: GroupId) -> BoxFuture<'static, Result<(), ConfirmError>> {
         Box::pin(async { Ok(()) })
     }
 

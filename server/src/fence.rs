@@ -22,6 +22,8 @@ use tokio::sync::RwLockReadGuard;
 use ursula_protocol::admin::FenceToken;
 use ursula_protocol::admin::FenceView;
 
+use crate::engine::ConfirmError;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FenceState {
     Unclaimed,
@@ -87,7 +89,7 @@ pub enum FenceError {
     Uncertain(Lifecycle),
     /// `503`: a Raft group's API queue could not be confirmed; the fence stays uncertain.
     #[error("the maintenance fence {op} did not complete: {why}; the fence stays uncertain")]
-    Queue { op: Lifecycle, why: String },
+    Queue { op: Lifecycle, why: ConfirmError },
 }
 
 #[derive(Debug)]
@@ -222,7 +224,7 @@ impl Fence {
         &self,
         op: Lifecycle,
         t: FenceToken,
-        confirm: impl Future<Output = Result<(), String>>,
+        confirm: impl Future<Output = Result<(), ConfirmError>>,
     ) -> Result<FenceView, FenceError> {
         let _serial = self.serial.lock().await;
         {
@@ -255,12 +257,15 @@ mod tests {
         }
     }
 
-    async fn ok() -> Result<(), String> {
+    async fn ok() -> Result<(), ConfirmError> {
         Ok(())
     }
 
-    async fn fail() -> Result<(), String> {
-        Err("group 0 stopped".into())
+    async fn fail() -> Result<(), ConfirmError> {
+        Err(ConfirmError::Queue {
+            group: 0,
+            detail: "stopped".into(),
+        })
     }
 
     #[tokio::test]

@@ -79,7 +79,7 @@ fn store_of(tier: &crate::coldtier::ColdTier) -> Store {
     Store {
         probe: Box::new(move || {
             let store = store.clone();
-            Box::pin(async move { store.probe().await.map_err(|e| e.to_string()) })
+            Box::pin(async move { store.probe().await })
         }),
         writes: Box::new(move || {
             let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);

@@ -105,7 +105,10 @@ pub enum BackupError {
     #[error("group {group}'s state does not decode: {why}")]
     State { group: u32, why: String },
     #[error("group {group}'s state is not consistent: {why}")]
-    Invalid { group: u32, why: String },
+    Invalid {
+        group: u32,
+        why: crate::stream::tenancy::StateError,
+    },
     #[error("cannot encode the group object: {0}")]
     Encode(String),
 }

@@ -14,14 +14,21 @@ enum SizeRepr {
     Text(String),
 }
 
+/// A config value that is not a size or a duration; serde puts the key in front.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("{0:?} is not a size like \"64MiB\"")]
+    Size(String),
+    #[error("{0:?} is not a duration like \"5s\"")]
+    Duration(String),
+}
+
 impl TryFrom<SizeRepr> for Size {
-    type Error = String;
-    fn try_from(r: SizeRepr) -> Result<Size, String> {
+    type Error = UnitError;
+    fn try_from(r: SizeRepr) -> Result<Size, UnitError> {
         match r {
             SizeRepr::Int(n) => Ok(Size(n)),
-            SizeRepr::Text(s) => parse_size(&s)
-                .map(Size)
-                .ok_or_else(|| format!("{s:?} is not a size like \"64MiB\"")),
+            SizeRepr::Text(s) => parse_size(&s).map(Size).ok_or(UnitError::Size(s)),
         }
     }
 }
@@ -51,11 +58,9 @@ pub fn parse_size(s: &str) -> Option<u64> {
 pub struct Dur(pub std::time::Duration);
 
 impl TryFrom<String> for Dur {
-    type Error = String;
-    fn try_from(s: String) -> Result<Dur, String> {
-        parse_duration(&s)
-            .map(Dur)
-            .ok_or_else(|| format!("{s:?} is not a duration like \"5s\""))
+    type Error = UnitError;
+    fn try_from(s: String) -> Result<Dur, UnitError> {
+        parse_duration(&s).map(Dur).ok_or(UnitError::Duration(s))
     }
 }
 

@@ -154,13 +154,16 @@ const PURGE_COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// Object deletes in flight at once during a purge.
 const DELETES_AT_ONCE: usize = 16;
 
-/// Deletes every object under `{bucket}/`: `Err` names the first failure.
-async fn erase_prefix(store: &ursula_cold::ColdStore, bucket: &str) -> Result<(), String> {
-    let keys = store.list(bucket).await.map_err(|e| e.to_string())?;
-    let failures: Vec<String> = futures_util::stream::iter(keys)
+/// Deletes every object under `{bucket}/`: `Err` is the first failure.
+async fn erase_prefix(
+    store: &ursula_cold::ColdStore,
+    bucket: &str,
+) -> Result<(), ursula_cold::ColdError> {
+    let keys = store.list(bucket).await?;
+    let failures: Vec<ursula_cold::ColdError> = futures_util::stream::iter(keys)
         .map(|k| {
             let store = store.clone();
-            async move { store.delete(&k).await.map_err(|e| e.to_string()) }
+            async move { store.delete(&k).await }
         })
         .buffer_unordered(DELETES_AT_ONCE)
         .filter_map(|r| async move { r.err() })
@@ -196,7 +199,7 @@ async fn purge(st: &AppState, bucket: &str) -> Result<Reply, ApiError> {
                 pending = second.pending_cold;
                 reclaimed = second.reclaimed_cold;
             }
-            Err(e) => error = Some(e),
+            Err(e) => error = Some(e.to_string()),
         }
         match cold.store.list(bucket).await {
             Ok(left) => absent = left.is_empty(),

@@ -18,6 +18,7 @@ use super::replicas::Replicas;
 use super::storage::wal::Journal;
 use super::walmetrics;
 use crate::admission::GroupCharge;
+use crate::engine::ConfirmError;
 use crate::engine::EngineError;
 use crate::engine::GroupEngine;
 use crate::engine::LeaderRoute;
@@ -152,28 +153,28 @@ impl GroupEngine for RaftEngine {
         }
     }
 
-    fn confirm_leadership(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>> {
+    fn confirm_leadership(&self, group: GroupId) -> BoxFuture<'static, Result<(), ConfirmError>> {
         let raft = self.node.raft(group).cloned();
         let floor = self.node.read_floor(group);
         Box::pin(async move {
             let Some(raft) = raft else {
-                return Err(format!("no group {group}"));
+                return Err(ConfirmError::NoGroup(group));
             };
             raft.ensure_linearizable()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ConfirmError::Quorum(e.to_string()))?;
             // A leader restored at start may read below entries it acknowledged before.
             if floor.is_some() {
                 raft.wait(Some(READ_BARRIER_APPLY_WAIT))
                     .applied_index_at_least(floor, "the read floor of a restarted leader")
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| ConfirmError::Apply(e.to_string()))?;
             }
             Ok(())
         })
     }
 
-    fn read_barrier(&self, group: GroupId) -> BoxFuture<'static, Result<(), String>> {
+    fn read_barrier(&self, group: GroupId) -> BoxFuture<'static, Result<(), ConfirmError>> {
         if self.node.is_leader(group) {
             return self.confirm_leadership(group);
         }
@@ -182,21 +183,22 @@ impl GroupEngine for RaftEngine {
             let raft = node
                 .raft(group)
                 .cloned()
-                .ok_or_else(|| format!("no group {group}"))?;
+                .ok_or(ConfirmError::NoGroup(group))?;
             let leader = node
                 .leader_of(group)
                 .filter(|l| *l != node.node_id)
-                .ok_or_else(|| format!("no leader is known for group {group}"))?;
+                .ok_or(ConfirmError::NoLeader(group))?;
             let confirmed = node
                 .peers
                 .read_index(leader, group)
                 .await
-                .map_err(|e| e.to_string())??;
+                .map_err(|e| ConfirmError::Leader(e.to_string()))?
+                .map_err(|declined| ConfirmError::Leader(declined.to_string()))?;
             raft.wait(Some(READ_BARRIER_APPLY_WAIT))
                 .applied_index_at_least(confirmed.index, "a follower's read barrier")
                 .await
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(|e| ConfirmError::Apply(e.to_string()))
         })
     }
 
@@ -286,14 +288,17 @@ impl GroupEngine for RaftEngine {
         out.wal = Some(walmetrics::report(&self.journals, node, &self.opening));
     }
 
-    fn confirm_api_queues(&self) -> BoxFuture<'_, Result<(), String>> {
+    fn confirm_api_queues(&self) -> BoxFuture<'_, Result<(), ConfirmError>> {
         Box::pin(async move {
             // A query through each group's API channel is answered only after every message
             // queued before it was processed.
             for (g, r) in self.node.rafts().iter().enumerate() {
                 r.with_raft_state(|_| ())
                     .await
-                    .map_err(|e| format!("group {g}: {e}"))?;
+                    .map_err(|e| ConfirmError::Queue {
+                        group: g as GroupId,
+                        detail: e.to_string(),
+                    })?;
             }
             Ok(())
         })

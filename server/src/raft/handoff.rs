@@ -18,13 +18,38 @@ use ursula_protocol::admin::Elected;
 use ursula_protocol::admin::Transferred;
 
 use super::GroupRaft;
+use super::peer::wire::Declined;
 use super::peer::wire::ElectRequest;
+use super::peer::wire::PeerError;
 use super::replicas::Replicas;
 
 /// A target must have acknowledged the leader this recently (the minimum election timeout).
 pub const ACK_WINDOW: Duration = Duration::from_millis(1500);
 /// A handoff not taken over within this long is abandoned (two maximum election timeouts).
 pub const DEADLINE: Duration = Duration::from_secs(6);
+/// Why a voter may not take a group from this leader now.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unfit {
+    #[error("another handoff of the group is running")]
+    Busy,
+    #[error("the group's membership is changing")]
+    MembershipChanging,
+    #[error("it last acknowledged the leader {0:?} ago")]
+    StaleAck(Duration),
+    #[error("it never acknowledged this leader")]
+    NeverAcked,
+    #[error("it holds entries up to {matched:?}, the group committed {committed:?}")]
+    Behind {
+        matched: Option<u64>,
+        committed: Option<u64>,
+    },
+    /// The target itself declined to campaign (drained, shedding, recovering).
+    #[error("{0}")]
+    Declined(#[from] Declined),
+    #[error(transparent)]
+    Peer(#[from] PeerError),
+}
+
 /// How often a handoff looks at the group's state while it waits.
 const POLL: Duration = Duration::from_millis(5);
 
@@ -41,11 +66,7 @@ pub enum HandoffError {
     #[error("node {0} already leads the group: a transfer needs another voter")]
     ToSelf(u64),
     #[error("node {target} cannot take group {group} now: {why}")]
-    Ineligible {
-        group: u32,
-        target: u64,
-        why: String,
-    },
+    Ineligible { group: u32, target: u64, why: Unfit },
     #[error("the handoff of group {group} to node {target} was abandoned: {why}")]
     Abandoned {
         group: u32,
@@ -68,15 +89,15 @@ fn raft_of(node: &Replicas, group: u32) -> Result<&GroupRaft, HandoffError> {
 }
 
 /// Why `target` may not take `group` from this leader now, checked on this side.
-fn check_target(node: &Replicas, raft: &GroupRaft, group: u32, target: u64) -> Result<(), String> {
+fn check_target(node: &Replicas, raft: &GroupRaft, group: u32, target: u64) -> Result<(), Unfit> {
     let m = raft.metrics().borrow().clone();
     if m.membership_config.membership().get_joint_config().len() > 1 {
-        return Err("the group's membership is changing".into());
+        return Err(Unfit::MembershipChanging);
     }
     match node.peers.acks.since(target, group) {
         Some(d) if d <= ACK_WINDOW => {}
-        Some(d) => return Err(format!("it last acknowledged the leader {d:?} ago")),
-        None => return Err("it never acknowledged this leader".into()),
+        Some(d) => return Err(Unfit::StaleAck(d)),
+        None => return Err(Unfit::NeverAcked),
     }
     let committed = node.log_view(group).committed.map(|l| l.index);
     let matched = m
@@ -85,9 +106,7 @@ fn check_target(node: &Replicas, raft: &GroupRaft, group: u32, target: u64) -> R
         .and_then(|r| r.get(&target).copied().flatten())
         .map(|l| l.index);
     if matched < committed {
-        return Err(format!(
-            "it holds entries up to {matched:?}, the group committed {committed:?}"
-        ));
+        return Err(Unfit::Behind { matched, committed });
     }
     Ok(())
 }
@@ -130,16 +149,13 @@ async fn elect_rpc(
     group: u32,
     target: u64,
     dry_run: bool,
-) -> Result<(), String> {
+) -> Result<(), Unfit> {
     let req = ElectRequest {
         leader: node.node_id,
         term: raft.metrics().borrow().current_term,
         dry_run,
     };
-    match node.peers.elect(target, group, &req).await {
-        Ok(answer) => answer,
-        Err(e) => Err(e.to_string()),
-    }
+    Ok(node.peers.elect(target, group, &req).await??)
 }
 
 /// Hands `group`'s leadership to `target`.
@@ -165,7 +181,7 @@ pub async fn transfer(
     }
     let ineligible = |why| HandoffError::Ineligible { group, target, why };
     let Some(_turn) = node.holds.begin_handoff(group) else {
-        return Err(ineligible("another handoff of the group is running".into()));
+        return Err(ineligible(Unfit::Busy));
     };
     check_target(node, raft, group, target).map_err(ineligible)?;
     elect_rpc(node, raft, group, target, true)

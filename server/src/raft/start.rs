@@ -67,8 +67,8 @@ pub enum StartError {
     #[error("group {group}: {message}")]
     Group { group: u32, message: String },
     /// A peer answered the startup probe with another Raft protocol.
-    #[error("{0}")]
-    Protocol(String),
+    #[error(transparent)]
+    Protocol(#[from] super::peer::protocol::ProtocolError),
 }
 
 /// How the engine is configured.

@@ -18,6 +18,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
+use ursula_cold::ColdError;
 
 use super::handoff;
 use super::replicas::Replicas;
@@ -30,7 +31,7 @@ const HANDOFFS_PER_TICK: usize = 4;
 /// What the gate reads of the store, given once the cold tier is open.
 pub struct Store {
     /// One request the store must answer; the gate bounds it.
-    pub probe: Box<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>,
+    pub probe: Box<dyn Fn() -> BoxFuture<'static, Result<(), ColdError>> + Send + Sync>,
     /// The cold flush's object writes so far: (failed, succeeded).
     pub writes: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
 }
@@ -161,21 +162,35 @@ impl Judge {
     }
 }
 
+/// Why a tick is bad.
+#[derive(Debug, thiserror::Error)]
+enum BadTick {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("{first}; retried: {again}")]
+    Failed { first: ColdError, again: ColdError },
+    #[error("{first}; the retry got no answer within the {deadline:?} deadline")]
+    RetryTimeout {
+        first: ColdError,
+        deadline: Duration,
+    },
+    #[error("a cold-flush write failed and none succeeded since")]
+    FlushWrites,
+}
+
 /// Probes the store within `deadline`: a first attempt that fails before it still has the
 /// time left for one retry.
-async fn probe(store: &Store, deadline: Duration) -> Result<(), String> {
+async fn probe(store: &Store, deadline: Duration) -> Result<(), BadTick> {
     let started = Instant::now();
     let first = match tokio::time::timeout(deadline, (store.probe)()).await {
         Ok(Ok(())) => return Ok(()),
         Ok(Err(e)) => e,
-        Err(_) => return Err(format!("no answer within {deadline:?}")),
+        Err(_) => return Err(BadTick::Timeout(deadline)),
     };
     let left = deadline.saturating_sub(started.elapsed());
     match tokio::time::timeout(left, (store.probe)()).await {
-        Ok(r) => r.map_err(|again| format!("{first}; retried: {again}")),
-        Err(_) => Err(format!(
-            "{first}; the retry got no answer within the {deadline:?} deadline"
-        )),
+        Ok(r) => r.map_err(|again| BadTick::Failed { first, again }),
+        Err(_) => Err(BadTick::RetryTimeout { first, deadline }),
     }
 }
 
@@ -208,9 +223,7 @@ pub async fn run(
             return;
         }
         if kind == Tick::Bad {
-            let why = probed
-                .err()
-                .unwrap_or_else(|| "a cold-flush write failed and none succeeded since".into());
+            let why = probed.err().unwrap_or(BadTick::FlushWrites);
             // Once per streak at warn: an outage would otherwise log every tick.
             if judge.bad_streak() == 1 {
                 tracing::warn!(reason = %why, "snapshot store health tick is bad");
@@ -373,6 +386,12 @@ mod tests {
         );
     }
 
+    fn refused(message: &str) -> ColdError {
+        ColdError::Config {
+            message: message.into(),
+        }
+    }
+
     #[tokio::test]
     async fn a_probe_that_fails_fast_is_retried_once_within_its_deadline() {
         let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -380,11 +399,17 @@ mod tests {
         let flaky = Store {
             probe: Box::new(move || {
                 let n = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Box::pin(async move { if n == 0 { Err("reset".into()) } else { Ok(()) } })
+                Box::pin(async move {
+                    if n == 0 {
+                        Err(refused("reset"))
+                    } else {
+                        Ok(())
+                    }
+                })
             }),
             writes: Box::new(|| (0, 0)),
         };
-        assert_eq!(probe(&flaky, Duration::from_secs(1)).await, Ok(()));
+        assert!(probe(&flaky, Duration::from_secs(1)).await.is_ok());
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
         let hangs = Store {
             probe: Box::new(|| Box::pin(std::future::pending())),
@@ -393,14 +418,14 @@ mod tests {
         let e = probe(&hangs, Duration::from_millis(50))
             .await
             .expect_err("hangs");
-        assert!(e.contains("no answer within"), "{e}");
+        assert!(matches!(e, BadTick::Timeout(_)), "{e}");
         let down = Store {
-            probe: Box::new(|| Box::pin(async { Err("refused".to_owned()) })),
+            probe: Box::new(|| Box::pin(async { Err(refused("refused")) })),
             writes: Box::new(|| (0, 0)),
         };
         let e = probe(&down, Duration::from_secs(1))
             .await
             .expect_err("down");
-        assert_eq!(e, "refused; retried: refused");
+        assert_eq!(e.to_string(), "refused; retried: refused");
     }
 }

@@ -65,7 +65,7 @@ pub struct StreamData {
 }
 
 /// Segments as MessagePack binaries: serde's default writes each byte as its own integer, which
-/// makes a snapshot of a large hot window cost its core a long stall (docs/speed-log.md,
+/// makes a snapshot of a large hot window cost its core a long stall (docs/dev/speed-log.md,
 /// "Earlier measurements the code relies on"). Reading still accepts the integer arrays older
 /// snapshots hold.
 mod byte_segments {
@@ -274,33 +274,52 @@ impl StreamData {
     /// Whether the stored layout is one this build could have written: the hot segments
     /// cover exactly `[base, tail)`, and the cold chunks are non-empty, ordered, disjoint and
     /// below the hot ring. A backup's deep check runs it on every stream it holds.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), LayoutError> {
         if self.base > self.tail {
-            return Err(format!(
-                "hot ring starts at {} past the tail {}",
-                self.base, self.tail
-            ));
+            return Err(LayoutError::HotPastTail {
+                base: self.base,
+                tail: self.tail,
+            });
         }
         if self.held_bytes() != self.tail - self.base {
-            return Err(format!(
-                "hot segments hold {} bytes for the range [{}, {})",
-                self.held_bytes(),
-                self.base,
-                self.tail
-            ));
+            return Err(LayoutError::HotSize {
+                held: self.held_bytes(),
+                base: self.base,
+                tail: self.tail,
+            });
         }
         let mut end = 0u64;
         for c in &self.cold {
             if c.start >= c.end || c.start < end || c.end > self.base {
-                return Err(format!(
-                    "cold chunk [{}, {}) in {} overlaps, is empty or reaches the hot ring at {}",
-                    c.start, c.end, c.object, self.base
-                ));
+                return Err(LayoutError::ColdChunk {
+                    start: c.start,
+                    end: c.end,
+                    object: c.object.clone(),
+                    base: self.base,
+                });
             }
             end = c.end;
         }
         Ok(())
     }
+}
+
+/// A stored byte layout this build could not have written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("hot ring starts at {base} past the tail {tail}")]
+    HotPastTail { base: u64, tail: u64 },
+    #[error("hot segments hold {held} bytes for the range [{base}, {tail})")]
+    HotSize { held: u64, base: u64, tail: u64 },
+    #[error(
+        "cold chunk [{start}, {end}) in {object} overlaps, is empty or reaches the hot ring at {base}"
+    )]
+    ColdChunk {
+        start: u64,
+        end: u64,
+        object: Arc<str>,
+        base: u64,
+    },
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::data::LayoutError;
 use super::ledger::BucketReport;
 use super::ledger::Tenancy;
 use super::ledger::WRITE_UNIT_BYTES;
@@ -35,45 +36,71 @@ impl GroupState {
     /// Checks what a decoded state claims about itself, as a backup's deep verification does:
     /// every stream's byte layout, its retention floor and snapshot within its bytes, and the
     /// write unit. Answers the stream count.
-    pub fn check(&self) -> Result<u64, String> {
+    pub fn check(&self) -> Result<u64, StateError> {
         if self.tenancy.write_unit_bytes != WRITE_UNIT_BYTES {
-            return Err(format!(
-                "write_unit_bytes {} (this build counts in {WRITE_UNIT_BYTES})",
-                self.tenancy.write_unit_bytes
-            ));
+            return Err(StateError::WriteUnit(self.tenancy.write_unit_bytes));
         }
         for (key, s) in self.streams() {
-            let why = |m: String| format!("stream {key}: {m}");
+            let why = |flaw: StreamFlaw| StateError::Stream {
+                key: key.to_owned(),
+                flaw,
+            };
             if bucket_of(key) == key || key.is_empty() {
-                return Err(why("the key names no bucket".into()));
+                return Err(why(StreamFlaw::NoBucket));
             }
-            s.data.check().map_err(why)?;
+            s.data.check().map_err(|e| why(StreamFlaw::Layout(e)))?;
             if s.retained > s.tail() {
-                return Err(why(format!(
-                    "retained offset {} past the tail {}",
-                    s.retained,
-                    s.tail()
-                )));
+                return Err(why(StreamFlaw::RetainedPastTail {
+                    retained: s.retained,
+                    tail: s.tail(),
+                }));
             }
             if let Some(snap) = &s.snapshot
                 && (snap.offset > s.tail() || snap.offset < s.retained)
             {
-                return Err(why(format!(
-                    "snapshot at {} outside [{}, {}]",
-                    snap.offset,
-                    s.retained,
-                    s.tail()
-                )));
+                return Err(why(StreamFlaw::SnapshotOutside {
+                    offset: snap.offset,
+                    retained: s.retained,
+                    tail: s.tail(),
+                }));
             }
             if s.incarnation == 0 || s.incarnation > self.last_incarnation {
-                return Err(why(format!(
-                    "incarnation {} beyond the group's last {}",
-                    s.incarnation, self.last_incarnation
-                )));
+                return Err(why(StreamFlaw::Incarnation {
+                    incarnation: s.incarnation,
+                    last: self.last_incarnation,
+                }));
             }
         }
         Ok(self.streams.len() as u64)
     }
+}
+
+/// What a decoded group state claims about itself that this build could not have written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("write_unit_bytes {0} (this build counts in {WRITE_UNIT_BYTES})")]
+    WriteUnit(u64),
+    #[error("stream {key}: {flaw}")]
+    Stream { key: String, flaw: StreamFlaw },
+}
+
+/// One stream's flaw in a decoded state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamFlaw {
+    #[error("the key names no bucket")]
+    NoBucket,
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("retained offset {retained} past the tail {tail}")]
+    RetainedPastTail { retained: u64, tail: u64 },
+    #[error("snapshot at {offset} outside [{retained}, {tail}]")]
+    SnapshotOutside {
+        offset: u64,
+        retained: u64,
+        tail: u64,
+    },
+    #[error("incarnation {incarnation} beyond the group's last {last}")]
+    Incarnation { incarnation: u64, last: u64 },
 }
 
 #[cfg(test)]

@@ -43,21 +43,30 @@ impl Mismatch {
     }
 }
 
+/// A peer that speaks another Raft protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// Its header names another protocol.
+    #[error("the peer speaks Raft protocol {0:?}, this node speaks {PROTOCOL}", PROTOCOL = PROTOCOL)]
+    Speaks(String),
+    /// It answered the start-up probe with something else.
+    #[error("peer {id} ({url}) refused Raft protocol {PROTOCOL}: {what}", PROTOCOL = PROTOCOL)]
+    Refused { id: u64, url: String, what: String },
+}
+
 /// Checks a peer's protocol header: `Err` names what it speaks. An absent header passes.
-pub fn check(value: Option<&str>) -> Result<(), String> {
+pub fn check(value: Option<&str>) -> Result<(), ProtocolError> {
     match value {
         None => Ok(()),
         Some(v) if v.trim().parse::<u32>().ok() == Some(PROTOCOL) => Ok(()),
-        Some(v) => Err(format!(
-            "the peer speaks Raft protocol {v:?}, this node speaks {PROTOCOL}"
-        )),
+        Some(v) => Err(ProtocolError::Speaks(v.to_owned())),
     }
 }
 
 /// Asks every peer but `me`, in parallel, whether it speaks protocol 3. A peer that answers
 /// anything else refuses it and ends startup; one that cannot be reached in time is skipped,
 /// since a fresh cluster starts its nodes in parallel.
-pub async fn probe_peers(me: u64, peers: &BTreeMap<u64, String>) -> Result<(), String> {
+pub async fn probe_peers(me: u64, peers: &BTreeMap<u64, String>) -> Result<(), ProtocolError> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(CONNECT));
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
@@ -72,9 +81,11 @@ pub async fn probe_peers(me: u64, peers: &BTreeMap<u64, String>) -> Result<(), S
                 tracing::info!(peer = id, %url, "Raft protocol probe skipped an unreachable peer: {why}");
             }
             Answer::Refused(what) => {
-                return Err(format!(
-                    "peer {id} ({url}) refused Raft protocol {PROTOCOL}: {what}"
-                ));
+                return Err(ProtocolError::Refused {
+                    id,
+                    url: url.clone(),
+                    what,
+                });
             }
         }
     }
@@ -137,7 +148,11 @@ mod tests {
         assert!(check(Some("3")).is_ok());
         assert!(check(None).is_ok());
         let err = check(Some("2")).expect_err("protocol 2");
-        assert!(err.contains("speaks Raft protocol \"2\""), "{err}");
+        assert_eq!(err, ProtocolError::Speaks("2".into()));
+        assert!(
+            err.to_string().contains("speaks Raft protocol \"2\""),
+            "{err}"
+        );
         assert!(check(Some("three")).is_err());
     }
 }

@@ -14,6 +14,7 @@ use super::protocol;
 use super::wire::Answer;
 use super::wire::Barrier;
 use super::wire::Confirmed;
+use super::wire::Declined;
 use super::wire::ElectAnswer;
 use super::wire::ElectRequest;
 use super::wire::Item;
@@ -66,6 +67,7 @@ pub fn admit(
         }
     }
     if let Err(why) = protocol::check(header(h::RAFT_PROTOCOL)) {
+        let why = why.to_string();
         node.peers.mismatch.record(&why);
         return Err((hyper::StatusCode::CONFLICT, why));
     }
@@ -148,10 +150,10 @@ pub async fn serve(
         }
         RpcKind::Barrier | RpcKind::ReadIndex => {
             let answer: Barrier = if node.gates.is_closed(group) {
-                Err(format!(
+                Err(Declined(format!(
                     "node {}'s own recovery gate is closed",
                     node.node_id
-                ))
+                )))
             } else {
                 confirm_barrier(node.node_id, raft, node.read_floor(group)).await
             };
@@ -167,12 +169,12 @@ pub async fn serve(
             let req: ElectRequest = rmp_serde::from_slice(body).map_err(invalid)?;
             let shed = node.shed.state();
             let answer: ElectAnswer = if shed.sheds() {
-                Err(format!("node {} is {}", node.node_id, shed.why()))
+                Err(Declined(format!("node {} is {}", node.node_id, shed.why())))
             } else if node.gates.is_closed(group) || node.vote_hold.holds(group) {
-                Err(format!(
+                Err(Declined(format!(
                     "node {}'s replica of group {group} is recovering",
                     node.node_id
-                ))
+                )))
             } else if req.dry_run {
                 Ok(())
             } else {
@@ -182,7 +184,10 @@ pub async fn serve(
                     term = req.term,
                     "campaigning at the leader's handoff"
                 );
-                raft.trigger().elect().await.map_err(|e| e.to_string())
+                raft.trigger()
+                    .elect()
+                    .await
+                    .map_err(|e| Declined(e.to_string()))
             };
             rmp_serde::to_vec(&answer)
         }
@@ -226,7 +231,10 @@ async fn propose(node: &Replicas, raft: &GroupRaft, group: u32, cmd: Command) ->
         return Err("only a purge or an import is forwarded to the leader".into());
     }
     if !node.is_leader(group) {
-        return Err(format!("node {} does not lead group {group}", node.node_id));
+        return Err(Declined(format!(
+            "node {} does not lead group {group}",
+            node.node_id
+        )));
     }
     let writes = crate::raft::Writes {
         now_ms: crate::runtime::now_ms(),
@@ -238,8 +246,8 @@ async fn propose(node: &Replicas, raft: &GroupRaft, group: u32, cmd: Command) ->
             .0
             .into_iter()
             .next()
-            .ok_or_else(|| "the entry answered nothing".to_owned()),
-        Err(e) => Err(e.to_string()),
+            .ok_or_else(|| "the entry answered nothing".into()),
+        Err(e) => Err(Declined(e.to_string())),
     }
 }
 
@@ -279,20 +287,20 @@ pub async fn serve_batch(node: &Replicas, body: &[u8]) -> Result<Vec<u8>, ServeE
 /// ([`Replicas::read_floor`]).
 async fn confirm_barrier(node: u64, raft: &GroupRaft, floor: Option<u64>) -> Barrier {
     let vote = || raft.with_raft_state(|st| *st.vote_ref());
-    let before = vote().await.map_err(|e| e.to_string())?;
+    let before = vote().await.map_err(|e| Declined(e.to_string()))?;
     if !before.is_committed() || before.leader_id.node_id != node {
-        return Err(format!("node {node} does not lead the group"));
+        return Err(Declined(format!("node {node} does not lead the group")));
     }
     let index = match tokio::time::timeout(BARRIER_TIMEOUT, raft.get_read_log_id()).await {
         Ok(Ok((read, _))) => read.map(|l| l.index).max(floor),
-        Ok(Err(e)) => return Err(e.to_string()),
+        Ok(Err(e)) => return Err(Declined(e.to_string())),
         Err(_) => return Err("no quorum confirmed the leadership in time".into()),
     };
-    let after = vote().await.map_err(|e| e.to_string())?;
+    let after = vote().await.map_err(|e| Declined(e.to_string()))?;
     if after != before {
-        return Err(format!(
+        return Err(Declined(format!(
             "node {node}'s vote moved from {before} to {after} during the barrier"
-        ));
+        )));
     }
     Ok(Confirmed {
         index,

@@ -76,13 +76,32 @@ pub struct ElectRequest {
     pub dry_run: bool,
 }
 
+/// Why a peer declined a request, in its own words. It crosses the wire as a plain string
+/// (`serde(transparent)`), so the encoding is the one a bare `String` had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+#[error("{0}")]
+pub struct Declined(pub String);
+
+impl From<String> for Declined {
+    fn from(why: String) -> Declined {
+        Declined(why)
+    }
+}
+
+impl From<&str> for Declined {
+    fn from(why: &str) -> Declined {
+        Declined(why.to_owned())
+    }
+}
+
 /// `Err` names why the addressee will not campaign.
-pub type ElectAnswer = Result<(), String>;
+pub type ElectAnswer = Result<(), Declined>;
 
 /// The leader's answer to a forwarded operator command: what the state machine answered, or
 /// why the addressee did not propose it (not the leader, the group stopped).
 pub type ProposeAnswer =
-    Result<Result<ursula_state::stream::Applied, ursula_state::stream::Refusal>, String>;
+    Result<Result<ursula_state::stream::Applied, ursula_state::stream::Refusal>, Declined>;
 
 /// One RPC in a batch request: its group and its MessagePack body.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -116,7 +135,7 @@ pub enum PeerError {
 
 /// A leader's answer to `barrier`, or why it gave none (not the leader, no quorum, its own
 /// gate closed, its vote moved meanwhile).
-pub type Barrier = Result<Confirmed, String>;
+pub type Barrier = Result<Confirmed, Declined>;
 
 /// A barrier a quorum confirmed.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]

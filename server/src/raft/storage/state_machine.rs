@@ -254,7 +254,7 @@ impl Captured {
 /// returns.
 #[derive(Debug)]
 pub struct Builder {
-    captured: Option<Result<Captured, String>>,
+    captured: Option<Result<Captured, StoreError>>,
     shelf: Shelf,
     group: u32,
     stats: Arc<SnapStats>,
@@ -263,13 +263,13 @@ pub struct Builder {
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StoreError> {
-        let failed = |m: String| -> StoreError {
-            StorageIOError::read_state_machine(&std::io::Error::other(m)).into()
-        };
         let captured = match self.captured.take() {
             Some(Ok(c)) => c,
-            Some(Err(e)) => return Err(failed(e)),
-            None => return Err(failed("the snapshot was already built".into())),
+            Some(Err(e)) => return Err(e),
+            None => {
+                let again = std::io::Error::other("the snapshot was already built");
+                return Err(StorageIOError::read_state_machine(&again).into());
+            }
         };
         let shelf = self.shelf.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -280,7 +280,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
                 // of CPU to encode, copy and write; at normal priority it takes its share of a
                 // small machine from the core threads in that window, and appends queue behind
                 // it. The lowest priority and bounded writes shorten the durable node's append
-                // tail (docs/speed-log.md, "The snapshot thread at nice 19" and "Background
+                // tail (docs/dev/speed-log.md, "The snapshot thread at nice 19" and "Background
                 // threads that a waking core thread preempts at once").
                 background::lower_priority();
                 let built = captured.encode().and_then(|snap| {
@@ -357,7 +357,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         // Captured here, on the core, at the applied point; the builder writes it elsewhere.
         let started = std::time::Instant::now();
-        let captured = self.capture().map_err(|e| e.to_string());
+        let captured = self.capture();
         tracing::debug!(
             group = self.group,
             took_us = started.elapsed().as_micros() as u64,
