@@ -157,11 +157,14 @@ mod tests {
         let gate = Arc::new(ReadGate::default());
         gate.enter();
         let applied = Arc::new(AtomicBool::new(false));
-        let (g, a) = (gate.clone(), applied.clone());
+        let ending = Arc::new(AtomicBool::new(false));
+        let (g, a, e) = (gate.clone(), applied.clone(), ending.clone());
         let t = std::thread::spawn(move || {
-            let _apply = g.apply();
+            let apply = g.apply();
             a.store(true, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(100));
+            e.store(true, Ordering::SeqCst);
+            drop(apply);
         });
         std::thread::sleep(Duration::from_millis(50));
         assert!(!applied.load(Ordering::SeqCst), "applied under a reader");
@@ -169,9 +172,14 @@ mod tests {
         while !applied.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        // The apply holds the file for 100 ms: a reader entering now waits for its end.
+        // The apply holds the file for 100 ms: a reader entering now waits for its end. The
+        // flag is set just before the apply lets go, so a reader let in earlier finds it unset
+        // (the thread itself may still be winding down when the reader enters).
         gate.enter();
-        assert!(t.is_finished(), "a reader entered during an apply");
+        assert!(
+            ending.load(Ordering::SeqCst),
+            "a reader entered during an apply"
+        );
         gate.leave();
         t.join().expect("apply thread");
     }
