@@ -105,16 +105,93 @@ pub const JOURNAL_MODE_RULE: &str = "journal_mode must stay WAL: a write to the 
 /// to retry (the layers in front of the stream) or to fix the setup or the transaction.
 pub const REFUSED: c_int = ffi::SQLITE_IOERR_AUTH;
 
+/// Why the commit path did not let a write through. [`WriteError::code`] is the one place it
+/// becomes SQLite's result code, and [`answer`] the one place it is recorded on the database
+/// (`status(file).error`) first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// The database was opened read-only.
+    #[error("the database is read-only")]
+    ReadOnly,
+    /// Refused before anything reached the stream: the transaction rolls back, the file stays
+    /// usable.
+    #[error("{reason}")]
+    Refused { kind: Kind, reason: String },
+    /// The file may no longer match the stream, or another owner holds it: poisoned now.
+    #[error("{reason}")]
+    Poisoned { kind: Kind, reason: String },
+    /// The local fsync before the `-wal` goes failed: poisoned now, SQLite's fsync code.
+    #[error("{0}")]
+    Fsync(String),
+    /// The file was poisoned before: the poison was logged once, and each later commit fails
+    /// the same way.
+    #[error("the file was poisoned by an earlier failure")]
+    StillPoisoned,
+    /// The local file itself answered this SQLite code; the stream was not involved.
+    #[error("the local file answered SQLite code {0}")]
+    Local(c_int),
+}
+
+impl WriteError {
+    fn refused(kind: Kind, reason: impl Into<String>) -> WriteError {
+        WriteError::Refused {
+            kind,
+            reason: reason.into(),
+        }
+    }
+
+    fn poisoned(kind: Kind, reason: impl Into<String>) -> WriteError {
+        WriteError::Poisoned {
+            kind,
+            reason: reason.into(),
+        }
+    }
+
+    /// SQLite's result code for this failure.
+    pub fn code(&self) -> c_int {
+        match self {
+            WriteError::ReadOnly => ffi::SQLITE_READONLY,
+            WriteError::Refused { .. } => REFUSED,
+            WriteError::Poisoned { .. } | WriteError::StillPoisoned => ffi::SQLITE_IOERR_WRITE,
+            WriteError::Fsync(_) => ffi::SQLITE_IOERR_FSYNC,
+            WriteError::Local(rc) => *rc,
+        }
+    }
+}
+
+/// A real file's answer as a result: `SQLITE_OK` or the code it failed with.
+fn local(rc: c_int) -> Result<(), WriteError> {
+    if rc == ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(WriteError::Local(rc))
+    }
+}
+
+/// What SQLite gets for `r`: a failure is recorded on `db` first (a refusal or a poison, as
+/// `status(file)` reports it).
+fn answer(db: &Db, r: Result<(), WriteError>) -> c_int {
+    let Err(e) = r else {
+        return ffi::SQLITE_OK;
+    };
+    match &e {
+        WriteError::Refused { kind, reason } => db.refuse(*kind, reason),
+        WriteError::Poisoned { kind, reason } => db.poison(*kind, reason),
+        WriteError::Fsync(reason) => db.poison(Kind::LocalDamage, reason),
+        WriteError::ReadOnly | WriteError::StillPoisoned | WriteError::Local(_) => {}
+    }
+    e.code()
+}
+
 /// The backstop for a write to the database file that is no checkpoint: `PRAGMA
 /// journal_mode` is refused up front (see the shim's `SQLITE_FCNTL_PRAGMA`), but a spelling
 /// that never reaches this file's pragma hook, such as an unqualified one on a connection where
 /// the file is an ATTACHed schema, ends here.
-pub fn refuse_db_write(db: &Db) -> c_int {
+fn refuse_db_write(db: &Db) -> WriteError {
     if db.read_only {
-        return ffi::SQLITE_READONLY;
+        return WriteError::ReadOnly;
     }
-    db.refuse(Kind::Unsupported, JOURNAL_MODE_RULE);
-    REFUSED
+    WriteError::refused(Kind::Unsupported, JOURNAL_MODE_RULE)
 }
 
 /// Whether `data` is the image of page `pgno` in a committed frame of the current WAL.
@@ -140,33 +217,43 @@ fn matches_wal_frame(db: &Db, cs: &mut crate::db::CommitState, pgno: u32, data: 
 /// images: each write is checked to be one, so nothing reaches the file that the stream does
 /// not hold (a rollback journal, `journal_mode=MEMORY` or `OFF` would bypass the stream).
 pub fn db_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_int {
+    let r = checkpoint_write(db, real, data, off);
+    answer(db, r)
+}
+
+fn checkpoint_write(
+    db: &Db,
+    real: &mut dyn RealFile,
+    data: &[u8],
+    off: u64,
+) -> Result<(), WriteError> {
     if db.read_only {
-        return ffi::SQLITE_READONLY;
+        return Err(WriteError::ReadOnly);
     }
     // Held so a snapshot copy never sees half a checkpoint.
     let mut cs = db.commit_state();
     let whole_page = data.len() == PAGE_SIZE && off.is_multiple_of(PAGE_SIZE as u64);
     if !whole_page || !matches_wal_frame(db, &mut cs, (off / PAGE_SIZE as u64 + 1) as u32, data) {
         drop(cs);
-        return refuse_db_write(db);
+        return Err(refuse_db_write(db));
     }
     let start = Instant::now();
     let rc = real.write(data, off);
     db.record_checkpoint(start.elapsed().as_micros() as u64);
-    rc
+    local(rc)
 }
 
 /// A truncation of the main database file: only to a size some commit in the WAL had.
 pub fn db_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
     if db.read_only {
-        return ffi::SQLITE_READONLY;
+        return answer(db, Err(WriteError::ReadOnly));
     }
     let cs = db.commit_state();
     let legal = size.is_multiple_of(PAGE_SIZE as u64)
         && cs.wal_sizes.contains(&((size / PAGE_SIZE as u64) as u32));
     if !legal {
         drop(cs);
-        return refuse_db_write(db);
+        return answer(db, Err(refuse_db_write(db)));
     }
     op()
 }
@@ -177,11 +264,9 @@ pub fn wal_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
     if size == 0
         && let Err(e) = local::fsync(&db.path)
     {
-        db.poison(
-            Kind::LocalDamage,
-            &format!("fsync of the database file failed: {e}"),
-        );
-        return ffi::SQLITE_IOERR_FSYNC;
+        drop(cs);
+        let e = WriteError::Fsync(format!("fsync of the database file failed: {e}"));
+        return answer(db, Err(e));
     }
     let rc = op();
     if rc == ffi::SQLITE_OK && size == 0 {
@@ -199,29 +284,40 @@ pub fn wal_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
 
 /// A write to the `-wal` of an attached database.
 pub fn wal_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_int {
+    let r = intercept_wal_write(db, real, data, off);
+    answer(db, r)
+}
+
+fn intercept_wal_write(
+    db: &Db,
+    real: &mut dyn RealFile,
+    data: &[u8],
+    off: u64,
+) -> Result<(), WriteError> {
     if db.read_only {
-        return ffi::SQLITE_READONLY;
+        return Err(WriteError::ReadOnly);
     }
     let mut cs = db.commit_state();
     if cs.passthrough {
-        return real.write(data, off);
+        return local(real.write(data, off));
     }
     if !cs.writer_active {
         // locking_mode=EXCLUSIVE keeps the WAL lock out of shared memory, where the
         // interception sees transactions begin and end.
-        db.refuse(
+        return Err(WriteError::refused(
             Kind::Unsupported,
             "locking_mode=EXCLUSIVE is not supported: set PRAGMA locking_mode=NORMAL",
-        );
-        return REFUSED;
+        ));
     }
     if off == 0 && WalHeader::parse(data).is_some_and(|h| h.page_size != PAGE_SIZE as u32) {
-        db.refuse(Kind::Unsupported, "the page size must be 4096 bytes");
-        return REFUSED;
+        return Err(WriteError::refused(
+            Kind::Unsupported,
+            "the page size must be 4096 bytes",
+        ));
     }
     cs.overlay.insert(off, data.to_vec());
     let Some(frame) = sqlite_wal::frame_of_page(off, data.len()) else {
-        return ffi::SQLITE_OK;
+        return Ok(());
     };
     let hdr_off = sqlite_wal::frame_offset(frame);
     // The header was written before its page, so it is in the overlay.
@@ -231,7 +327,7 @@ pub fn wal_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_i
         .and_then(|b| frame_header(hdr_off, b))
         .filter(FrameHeader::is_commit)
     else {
-        return ffi::SQLITE_OK;
+        return Ok(());
     };
     commit(db, &mut cs, real, frame, hdr)
 }
@@ -259,7 +355,7 @@ fn commit(
     real: &mut dyn RealFile,
     wal_frame: u32,
     hdr: FrameHeader,
-) -> c_int {
+) -> Result<(), WriteError> {
     let start = Instant::now();
     let hdr_off = sqlite_wal::frame_offset(wal_frame);
     let db_pages = hdr.commit_size;
@@ -271,17 +367,16 @@ fn commit(
             "commit_refused",
             &[("file", &db.file()), ("reason", &p.reason)],
         );
-        return ffi::SQLITE_IOERR_WRITE;
+        return Err(WriteError::StillPoisoned);
     }
     let pages = final_pages(&cs.overlay, hdr_off);
     if let Some(p1) = pages.get(&1)
         && !sqlite_wal::keeps_wal_and_4k(p1)
     {
-        db.refuse(
+        return Err(WriteError::refused(
             Kind::Unsupported,
             "journal_mode must stay WAL and the page size 4096: the commit would leave them",
-        );
-        return REFUSED;
+        ));
     }
     let record = Record::Commit {
         db_pages,
@@ -290,23 +385,18 @@ fn commit(
     let raw = (pages.len() * (PAGE_SIZE + 4) + 9) as u64;
     let page_count = pages.len() as u64;
     drop(pages);
-    let frame = match record.to_frame() {
-        Ok(f) => f,
-        Err(e) => {
-            db.poison(Kind::Internal, &format!("cannot encode the commit: {e}"));
-            return ffi::SQLITE_IOERR_WRITE;
-        }
-    };
+    let frame = record.to_frame().map_err(|e| {
+        WriteError::poisoned(Kind::Internal, format!("cannot encode the commit: {e}"))
+    })?;
     let limit = settings::get().max_frame_bytes;
     if frame.len() as u64 > limit {
-        db.refuse(
+        return Err(WriteError::refused(
             Kind::TooLarge,
-            &format!(
+            format!(
                 "{}-byte frame over the {limit}-byte frame limit",
                 frame.len()
             ),
-        );
-        return ffi::SQLITE_IOERR_AUTH;
+        ));
     }
     let append_start = Instant::now();
     let (result, seq) = append_frame(db, cs, &frame);
@@ -329,13 +419,11 @@ fn commit(
             cs.wal_sizes.insert(db_pages);
             // The stream holds it: now the local WAL may.
             for (&at, bytes) in &cs.overlay {
-                let rc = real.write(bytes, at);
-                if rc != ffi::SQLITE_OK {
-                    db.poison(
+                if real.write(bytes, at) != ffi::SQLITE_OK {
+                    return Err(WriteError::poisoned(
                         Kind::LocalDamage,
                         "a write to the local -wal failed after the stream acknowledged the commit",
-                    );
-                    return ffi::SQLITE_IOERR_WRITE;
+                    ));
                 }
             }
             cs.overlay.clear();
@@ -369,26 +457,23 @@ fn commit(
                 result.attempts.saturating_sub(1),
             );
             db.wake_snapshot();
-            ffi::SQLITE_OK
+            Ok(())
         }
         append::Outcome::Refused { kind, reason } => {
             db.health().append_retries += result.attempts.saturating_sub(1);
             cs.refused_seq = Some(seq);
-            db.refuse(kind, &reason);
-            ffi::SQLITE_IOERR_AUTH
+            Err(WriteError::Refused { kind, reason })
         }
         append::Outcome::Poisoned { kind, reason } => {
             db.health().append_retries += result.attempts.saturating_sub(1);
-            db.poison(kind, &reason);
-            ffi::SQLITE_IOERR_WRITE
+            Err(WriteError::Poisoned { kind, reason })
         }
         append::Outcome::Forgotten => {
             db.health().append_retries += result.attempts.saturating_sub(1);
-            db.poison(
+            Err(WriteError::poisoned(
                 Kind::Fenced,
                 "the stream forgot this owner's producer again right after it claimed the stream back",
-            );
-            ffi::SQLITE_IOERR_WRITE
+            ))
         }
     }
 }
