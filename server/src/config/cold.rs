@@ -8,9 +8,9 @@ use ursula_cold::BackendConfig;
 use ursula_cold::ColdConfig;
 use ursula_cold::Sse;
 
-use super::ConfigError;
+use super::error::ConfigError;
+use super::error::invalid;
 use super::file::ColdSection;
-use super::invalid;
 
 #[derive(Debug, Clone)]
 pub struct ColdSettings {

@@ -12,8 +12,10 @@
 //! - [`raft`]: `[raft]` checked; node id, peers and the snapshot driver's settings.
 //! - [`ignored`]: the keys this build parses but does not act on.
 //! - [`secret`]: the cluster's peer secret.
+//! - [`error`]: why a config does not load, naming the key.
 
 pub mod cold;
+pub mod error;
 pub mod file;
 pub mod ignored;
 pub mod raft;
@@ -27,7 +29,10 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use error::invalid;
+
 pub use cold::ColdSettings;
+pub use error::ConfigError;
 pub use file::FileConfig;
 pub use file::FileError;
 pub use file::parse_file;
@@ -37,28 +42,6 @@ pub use units::Dur;
 pub use units::Size;
 pub use units::parse_duration;
 pub use units::parse_size;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("config file {path}: {source}")]
-    File { path: PathBuf, source: FileError },
-    #[error("{key}: {message}")]
-    Invalid { key: &'static str, message: String },
-    #[error("unknown preset {0:?}; expected default, dev, tiny, small, standard or large")]
-    Preset(String),
-}
-
-fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key,
-        message: message.into(),
-    }
-}
 
 /// Which engine runs the groups.
 #[derive(Debug, Clone, PartialEq, Eq)]

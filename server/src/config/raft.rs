@@ -1,14 +1,14 @@
 //! `[raft]` and `[storage.snapshot]` checked, and the Raft engine's settings that are plain
 //! values: the node id and peers, and the snapshot driver's (the driver itself is
-//! `raft::snapdrive`).
+//! `raft::drivers::snapshots`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::ConfigError;
+use super::error::ConfigError;
+use super::error::invalid;
 use super::file::FileConfig;
 use super::file::Peer;
-use super::invalid;
 
 /// The snapshot driver's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

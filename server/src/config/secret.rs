@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use super::ConfigError;
-use super::invalid;
+use super::error::ConfigError;
+use super::error::invalid;
 
 /// The shortest secret a node accepts: 128 bits of hex, so it cannot be guessed by trying.
 pub const MIN_LEN: usize = 32;
