@@ -20,7 +20,7 @@ use openraft::raft::VoteRequest;
 use openraft::raft::VoteResponse;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use ursula::raft::TypeConfig;
+use ursula::raft::types::TypeConfig;
 use ursula::raft::peer::wire::Answer;
 use ursula::raft::peer::wire::Barrier;
 use ursula::raft::peer::wire::ElectAnswer;

@@ -18,7 +18,7 @@ use openraft::LogId;
 use openraft::Vote;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use ursula::raft::TypeConfig;
+use ursula::raft::types::TypeConfig;
 use ursula::raft::storage::frame;
 use ursula::raft::storage::log_store::LogData;
 use ursula::raft::storage::record;

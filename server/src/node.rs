@@ -17,8 +17,8 @@ use crate::engine::GroupEngine;
 use crate::engine::MemoryEngine;
 use crate::http::AppState;
 use crate::raft::RaftOptions;
-use crate::raft::storegate::Store;
-use crate::raft::storegate::StoreHealth;
+use crate::raft::drivers::store_health::Store;
+use crate::raft::drivers::store_health::StoreHealth;
 use crate::runtime::Runtime;
 use ursula_state::stream::Command;
 
@@ -218,9 +218,9 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         peer_secret: peer_secret.clone(),
         snapshot: config.snapshot_driver,
         shutdown_stall: config.shutdown_stall,
-        wal_disk_pressure: Some(crate::raft::handoff::DiskPressure::new(move || {
-            sampler.disk_pressure()
-        })),
+        wal_disk_pressure: Some(crate::raft::drivers::balancer::DiskPressure::new(
+            move || sampler.disk_pressure(),
+        )),
         store_gate: store_gate.clone(),
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
@@ -228,8 +228,8 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
     let started = crate::raft::start(&rt, opts).await?;
     Ok(NodeState {
         state: app_state(config, rt, started.engine, admission),
-        peer_routes: Some(started.peer_routes),
-        admin_routes: Some(started.admin_routes),
+        peer_routes: Some(crate::http::cluster::router(started.peers)),
+        admin_routes: Some(crate::http::admin_raft::routes(started.operator)),
         temp_wal,
         store_health: store_gate.map(|(health, _)| health),
     })

@@ -3,7 +3,7 @@
 //! `/__ursula/metrics` (the [`NodeMetrics`] document) and `/__ursula/ready` are served on
 //! every plane, and so is `/__ursula/usage` ([`super::tenancy`]). The admin plane ([`router`], `server.admin_listen`) also serves the admin
 //! mutations: `POST /__ursula/flush-cold/{bucket}/{stream}` and the engine's own
-//! (`accept-unsynced-loss`, and the operator routes of `crate::raft::operate`). Every mutation there first needs `x-ursula-process-incarnation`,
+//! (`accept-unsynced-loss`, and the operator routes of [`super::admin_raft`]). Every mutation there first needs `x-ursula-process-incarnation`,
 //! the `process_incarnation` the metrics reported: `428` without it, `412` when it names
 //! another process, before anything changes. While a maintenance fence is active (see
 //! [`crate::fence`]) they and the quorum proof also need `x-ursula-maintenance-fence`, the
@@ -39,11 +39,11 @@ use ursula_protocol::ids;
 use ursula_protocol::metrics;
 use ursula_protocol::metrics::NodeMetrics;
 
-use super::AppState;
 use super::reply::ApiError;
 use super::reply::Reply;
 use super::reply::json_reply;
 use super::request::StreamPath;
+use super::state::AppState;
 use crate::engine::LeaderRoute;
 use crate::engine::NotReady;
 use crate::fence::FenceError;

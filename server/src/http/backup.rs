@@ -25,10 +25,10 @@ use axum::routing::post;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::AppState;
 use super::reply::ApiError;
 use super::reply::Reply;
 use super::reply::json_reply;
+use super::state::AppState;
 use super::tenancy::unavailable;
 use ursula_state::backup::BackupInfo;
 use ursula_state::backup::ColdCheck;

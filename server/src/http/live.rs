@@ -16,7 +16,6 @@ use ursula_protocol::headers as h;
 use ursula_protocol::offset::Offset;
 use ursula_protocol::offset::ReadFrom;
 
-use super::AppState;
 use super::names;
 use super::read::ReadQuery;
 use super::read::data_reply;
@@ -25,6 +24,7 @@ use super::reply::ApiError;
 use super::reply::Reply;
 use super::request;
 use super::request::StreamPath;
+use super::state::AppState;
 use crate::engine::EngineError;
 use crate::relay;
 use crate::runtime::Group;

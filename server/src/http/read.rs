@@ -12,13 +12,13 @@ use ursula_protocol::lifetime::format_expires_at;
 use ursula_protocol::offset::Offset;
 use ursula_protocol::offset::ReadFrom;
 
-use super::AppState;
 use super::names;
 use super::reply::ApiError;
 use super::reply::Reply;
 use super::reply::incarnation_token;
 use super::request;
 use super::request::StreamPath;
+use super::state::AppState;
 use crate::engine::LeaderRoute;
 use crate::runtime::now_ms;
 use ursula_state::stream::Command;

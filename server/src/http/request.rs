@@ -18,7 +18,7 @@ use ursula_state::stream::Lifetime;
 use ursula_state::stream::ProducerTuple;
 
 /// A route of the client plane. The admin plane's and the cluster plane's routes are routers
-/// of their own ([`super::admin`], `raft::routes`): here they are `NotFound`.
+/// of their own ([`super::admin`], [`super::cluster`]): here they are `NotFound`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     Metrics,

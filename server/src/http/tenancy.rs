@@ -20,10 +20,10 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use serde_json::json;
 
-use super::AppState;
 use super::reply::ApiError;
 use super::reply::Reply;
 use super::reply::json_reply;
+use super::state::AppState;
 use crate::engine::EngineError;
 use crate::runtime::GroupId;
 use crate::runtime::now_ms;

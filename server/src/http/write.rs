@@ -9,13 +9,13 @@ use ursula_protocol::headers as h;
 use ursula_protocol::ids;
 use ursula_protocol::lifetime::format_expires_at;
 
-use super::AppState;
 use super::names;
 use super::reply::ApiError;
 use super::reply::Reply;
 use super::request;
 use super::request::StreamPath;
 use super::request::WriteHeaders;
+use super::state::AppState;
 use crate::admission::GroupCharge;
 use crate::config;
 use crate::engine::EngineError;

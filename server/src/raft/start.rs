@@ -20,39 +20,40 @@ use openraft::BasicNode;
 use openraft::Config;
 use openraft::Raft;
 
-use super::GroupRaft;
-use super::batch::Batcher;
-use super::builds::Builds;
+use super::drivers::balancer;
+use super::drivers::bootstrap;
+use super::drivers::gate_watch;
+use super::drivers::snapshots;
+use super::drivers::store_health;
+use super::drivers::voter_keeper;
 use super::engine::EngineParts;
 use super::engine::RaftEngine;
-use super::handoff;
-use super::membership;
-use super::pause::WriteHolds;
+use super::engine::group_commit::Batcher;
+use super::engine::peer_service::PeerService;
+use super::engine::wal_metrics;
+use super::ops::Operator;
 use super::peer::client::Factory;
 use super::peer::client::Peers;
 use super::peer::protocol;
-use super::recovery::bootstrap;
 use super::recovery::files;
 use super::recovery::files::GateRecord;
 use super::recovery::files::Root;
 use super::recovery::gates;
 use super::recovery::gates::Gates;
 use super::recovery::vote_hold::VoteHold;
-use super::recovery::watch;
 use super::replicas::Parts;
 use super::replicas::Replicas;
-use super::routes;
-use super::shed::Shed;
-use super::snapdrive;
-use super::stats::NodeLog;
-use super::stats::SnapStats;
+use super::replicas::leadership_shed::Shed;
+use super::replicas::snapshot_builds::Builds;
+use super::replicas::write_holds::WriteHolds;
 use super::storage::counters::ScanWork;
+use super::storage::log_counters::NodeLog;
+use super::storage::log_counters::SnapStats;
 use super::storage::log_store::LogData;
 use super::storage::log_store::LogStore;
 use super::storage::state_machine::StateMachine;
 use super::storage::wal;
-use super::storegate;
-use super::walmetrics;
+use super::types::GroupRaft;
 use crate::engine::GroupEngine;
 use crate::runtime::Runtime;
 
@@ -85,23 +86,23 @@ pub struct RaftOptions {
     pub peers: BTreeMap<u64, String>,
     /// The secret peer RPCs carry, both ways ([`crate::config::secret`]).
     pub peer_secret: Option<crate::config::PeerSecret>,
-    pub snapshot: snapdrive::Settings,
+    pub snapshot: snapshots::Settings,
     /// A test hook: a shutdown that stalls this long before it syncs its journals.
     pub shutdown_stall: Option<std::time::Duration>,
     /// The WAL disk's pressure, which a cluster node sheds its leaderships for.
-    pub wal_disk_pressure: Option<handoff::DiskPressure>,
+    pub wal_disk_pressure: Option<balancer::DiskPressure>,
     /// The snapshot-store health gate, with a cold tier on S3: where its store will be given,
     /// and its settings. It ticks with the snapshot driver.
-    pub store_gate: Option<(storegate::StoreHealth, storegate::Settings)>,
+    pub store_gate: Option<(store_health::StoreHealth, store_health::Settings)>,
 }
 
-/// A started engine and the HTTP routes it serves itself.
+/// A started engine and the typed faces the node's planes call.
 pub struct Started {
     pub engine: Arc<dyn GroupEngine>,
-    /// Peer RPCs and the protocol probe: the cluster plane.
-    pub peer_routes: axum::Router,
-    /// `accept-unsynced-loss`: for the admin plane.
-    pub admin_routes: axum::Router,
+    /// What the cluster plane serves: peer RPCs and the leadership-shed state.
+    pub peers: PeerService,
+    /// What the admin plane's Raft routes call.
+    pub operator: Operator,
 }
 
 fn raft_config(enable_elect: bool, backstop_logs: u64) -> Result<Arc<Config>, StartError> {
@@ -134,7 +135,7 @@ struct Inspected {
     /// The groups to gate, with the reason to log.
     gated: BTreeMap<u32, &'static str>,
     /// How the WAL opened, for the metrics.
-    opening: walmetrics::Opening,
+    opening: wal_metrics::Opening,
 }
 
 /// Step 1: the root's checks, the journals read, the gate decision.
@@ -189,7 +190,7 @@ fn inspect(rt: &Runtime, root: &Root) -> Result<Inspected, StartError> {
         recorded: recorded_groups.as_ref(),
     });
     let recovery = ursula_protocol::metrics::WalRecovery {
-        previous_run: walmetrics::previous_run(&previous, boot_id.as_deref(), !held.is_empty())
+        previous_run: wal_metrics::previous_run(&previous, boot_id.as_deref(), !held.is_empty())
             .to_owned(),
         recovering: !gated.is_empty(),
         gated_groups: gated.keys().copied().collect(),
@@ -206,7 +207,7 @@ fn inspect(rt: &Runtime, root: &Root) -> Result<Inspected, StartError> {
         logs,
         scans,
         gated,
-        opening: walmetrics::Opening {
+        opening: wal_metrics::Opening {
             recovery,
             scans: work,
         },
@@ -217,7 +218,7 @@ fn inspect(rt: &Runtime, root: &Root) -> Result<Inspected, StartError> {
 struct Committed {
     logs: Vec<LogData>,
     gate_records: BTreeMap<u32, GateRecord>,
-    opening: walmetrics::Opening,
+    opening: wal_metrics::Opening,
 }
 
 /// Step 3: every check passed, so the node writes: markers, the gate record, cut tails, and
@@ -502,7 +503,7 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
         rt: rt.clone(),
     }));
     for group in &gated {
-        node.spawn_on_core(*group, watch::watch(Arc::downgrade(&node), *group));
+        node.spawn_on_core(*group, gate_watch::watch(Arc::downgrade(&node), *group));
     }
     if node.shed.sheds() {
         tracing::warn!(
@@ -513,16 +514,16 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
         }
     }
     if !opts.peers.is_empty() {
-        tokio::spawn(membership::keep(Arc::downgrade(&node)));
-        tokio::spawn(handoff::balance(
+        tokio::spawn(voter_keeper::keep(Arc::downgrade(&node)));
+        tokio::spawn(balancer::balance(
             Arc::downgrade(&node),
             opts.wal_disk_pressure.clone(),
         ));
     }
     if !opts.snapshot.interval.is_zero() {
-        tokio::spawn(snapdrive::run(Arc::downgrade(&node), opts.snapshot));
+        tokio::spawn(snapshots::run(Arc::downgrade(&node), opts.snapshot));
         if let Some((health, settings)) = opts.store_gate.clone() {
-            tokio::spawn(storegate::run(
+            tokio::spawn(store_health::run(
                 Arc::downgrade(&node),
                 health,
                 settings,
@@ -546,7 +547,7 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
     });
     Ok(Started {
         engine: Arc::new(engine),
-        peer_routes: routes::peer_router(node.clone()),
-        admin_routes: routes::admin_router(node),
+        peers: PeerService::new(node.clone()),
+        operator: Operator::new(node),
     })
 }

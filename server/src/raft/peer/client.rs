@@ -51,7 +51,7 @@ use super::wire::ProposeAnswer;
 use super::wire::RPC_PREFIX;
 use super::wire::RpcKind;
 use crate::config::PeerSecret;
-use crate::raft::TypeConfig;
+use crate::raft::types::TypeConfig;
 
 /// Shared by every group's network factory.
 #[derive(Debug, Clone)]

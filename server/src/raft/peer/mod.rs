@@ -5,11 +5,9 @@
 //! - [`lanes`]: every group's `append` RPCs to one peer batched into one request.
 //! - [`acks`]: when each peer last acknowledged each group's appends.
 //! - [`client`]: sending RPCs (openraft's network traits, Ursula's `barrier` and `probe`).
-//! - [`server`]: admitting and answering a peer's RPCs.
 
 pub mod acks;
 pub mod client;
 pub mod lanes;
 pub mod protocol;
-pub mod server;
 pub mod wire;

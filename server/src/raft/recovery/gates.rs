@@ -1,6 +1,6 @@
 //! The recovery gate: a replica that may have lost writes it acknowledged must not help elect
 //! a leader that lacks them. A gated replica does not campaign (openraft's `elect` is off) and
-//! grants no vote ([`crate::raft::peer::server`]), but still takes appends from a leader. It
+//! grants no vote ([`crate::raft::engine::peer_service`]), but still takes appends from a leader. It
 //! asks the group's leader for a fresh ReadIndex barrier, applies up to it and opens
 //! ([`super::watch`]): from then on it holds every write the group committed, whatever its own
 //! journal lost.

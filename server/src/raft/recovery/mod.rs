@@ -4,13 +4,9 @@
 //! - [`files`]: the WAL root's own files (format epoch, topology, run state, gate records).
 //! - [`floor`]: the vote floor of a replica that lost its vote.
 //! - [`gates`]: the recovery gates' state, their record, and which groups a start gates.
-//! - [`watch`]: how a gate opens: a leader's barrier, or `accept-unsynced-loss`.
 //! - [`vote_hold`]: a replica that held nothing votes for no one until its first probe round.
-//! - [`bootstrap`]: the per-group membership bootstrap of a static cluster, and wiped replicas.
 
-pub mod bootstrap;
 pub mod files;
 pub mod floor;
 pub mod gates;
 pub mod vote_hold;
-pub mod watch;

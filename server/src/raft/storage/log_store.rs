@@ -32,11 +32,11 @@ use openraft::storage::RaftLogStorage;
 
 use super::background;
 use super::frame::GroupFrames;
+use super::log_counters::NodeLog;
 use super::record;
 use super::record::RecordError;
 use super::wal;
-use crate::raft::TypeConfig;
-use crate::raft::stats::NodeLog;
+use crate::raft::types::TypeConfig;
 
 type StoreError = StorageError<u64>;
 

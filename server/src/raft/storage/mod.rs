@@ -10,6 +10,8 @@
 //! - [`flush`]: flush-ahead of a journal segment under `fsync = "never"`, off the core.
 //! - [`reclaim`]: deleting sealed journal segments on a thread of their own.
 //! - [`counters`]: the journal's counters, written on the write path, read by the metrics.
+//! - [`log_counters`]: the log and snapshot counters the log store, the snapshot driver and the
+//!   metrics share.
 //! - [`fatal`]: how the journal stops the process when the disk fails it.
 
 pub mod background;
@@ -17,6 +19,7 @@ pub mod counters;
 pub mod fatal;
 pub mod flush;
 pub mod frame;
+pub mod log_counters;
 pub mod log_store;
 pub mod reclaim;
 pub mod record;

@@ -22,11 +22,11 @@ use openraft::StoredMembership;
 use openraft::storage::RaftStateMachine;
 
 use super::background;
+use super::log_counters::SnapStats;
 use super::record;
 use super::record::RecordError;
-use crate::raft::Outcome;
-use crate::raft::TypeConfig;
-use crate::raft::stats::SnapStats;
+use crate::raft::types::Outcome;
+use crate::raft::types::TypeConfig;
 use crate::runtime;
 use ursula_state::stream::GroupState;
 

@@ -3,24 +3,36 @@
 //! (gate watchers, bootstrap, snapshot driver) and the peer server share, and nothing of how
 //! writes are proposed or the journals are run.
 
+//!
+//! The node-wide state the registry carries, each its own cell:
+//! - [`leadership_shed`]: the leadership-shed state (drain mark, stopping, WAL disk, store gate).
+//! - [`write_holds`]: a group's client writes held during a handoff.
+//! - [`lost_reports`]: replicas that told this leader they lost entries.
+//! - [`snapshot_builds`]: the snapshot builds in flight.
+
+pub mod leadership_shed;
+pub mod lost_reports;
+pub mod snapshot_builds;
+pub mod write_holds;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 
-use super::GroupRaft;
-use super::builds::Builds;
-use super::pause::WriteHolds;
+use self::leadership_shed::Shed;
+use self::lost_reports::LostReports;
+use self::snapshot_builds::Builds;
+use self::write_holds::WriteHolds;
 use super::peer::client::Peers;
-use super::rebuilds::LostReports;
 use super::recovery::gates::Gates;
 use super::recovery::vote_hold::VoteHold;
-use super::shed::Shed;
-use super::stats::NodeLog;
-use super::stats::SnapStats;
+use super::storage::log_counters::NodeLog;
+use super::storage::log_counters::SnapStats;
 use super::storage::log_store::CacheView;
 use super::storage::log_store::LogStore;
 use super::storage::log_store::LogView;
+use super::types::GroupRaft;
 use crate::runtime::GroupId;
 use crate::runtime::Runtime;
 

@@ -1,8 +1,18 @@
-//! `RaftEngine`: the [`GroupEngine`] of a node that runs Raft. Writes go through the group
-//! commit ([`super::batch`]) into the group's log; leadership, readiness and metrics are read
-//! from this node's replicas ([`super::replicas`]), readiness and the maintenance report
-//! through the same assessment ([`super::maintenance`]); shutdown syncs the journals and
-//! records a clean run.
+//! `RaftEngine`: the [`GroupEngine`] of a node that runs Raft, and what the node's planes call.
+//! Writes go through the group commit ([`group_commit`]) into the group's log; leadership,
+//! readiness and metrics are read from this node's replicas ([`super::replicas`]), readiness
+//! and the maintenance report through the same assessment ([`maintenance`]); shutdown syncs
+//! the journals and records a clean run.
+//!
+//! - [`group_commit`]: group commit of client writes into log entries.
+//! - [`maintenance`]: the maintenance report and the replica readiness read from it.
+//! - [`wal_metrics`]: the `wal_*` metrics: journal counters, logs in memory, the opening.
+//! - [`peer_service`]: admitting and answering a peer's RPCs.
+
+pub mod group_commit;
+pub mod maintenance;
+pub mod peer_service;
+pub mod wal_metrics;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,12 +21,10 @@ use futures_util::future::BoxFuture;
 use ursula_protocol::metrics;
 use ursula_protocol::metrics::NodeMetrics;
 
-use super::batch::Batcher;
-use super::maintenance;
+use self::group_commit::Batcher;
 use super::recovery::files::Root;
 use super::replicas::Replicas;
 use super::storage::wal::Journal;
-use super::walmetrics;
 use crate::admission::GroupCharge;
 use crate::engine::ConfirmError;
 use crate::engine::EngineError;
@@ -43,7 +51,7 @@ pub struct RaftEngine {
     /// The cores' `journal.lock`s, held until the process ends.
     _locks: Vec<std::fs::File>,
     /// How the WAL opened at start.
-    opening: walmetrics::Opening,
+    opening: wal_metrics::Opening,
 }
 
 /// What [`RaftEngine::new`] takes: the parts [`super::start()`] built.
@@ -55,7 +63,7 @@ pub struct EngineParts {
     pub fsync_always: bool,
     pub shutdown_stall: Option<std::time::Duration>,
     pub locks: Vec<std::fs::File>,
-    pub opening: walmetrics::Opening,
+    pub opening: wal_metrics::Opening,
 }
 
 impl std::fmt::Debug for RaftEngine {
@@ -285,7 +293,7 @@ impl GroupEngine for RaftEngine {
         // Admission filled `wal_disk` before the engine's part.
         let pressure = out.wal_disk.as_ref().is_some_and(|d| d.wal_disk_pressure);
         out.raft_maintenance = Some(maintenance::gather(node, pressure));
-        out.wal = Some(walmetrics::report(&self.journals, node, &self.opening));
+        out.wal = Some(wal_metrics::report(&self.journals, node, &self.opening));
     }
 
     fn confirm_api_queues(&self) -> BoxFuture<'_, Result<(), ConfirmError>> {
@@ -318,7 +326,7 @@ impl GroupEngine for RaftEngine {
                 return;
             }
             let started = std::time::Instant::now();
-            let kept = super::handoff::shed_all(node, within).await;
+            let kept = super::ops::handoff::shed_all(node, within).await;
             tracing::info!(
                 handed_off = led - kept.len(),
                 still_led = kept.len(),

@@ -1,9 +1,9 @@
 //! The node's leadership-shed state: the operator's maintenance drain mark, kept in the WAL
 //! root (`leadership-shed.bin`) so it outlives a restart until `DELETE`d, the mark a graceful
-//! shutdown sets on itself, an unhealthy snapshot store ([`super::storegate`]) and WAL disk
+//! shutdown sets on itself, an unhealthy snapshot store ([`crate::raft::drivers::store_health`]) and WAL disk
 //! pressure, none of which is kept. A shedding node
 //! does not campaign, refuses leader transfers to itself, and hands its leaderships away
-//! ([`super::handoff`]).
+//! ([`crate::raft::ops::handoff`]).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
@@ -14,8 +14,8 @@ use ursula_protocol::admin::SHED_SNAPSHOT_STORE;
 use ursula_protocol::admin::SHED_WAL_DISK;
 use ursula_protocol::admin::ShedState;
 
-use super::recovery::files::FilesError;
-use super::recovery::files::Root;
+use crate::raft::recovery::files::FilesError;
+use crate::raft::recovery::files::Root;
 
 #[derive(Debug)]
 pub struct Shed {
@@ -24,7 +24,7 @@ pub struct Shed {
     bits: AtomicU64,
     /// Set by a graceful shutdown: the node is on its way out.
     stopping: AtomicBool,
-    /// Set while the WAL disk is under pressure ([`super::handoff::shed_for_wal_disk`]).
+    /// Set while the WAL disk is under pressure ([`crate::raft::drivers::balancer::shed_for_wal_disk`]).
     wal_disk: AtomicBool,
     /// Set while the store gate judges the snapshot store unhealthy.
     store: AtomicBool,

@@ -1,5 +1,5 @@
 //! Leadership handoffs, built from what openraft 0.9 has (it has no transfer call): the leader
-//! checks its target, holds the group's client writes ([`super::pause`]), waits until the
+//! checks its target, holds the group's client writes ([`crate::raft::replicas::write_holds`]), waits until the
 //! target holds its whole log and its own vote is past openraft's leader lease, then asks the
 //! target to campaign (the `elect` peer RPC). The target's vote request wins the leader's vote,
 //! which makes the leader step down; with it the target has a majority of a 3-voter group.
@@ -17,11 +17,11 @@ use openraft::ServerState;
 use ursula_protocol::admin::Elected;
 use ursula_protocol::admin::Transferred;
 
-use super::GroupRaft;
-use super::peer::wire::Declined;
-use super::peer::wire::ElectRequest;
-use super::peer::wire::PeerError;
-use super::replicas::Replicas;
+use crate::raft::peer::wire::Declined;
+use crate::raft::peer::wire::ElectRequest;
+use crate::raft::peer::wire::PeerError;
+use crate::raft::replicas::Replicas;
+use crate::raft::types::GroupRaft;
 
 /// A target must have acknowledged the leader this recently (the minimum election timeout).
 pub const ACK_WINDOW: Duration = Duration::from_millis(1500);
@@ -340,89 +340,4 @@ pub async fn shed_all(node: &Replicas, within: Duration) -> Vec<u32> {
     (0..node.group_count())
         .filter(|g| node.is_leader(*g))
         .collect()
-}
-
-/// A drained node's balancer: one handoff per tick, while the mark is set and it leads a
-/// group (the spec's "the background leadership balancer migrates its current leaderships").
-pub async fn balance(node: std::sync::Weak<Replicas>, wal_disk: Option<DiskPressure>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        let Some(node) = node.upgrade() else {
-            return;
-        };
-        if node.stopping() {
-            return;
-        }
-        if let Some(pressured) = &wal_disk {
-            shed_for_wal_disk(&node, pressured.now());
-        }
-        if !node.shed.balancer_sheds() {
-            continue;
-        }
-        // The operator's mark moves one leadership a tick (the spec's balancer); a node short
-        // of WAL disk refuses every write it leads, so it moves them at the other gates' pace.
-        let per_tick = if node.shed.state().drained() {
-            1
-        } else {
-            WAL_DISK_HANDOFFS_PER_TICK
-        };
-        let led: Vec<u32> = (0..node.group_count())
-            .filter(|g| node.is_leader(*g))
-            .take(per_tick)
-            .collect();
-        for group in led {
-            for target in candidates(&node, group).await {
-                if transfer(&node, group, target).await.is_ok() {
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Whether the WAL disk is under pressure now (the admission's free-space sampler).
-#[derive(Clone)]
-pub struct DiskPressure(std::sync::Arc<dyn Fn() -> bool + Send + Sync>);
-
-impl DiskPressure {
-    pub fn new(now: impl Fn() -> bool + Send + Sync + 'static) -> DiskPressure {
-        DiskPressure(std::sync::Arc::new(now))
-    }
-
-    pub fn now(&self) -> bool {
-        (self.0)()
-    }
-}
-
-impl std::fmt::Debug for DiskPressure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("DiskPressure").field(&self.now()).finish()
-    }
-}
-
-/// Leaderships a node short of WAL disk hands off per balancer tick.
-const WAL_DISK_HANDOFFS_PER_TICK: usize = 4;
-
-/// Follows the WAL disk's pressure into the shed state: while it lasts the node campaigns for
-/// no group, refuses transfers to itself (peers read it in the shed state and in the `elect`
-/// answer) and the balancer hands its leaderships away; once the disk has room it may lead
-/// again wherever nothing else holds it back.
-pub fn shed_for_wal_disk(node: &Replicas, pressured: bool) {
-    if !node.shed.set_wal_disk(pressured) {
-        return;
-    }
-    if pressured {
-        tracing::warn!(
-            "WAL disk pressure: this node hands its leaderships to peers and campaigns for none until the disk has room"
-        );
-        for r in node.rafts() {
-            r.runtime_config().elect(false);
-        }
-    } else {
-        tracing::info!("the WAL disk has room again: this node may lead");
-        for group in 0..node.group_count() {
-            node.resume_elections(group);
-        }
-    }
 }

@@ -8,12 +8,12 @@
 use ursula_protocol::metrics::WalMetrics;
 use ursula_protocol::metrics::WalRecovery;
 
-use super::recovery::files::PreviousRun;
-use super::replicas::Replicas;
-use super::storage::counters;
-use super::storage::counters::ScanWork;
-use super::storage::log_store::CacheView;
-use super::storage::wal::Journal;
+use crate::raft::recovery::files::PreviousRun;
+use crate::raft::replicas::Replicas;
+use crate::raft::storage::counters;
+use crate::raft::storage::counters::ScanWork;
+use crate::raft::storage::log_store::CacheView;
+use crate::raft::storage::wal::Journal;
 
 /// How the WAL opened at this start, fixed for the process's life.
 #[derive(Debug, Clone, Default)]

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use openraft::BasicNode;
 
-use super::watch;
+use super::gate_watch;
 use crate::raft::peer::wire::Probe;
 use crate::raft::replicas::Replicas;
 
@@ -174,6 +174,6 @@ fn gate_lost_replica(e: &Replicas, engine: &Weak<Replicas>, group: u32) {
         Err(err) => tracing::error!(group, error = %err, "cannot record a closed recovery gate"),
     }
     if !was_closed {
-        e.spawn_on_core(group, watch::watch(engine.clone(), group));
+        e.spawn_on_core(group, gate_watch::watch(engine.clone(), group));
     }
 }

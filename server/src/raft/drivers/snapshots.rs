@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
-use super::replicas::Replicas;
+use crate::raft::replicas::Replicas;
 
 /// A group's own threshold is at most this, however large the budget.
 const GROUP_THRESHOLD_CAP: u64 = 16 << 20;

@@ -7,8 +7,8 @@ use std::time::Instant;
 use ursula_protocol::admin::LogAction;
 use ursula_protocol::admin::QuorumProof;
 
-use super::GroupRaft;
-use super::replicas::Replicas;
+use crate::raft::replicas::Replicas;
+use crate::raft::types::GroupRaft;
 
 /// How long a manual snapshot or purge may take before the route answers `500`.
 const ACTION_WAIT: Duration = Duration::from_secs(20);

@@ -17,11 +17,11 @@ use openraft::error::RaftError;
 use tokio::sync::Notify;
 use tokio::sync::oneshot;
 
-use super::GroupRaft;
-use super::Writes;
-use super::pause::WriteHolds;
 use crate::admission::GroupCharge;
 use crate::engine::EngineError;
+use crate::raft::replicas::write_holds::WriteHolds;
+use crate::raft::types::GroupRaft;
+use crate::raft::types::Writes;
 use crate::runtime::GroupId;
 use crate::runtime::Runtime;
 use crate::runtime::now_ms;

@@ -2,34 +2,74 @@
 //! and each RPC answered with this node's replica of the group, a gated or wiped replica
 //! refusing what it must ([`crate::raft::recovery`]).
 
+use std::sync::Arc;
+
 use openraft::error::RaftError;
 use openraft::raft::AppendEntriesRequest;
 use openraft::raft::InstallSnapshotRequest;
 use openraft::raft::VoteRequest;
 use openraft::raft::VoteResponse;
+use ursula_protocol::admin::ShedState;
 use ursula_protocol::headers as h;
 
-use super::client::BARRIER_TIMEOUT;
-use super::protocol;
-use super::wire::Answer;
-use super::wire::Barrier;
-use super::wire::Confirmed;
-use super::wire::Declined;
-use super::wire::ElectAnswer;
-use super::wire::ElectRequest;
-use super::wire::Item;
-use super::wire::Probe;
-use super::wire::ProposeAnswer;
-use super::wire::RpcKind;
-use crate::raft::GroupRaft;
-use crate::raft::TypeConfig;
+use crate::raft::peer::client::BARRIER_TIMEOUT;
+use crate::raft::peer::protocol;
+use crate::raft::peer::wire::Answer;
+use crate::raft::peer::wire::Barrier;
+use crate::raft::peer::wire::Confirmed;
+use crate::raft::peer::wire::Declined;
+use crate::raft::peer::wire::ElectAnswer;
+use crate::raft::peer::wire::ElectRequest;
+use crate::raft::peer::wire::Item;
+use crate::raft::peer::wire::Probe;
+use crate::raft::peer::wire::ProposeAnswer;
+use crate::raft::peer::wire::RpcKind;
 use crate::raft::recovery::floor::Floor;
 use crate::raft::recovery::floor::Refused;
 use crate::raft::recovery::floor::Rpc;
 use crate::raft::replicas::Replicas;
+use crate::raft::types::GroupRaft;
+use crate::raft::types::TypeConfig;
 use ursula_state::stream::Command;
 
 /// Why [`serve`] answers no Raft reply.
+/// What the cluster plane calls: a cheap handle on this node's replicas that admits and answers
+/// peer RPCs.
+#[derive(Clone)]
+pub struct PeerService(Arc<Replicas>);
+
+impl PeerService {
+    pub fn new(node: Arc<Replicas>) -> PeerService {
+        PeerService(node)
+    }
+
+    /// Whether this node takes an RPC with these headers ([`admit`]).
+    pub fn admit(&self, headers: &hyper::HeaderMap) -> Result<(), (hyper::StatusCode, String)> {
+        admit(&self.0, headers)
+    }
+
+    /// Answers one RPC ([`serve`]).
+    pub async fn serve(
+        &self,
+        group: u32,
+        kind: RpcKind,
+        body: &[u8],
+        from: Option<u64>,
+    ) -> Result<Vec<u8>, ServeError> {
+        serve(&self.0, group, kind, body, from).await
+    }
+
+    /// Answers a batch of `append` RPCs ([`serve_batch`]).
+    pub async fn serve_batch(&self, body: &[u8]) -> Result<Vec<u8>, ServeError> {
+        serve_batch(&self.0, body).await
+    }
+
+    /// The leadership-shed state peers read before they hand this node a group.
+    pub fn shed_state(&self) -> ShedState {
+        self.0.shed.state()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The request is not one this node can read (`400`).
@@ -158,7 +198,7 @@ pub async fn serve(
                 confirm_barrier(node.node_id, raft, node.read_floor(group)).await
             };
             // Only a gated replica asks for a recovery barrier: it may lack entries it
-            // acknowledged, and the leader rebuilds it ([`crate::raft::membership`]). A read
+            // acknowledged, and the leader rebuilds it ([`crate::raft::drivers::voter_keeper`]). A read
             // index is a follower's read, which reports nothing lost.
             if let (RpcKind::Barrier, Ok(_), Some(from)) = (kind, &answer, from) {
                 node.lost.report(group, from);
@@ -236,7 +276,7 @@ async fn propose(node: &Replicas, raft: &GroupRaft, group: u32, cmd: Command) ->
             node.node_id
         )));
     }
-    let writes = crate::raft::Writes {
+    let writes = crate::raft::types::Writes {
         now_ms: crate::runtime::now_ms(),
         cmds: vec![cmd],
     };

@@ -1,12 +1,13 @@
-//! The admin plane's operator routes of the Raft engine (the process-incarnation check runs
-//! before them, in the plane's middleware): the maintenance drain mark, leader transfer,
-//! self-election, the quorum proof, manual snapshot and purge, learners and the voter set.
-//! Shapes and statuses: [`ursula_protocol::admin`].
+//! The admin plane's Raft routes (the process-incarnation check runs before them, in the
+//! plane's middleware): the maintenance drain mark, leader transfer, self-election, the quorum
+//! proof, manual snapshot and purge, learners, the voter set and `accept-unsynced-loss`. Each
+//! calls the engine's typed operations API ([`Operator`]) and maps its refusal to a status
+//! here. Shapes and statuses: [`ursula_protocol::admin`].
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::Path;
 use axum::extract::Query;
 use axum::extract::State;
@@ -18,14 +19,17 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::routing::post;
 use serde::Serialize;
+use serde_json::json;
 
-use super::handoff;
-use super::handoff::HandoffError;
-use super::logops;
-use super::logops::LogOpError;
-use super::membership;
-use super::membership::MembershipError;
-use super::replicas::Replicas;
+use crate::raft::ops::Operator;
+use crate::raft::ops::accept_loss::AcceptError;
+use crate::raft::ops::accept_loss::Accepted;
+use crate::raft::ops::handoff::HandoffError;
+use crate::raft::ops::log_actions::LogOpError;
+use crate::raft::ops::membership::MembershipError;
+
+/// The accept-unsynced-loss body is a small JSON object.
+const ADMIN_BODY_MAX: usize = 64 << 10;
 
 fn reply(status: StatusCode, body: String, content_type: &'static str) -> Response {
     let mut resp = (status, body).into_response();
@@ -50,8 +54,8 @@ fn no_group(raw: &str) -> Response {
     refuse(StatusCode::NOT_FOUND, format!("no group {raw:?}"))
 }
 
-/// The operator routes.
-pub fn router(node: Arc<Replicas>) -> Router {
+/// The admin plane's Raft routes.
+pub fn routes(op: Operator) -> Router {
     Router::new()
         .route(
             "/__ursula/leadership-shed/maintenance",
@@ -67,41 +71,24 @@ pub fn router(node: Arc<Replicas>) -> Router {
         .route("/__ursula/raft/{group}/purge", post(purge))
         .route("/__ursula/raft/{group}/learners/{node}", post(learner))
         .route("/__ursula/raft/{group}/membership", post(voters))
-        .with_state(node)
+        .route(
+            "/__ursula/raft/{group}/recovery/accept-unsynced-loss",
+            post(accept_unsynced_loss),
+        )
+        .with_state(op)
 }
 
-/// `GET /__ursula/leadership-shed` on the cluster plane: what peers read.
-pub async fn shed_state(State(node): State<Arc<Replicas>>) -> Response {
-    ok(&node.shed.state())
+async fn drain(State(op): State<Operator>) -> Response {
+    set_drain(&op, true)
 }
 
-async fn drain(State(node): State<Arc<Replicas>>) -> Response {
-    set_drain(&node, true)
+async fn undrain(State(op): State<Operator>) -> Response {
+    set_drain(&op, false)
 }
 
-async fn undrain(State(node): State<Arc<Replicas>>) -> Response {
-    set_drain(&node, false)
-}
-
-fn set_drain(node: &Replicas, on: bool) -> Response {
-    match node.shed.set_maintenance(on) {
-        Ok(state) => {
-            for group in 0..node.group_count() {
-                if on {
-                    if let Some(raft) = node.raft(group) {
-                        raft.runtime_config().elect(false);
-                    }
-                } else {
-                    node.resume_elections(group);
-                }
-            }
-            tracing::info!(
-                drained = on,
-                "maintenance drain mark {}",
-                if on { "set" } else { "cleared" }
-            );
-            ok(&state)
-        }
+fn set_drain(op: &Operator, on: bool) -> Response {
+    match op.set_drain(on) {
+        Ok(state) => ok(&state),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
@@ -119,7 +106,7 @@ fn handoff_status(e: &HandoffError) -> StatusCode {
 }
 
 async fn transfer(
-    State(node): State<Arc<Replicas>>,
+    State(op): State<Operator>,
     Path((group, target)): Path<(String, String)>,
 ) -> Response {
     let Ok(group) = group.parse::<u32>() else {
@@ -131,17 +118,17 @@ async fn transfer(
             format!("{target:?} is not a node id"),
         );
     };
-    match handoff::transfer(&node, group, target).await {
+    match op.transfer(group, target).await {
         Ok(t) => ok(&t),
         Err(e) => refuse(handoff_status(&e), e.to_string()),
     }
 }
 
-async fn self_election(State(node): State<Arc<Replicas>>, Path(group): Path<String>) -> Response {
+async fn self_election(State(op): State<Operator>, Path(group): Path<String>) -> Response {
     let Ok(group) = group.parse::<u32>() else {
         return no_group(&group);
     };
-    match handoff::self_elect(&node, group).await {
+    match op.self_elect(group).await {
         Ok(e) => ok(&e),
         Err(HandoffError::Stopped { group, why }) => refuse(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -173,31 +160,31 @@ fn logop_refusal(e: &LogOpError) -> Response {
     r
 }
 
-async fn quorum(State(node): State<Arc<Replicas>>, Path(group): Path<String>) -> Response {
+async fn quorum(State(op): State<Operator>, Path(group): Path<String>) -> Response {
     let Ok(group) = group.parse::<u32>() else {
         return no_group(&group);
     };
-    match logops::quorum(&node, group).await {
+    match op.quorum(group).await {
         Ok(p) => ok(&p),
         Err(e) => logop_refusal(&e),
     }
 }
 
-async fn snapshot(State(node): State<Arc<Replicas>>, Path(group): Path<String>) -> Response {
+async fn snapshot(State(op): State<Operator>, Path(group): Path<String>) -> Response {
     let Ok(group) = group.parse::<u32>() else {
         return no_group(&group);
     };
-    match logops::snapshot(&node, group).await {
+    match op.snapshot(group).await {
         Ok(a) => ok(&a),
         Err(e) => logop_refusal(&e),
     }
 }
 
-async fn purge(State(node): State<Arc<Replicas>>, Path(group): Path<String>) -> Response {
+async fn purge(State(op): State<Operator>, Path(group): Path<String>) -> Response {
     let Ok(group) = group.parse::<u32>() else {
         return no_group(&group);
     };
-    match logops::purge(&node, group).await {
+    match op.purge(group).await {
         Ok(a) => ok(&a),
         Err(e) => logop_refusal(&e),
     }
@@ -233,7 +220,7 @@ struct LearnerQuery {
 }
 
 async fn learner(
-    State(node): State<Arc<Replicas>>,
+    State(op): State<Operator>,
     Path((group, learner)): Path<(String, String)>,
     Query(q): Query<LearnerQuery>,
 ) -> Response {
@@ -247,7 +234,7 @@ async fn learner(
         );
     };
     let blocking = q.blocking.unwrap_or(true);
-    match membership::add_learner(&node, group, learner, q.addr, blocking).await {
+    match op.add_learner(group, learner, q.addr, blocking).await {
         Ok(c) => ok(&c),
         Err(e) => membership_refusal(e),
     }
@@ -259,7 +246,7 @@ struct VotersQuery {
 }
 
 async fn voters(
-    State(node): State<Arc<Replicas>>,
+    State(op): State<Operator>,
     Path(group): Path<String>,
     Query(q): Query<VotersQuery>,
 ) -> Response {
@@ -283,10 +270,77 @@ async fn voters(
             );
         }
     };
-    match membership::set_voters(&node, group, voters).await {
+    match op.set_voters(group, voters).await {
         Ok(c) => ok(&c),
         Err(e) => membership_refusal(e),
     }
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcceptBody {
+    /// `null` for an empty log, as `raft_groups[].last_log_index` reports it.
+    expected_last_log_index: Option<u64>,
+    expected_current_term: u64,
+}
+
+/// `POST /__ursula/raft/{group}/recovery/accept-unsynced-loss`: opens a stalled gate.
+async fn accept_unsynced_loss(
+    State(op): State<Operator>,
+    Path(group): Path<String>,
+    body: Body,
+) -> Response {
+    let Ok(group) = group.parse::<u32>() else {
+        return refuse(StatusCode::NOT_FOUND, "no such route".into());
+    };
+    let body = match axum::body::to_bytes(body, ADMIN_BODY_MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("cannot read the body: {e}"),
+            );
+        }
+    };
+    let want: AcceptBody = match serde_json::from_slice(&body) {
+        Ok(w) => w,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body must be {{\"expected_last_log_index\", \"expected_current_term\"}}: {e}"
+                ),
+            );
+        }
+    };
+    let result = op.accept_unsynced_loss(
+        group,
+        want.expected_last_log_index,
+        want.expected_current_term,
+    );
+    let (outcome, view) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let status = match e {
+                AcceptError::NoGroup(_) => StatusCode::NOT_FOUND,
+                AcceptError::LostVote(_)
+                | AcceptError::NotStalled(_)
+                | AcceptError::Moved { .. } => StatusCode::CONFLICT,
+                AcceptError::Persist(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            return refuse(status, e.to_string());
+        }
+    };
+    ok(&json!({
+            "raft_group_id": group,
+            "node_id": op.node_id(),
+            "outcome": match outcome {
+                Accepted::GateOpened => "gate_opened",
+                Accepted::AlreadyOpen => "already_open",
+            },
+            "last_log_index": view.last_log_index,
+            "current_term": view.current_term,
+    }))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use ursula_protocol::metrics::GroupIssue;
 use ursula_protocol::metrics::RaftMaintenance;
 
-use super::replicas::Replicas;
+use crate::raft::replicas::Replicas;
 use crate::runtime::GroupId;
 
 /// How far the applied index may trail the commit index this replica knows before the group

@@ -1,6 +1,6 @@
 //! Write holds: a leader handing a group off stops proposing its clients' writes until the
 //! target took over (or the handoff was given up), so the target's log can equal the leader's
-//! when it asks for votes. The writes wait in the group's queue ([`super::batch`]) and then
+//! when it asks for votes. The writes wait in the group's queue ([`crate::raft::engine::group_commit`]) and then
 //! meet the new leader's redirect.
 //!
 //! A hold is an RAII [`Held`], a unit of the group's count of holds: a handoff that fails,

@@ -1,6 +1,6 @@
 //! Replicas that told this node they lost entries: a gated replica asks the group's leader for
 //! a barrier ([`super::peer::server`]), and the leader notes it here. The leader's membership
-//! keeper ([`super::membership`]) takes the notes and rebuilds those voters.
+//! keeper ([`crate::raft::drivers::voter_keeper`]) takes the notes and rebuilds those voters.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;

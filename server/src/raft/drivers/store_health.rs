@@ -20,8 +20,8 @@ use std::time::Instant;
 use futures_util::future::BoxFuture;
 use ursula_cold::ColdError;
 
-use super::handoff;
-use super::replicas::Replicas;
+use crate::raft::ops::handoff;
+use crate::raft::replicas::Replicas;
 
 pub use crate::config::cold::StoreGate as Settings;
 

@@ -1,5 +1,5 @@
-//! The node's snapshot builds in flight, which the snapshot driver ([`super::snapdrive`]) and an
-//! operator's `POST /__ursula/raft/{group}/snapshot` ([`super::logops`]) share: one count
+//! The node's snapshot builds in flight, which the snapshot driver ([`crate::raft::drivers::snapshots`]) and an
+//! operator's `POST /__ursula/raft/{group}/snapshot` ([`crate::raft::ops::log_actions`]) share: one count
 //! against `raft.snapshot_build_max_concurrency`, the groups whose triggered build has not
 //! shown yet, and the groups sitting out because their last trigger went unclaimed.
 //!
@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use std::time::Instant;
 
-use super::GroupRaft;
-use super::stats::SnapStats;
+use crate::raft::storage::log_counters::SnapStats;
+use crate::raft::types::GroupRaft;
 
 /// A trigger whose build has not shown up by then was not claimed (a build already ran).
 pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
