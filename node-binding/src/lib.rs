@@ -32,7 +32,6 @@ use napi_derive::napi;
 use rusqlite::ffi;
 use serde_json::Value;
 use serde_json::json;
-use sqlite_ursula_vfs::at;
 use sqlite_ursula_vfs::attach;
 use sqlite_ursula_vfs::db::Db;
 use sqlite_ursula_vfs::error::Kind;
@@ -40,6 +39,7 @@ use sqlite_ursula_vfs::error::SQLITE_ERROR;
 use sqlite_ursula_vfs::error::VfsError;
 use sqlite_ursula_vfs::format::offset_text;
 use sqlite_ursula_vfs::mode::Mode;
+use sqlite_ursula_vfs::point_in_time;
 use sqlite_ursula_vfs::registry;
 use sqlite_ursula_vfs::settings;
 use sqlite_ursula_vfs::token;
@@ -236,7 +236,7 @@ pub fn commits(url: String, from: Option<String>, limit: Option<u32>) -> String 
                 ))
             })?,
         };
-        let limit = limit.map_or(at::DEFAULT_LIMIT, u64::from);
+        let limit = limit.map_or(point_in_time::DEFAULT_LIMIT, u64::from);
         attach::commits(&url, from, limit).map_err(fail)
     })
 }

@@ -9,15 +9,15 @@
 //!   besides [`entry`] with `unsafe`. It hands attached files' writes to [`commit`] through
 //!   the [`commit::RealFile`] trait.
 //! - [`attach`]: local-file checks, catch-up, claim; its `point` part runs `at:` attaches and
-//!   the commit listing over [`at`]; [`url`]: its checks of the URL and path; [`mode`]: owner
-//!   or one of the read-only modes.
+//!   the commit listing over [`point_in_time`]; [`url`]: its checks of the URL and path;
+//!   [`mode`]: owner or one of the read-only modes.
 //! - [`commit`]: the commit point: WAL overlay, commit frames, local write after the ack.
 //! - [`snapshot`]: the per-database snapshot thread.
 //! - [`follow`]: the follower thread of a live read replica; [`gate`]: the read gate that
 //!   keeps its writes and read transactions apart.
 //! - [`reclaim`]: claiming the stream back when it forgot an idle owner's producer.
 //! - [`append`]: appending frames and the refusal table.
-//! - [`at`]: point-in-time: commit points, the base a point is rebuilt from, the replay that
+//! - [`point_in_time`]: commit points, the base a point is rebuilt from, the replay that
 //!   stops at a point, the listing.
 //! - [`replay`]: snapshot install and tail replay.
 //! - [`local`]: sidecar, boot id, WAL checks.
@@ -30,7 +30,6 @@
 //! - [`ordered`]: JSON objects whose keys keep the order written (`ursula_status`).
 
 pub mod append;
-pub mod at;
 pub mod attach;
 pub mod client;
 pub mod commit;
@@ -48,6 +47,7 @@ pub mod local;
 pub mod log;
 pub mod mode;
 pub mod ordered;
+pub mod point_in_time;
 pub mod pragma;
 pub mod reclaim;
 pub mod registry;

@@ -24,7 +24,8 @@ pub enum Mode {
     /// the stream (see [`crate::follow`]). Claims nothing.
     Follow,
     /// Read-only, as the database was after the last commit at or before the offset (`None`:
-    /// `at:-1`, before any commit). Claims nothing, like [`Mode::ReadOnly`] (`crate::at`).
+    /// `at:-1`, before any commit). Claims nothing, like [`Mode::ReadOnly`]
+    /// (`crate::point_in_time`).
     At(Option<Offset>),
 }
 

@@ -7,12 +7,12 @@ use rusqlite::functions::FunctionFlags;
 
 use ursula_protocol::offset::Offset;
 
-use crate::at;
 use crate::attach;
 use crate::error::Kind;
 use crate::error::VfsError;
 use crate::format::offset_text;
 use crate::mode::Mode;
+use crate::point_in_time;
 use crate::registry;
 use crate::settings;
 use crate::token;
@@ -102,7 +102,7 @@ fn commits_args(ctx: &Context<'_>) -> Result<(Option<Offset>, u64), VfsError> {
     };
     let limit = match ctx.len() {
         3.. => match ctx.get::<Option<i64>>(2) {
-            Ok(None) => at::DEFAULT_LIMIT,
+            Ok(None) => point_in_time::DEFAULT_LIMIT,
             Ok(Some(n)) if n > 0 => n as u64,
             _ => {
                 return Err(VfsError::new(
@@ -111,7 +111,7 @@ fn commits_args(ctx: &Context<'_>) -> Result<(Option<Offset>, u64), VfsError> {
                 ));
             }
         },
-        _ => at::DEFAULT_LIMIT,
+        _ => point_in_time::DEFAULT_LIMIT,
     };
     Ok((from, limit))
 }

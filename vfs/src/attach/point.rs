@@ -1,7 +1,7 @@
 //! Point-in-time attaches (`at:<offset>`) and the commit listing (`ursula_commits`): the HEAD,
 //! the local files and the binding of the rebuilt file. The rebuild and the listing themselves
-//! are [`crate::at`]; this part lives under [`super`] for the HEAD and the file setup it shares
-//! with the other attaches.
+//! are [`crate::point_in_time`]; this part lives under [`super`] for the HEAD and the file
+//! setup it shares with the other attaches.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,14 +15,14 @@ use super::init_wal_mode;
 use super::requests::Head;
 use super::requests::head_answer;
 use super::retry_head;
-use crate::at;
-use crate::at::StreamView;
 use crate::db::Db;
 use crate::error::Kind;
 use crate::error::VfsError;
 use crate::format::SIDECAR_VERSION;
 use crate::format::Sidecar;
 use crate::local;
+use crate::point_in_time;
+use crate::point_in_time::StreamView;
 use crate::replay;
 use crate::url;
 
@@ -62,7 +62,7 @@ pub(super) fn run(
         .map_err(no_pages)?
         .ok_or_else(|| no_pages(missing(url)))?;
     // Before the local files change: an offset past the tail changes nothing.
-    at::check_within_tail(at, &view(&head)).map_err(no_pages)?;
+    point_in_time::check_within_tail(at, &view(&head)).map_err(no_pages)?;
     if sidecar.is_some() || path.exists() {
         local::discard(path).map_err(|e| {
             no_pages(VfsError::new(
@@ -91,7 +91,7 @@ pub(super) fn run(
     let mut rounds = 0;
     let built = loop {
         rounds += 1;
-        match at::build(&file, url, &view(&head), at) {
+        match point_in_time::build(&file, url, &view(&head), at) {
             Ok(b) => break b,
             Err(e) if moved(&e) && rounds < MAX_ROUNDS => head = retry_head(path, url, &e)?,
             // Refusals come before any page is written.
@@ -140,7 +140,7 @@ pub(super) fn run(
 }
 
 /// `ursula_commits(url[, from[, limit]])`: the commit points after `from` an `at:` attach can
-/// open, as JSON ([`at::Listing::to_json`]).
+/// open, as JSON ([`point_in_time::Listing::to_json`]).
 pub fn commits(url: &str, from: Option<Offset>, limit: u64) -> Result<serde_json::Value, VfsError> {
     let url = url::check_url(url)?;
     if limit == 0 {
@@ -155,7 +155,7 @@ pub fn commits(url: &str, from: Option<Offset>, limit: u64) -> Result<serde_json
         let head = head_answer(&url)?.ok_or_else(|| {
             VfsError::new(Kind::NotFound, format!("the stream {url} does not exist"))
         })?;
-        match at::list(&url, &view(&head), from, limit) {
+        match point_in_time::list(&url, &view(&head), from, limit) {
             Ok(l) => return Ok(l.to_json()),
             Err(e) if moved(&e) && rounds < MAX_ROUNDS => {}
             Err(e) => return Err(e),
