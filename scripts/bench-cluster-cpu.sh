@@ -28,12 +28,12 @@ if [[ $use_perf == 1 ]] && ! perf record -q -o /dev/null -- true 2>/dev/null; th
   echo "bench-cluster-cpu.sh: perf cannot sample here; CPU per thread only" >&2
   use_perf=0
 fi
-conf_dir=$root/tests/conformance
+conf_dir=$root/interop/conformance
 # Node 22 (scripts/install-node.sh, idempotent) runs the reference and the npm install.
 node_bin=$("$root/scripts/install-node.sh")
 export PATH="$(dirname "$node_bin"):$PATH"
 if [[ ! -f "$conf_dir/node_modules/@durable-streams/server/package.json" ]]; then
-  echo "bench-cluster-cpu.sh: npm ci in tests/conformance" >&2
+  echo "bench-cluster-cpu.sh: npm ci in interop/conformance" >&2
   (cd "$conf_dir" && npm ci --no-audit --no-fund >&2)
 fi
 pids=()

@@ -43,7 +43,7 @@ for i in 1 2 3; do
 done
 wait_ready "http://127.0.0.1:${ports[0]}"
 run cluster-3 "http://127.0.0.1:${ports[0]}" "${pids[0]}"; stop_all
-conf=tests/conformance
+conf=interop/conformance
 p=$(port); PORT=$p node "$conf/reference-server.mjs" >/dev/null 2>&1 & pids+=($!)
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$p/" && break; sleep 0.1; done
 run reference "http://127.0.0.1:$p" "${pids[0]}"; stop_all

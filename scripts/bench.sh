@@ -4,7 +4,7 @@
 #
 #   scripts/bench.sh [ursula-bench load options...]     e.g. --duration 10 --warmup 2
 #
-# Builds `ursula` and `ursula-bench` in release mode, installs tests/conformance's npm packages
+# Builds `ursula` and `ursula-bench` in release mode, installs interop/conformance's npm packages
 # if missing, then for each server in turn (never both at once, so they do not share the CPU):
 # starts it on a free loopback port, runs `ursula-bench load` (append, catch-up and SSE fan-out
 # scenarios), stops it, starts it again fresh and runs `ursula-bench idle` (memory per idle
@@ -20,7 +20,7 @@ set -euo pipefail
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(git -C "$script_dir" rev-parse --show-toplevel 2>/dev/null || (cd "$script_dir/.." && pwd))
 cd "$root"
-conf_dir="$root/tests/conformance"
+conf_dir="$root/interop/conformance"
 rounds=${BENCH_ROUNDS:-3}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: BENCH_ROUNDS must be a positive integer" >&2; exit 2; }
 command_line="scripts/bench.sh${*:+ $*}"
@@ -46,7 +46,7 @@ else
   export PATH="$(dirname "$node_bin"):$PATH"
 fi
 if [[ ! -f "$conf_dir/node_modules/@durable-streams/server/package.json" ]]; then
-  echo "bench.sh: npm ci in tests/conformance" >&2
+  echo "bench.sh: npm ci in interop/conformance" >&2
   (cd "$conf_dir" && npm ci --no-audit --no-fund >&2)
 fi
 

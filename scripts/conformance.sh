@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the Durable Streams server conformance suite (tests/conformance) against a server.
+# Runs the Durable Streams server conformance suite (interop/conformance) against a server.
 #
 #   scripts/conformance.sh BINARY [vitest args...]      start `BINARY server --listen 127.0.0.1:PORT`
 #   scripts/conformance.sh --reference [vitest args...] start the Node reference server instead
@@ -8,7 +8,7 @@
 #
 # Extra args go to vitest, e.g. -t "offset=now with long-poll" to run one test.
 # Prints one line "N passed, N failed[, N skipped]", then exits non-zero iff some failure is not
-# listed in tests/conformance/expected-failures.txt (one full name "Group › Sub › test" per line,
+# listed in interop/conformance/expected-failures.txt (one full name "Group › Sub › test" per line,
 # `#` comments, a trailing `*` means prefix match). Expected failures that now pass are warnings.
 #
 # env: CONFORMANCE_SUBSCRIPTIONS=1  also run "Reserved subscription APIs" (reference: WEBHOOKS=1)
@@ -17,13 +17,13 @@
 #                                   needs it well under 5 s)
 #      CONFORMANCE_OUT=DIR          keep conf.json and server.log in DIR (default: temp, removed)
 #      CONFORMANCE_EXPECTED=FILE    alternative expected-failures file (--reference defaults to
-#                                   tests/conformance/expected-failures.reference.txt)
+#                                   interop/conformance/expected-failures.reference.txt)
 #      CONFORMANCE_TIMEOUT=SECS     hard cap on the vitest run (default 1200)
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(git -C "$script_dir" rev-parse --show-toplevel 2>/dev/null || (cd "$script_dir/.." && pwd))
-conf_dir="$root/tests/conformance"
+conf_dir="$root/interop/conformance"
 
 usage() { echo "usage: $0 BINARY|--reference [vitest args...]  (or CONFORMANCE_URL=... $0)" >&2; exit 2; }
 
@@ -63,7 +63,7 @@ fi
 # --- npm deps (pinned by package-lock.json) ------------------------------------------------------
 if [[ ! -f "$conf_dir/node_modules/vitest/vitest.mjs" ||
       ! -d "$conf_dir/node_modules/@durable-streams/server-conformance-tests" ]]; then
-  echo "conformance.sh: npm ci in tests/conformance" >&2
+  echo "conformance.sh: npm ci in interop/conformance" >&2
   (cd "$conf_dir" && npm ci --no-audit --no-fund >&2)
 fi
 

@@ -2,7 +2,7 @@
 //! / OpenID Connect server) on a loopback port, run by Node 22 from `scripts/install-node.sh`,
 //! issuing RFC 9068 JWT access tokens through the client-credentials grant. The gateway finds
 //! its keys by metadata discovery; the tokens it issues open the bucket their subject owns, and
-//! nothing else. The npm packages are installed from `tests/oidc/package-lock.json` into
+//! nothing else. The npm packages are installed from `interop/oidc/package-lock.json` into
 //! `target/oidc-issuer/` on the first run, and reused while the lockfile is unchanged.
 
 use std::io::BufRead;
@@ -40,7 +40,7 @@ fn node22() -> PathBuf {
 /// `target/oidc-issuer/` with the issuer script and its npm packages, installed with `npm ci`
 /// when the lockfile differs from the one they were installed from.
 fn issuer_dir() -> PathBuf {
-    let src = repo().join("tests/oidc");
+    let src = repo().join("interop/oidc");
     let dir = repo().join("target/oidc-issuer");
     std::fs::create_dir_all(&dir).expect("target/oidc-issuer");
     for f in ["package.json", "issuer.mjs"] {
