@@ -34,6 +34,8 @@ PACKAGE = "sqlite_ursula"
 DIST_NAME = "sqlite-ursula"
 LIBRARY = "libsqlite_ursula_vfs.so"
 ENTRY_POINT = "sqlite3_sqliteursulavfs_init"
+# The file names _naming.py asks the library for, through ctypes.
+NAMING_SYMBOL = "sqlite_ursula_file_name"
 GLIBC_FLOOR = (2, 28)
 # Timestamps of every zip entry (zip cannot say 1970): the same input gives the same wheel.
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -94,8 +96,9 @@ def check_exports(lib: Path) -> None:
     out = subprocess.run(
         ["nm", "-D", "--defined-only", str(lib)], check=True, capture_output=True, text=True
     ).stdout
-    if not re.search(rf"\b{ENTRY_POINT}\b", out):
-        sys.exit(f"build_wheel.py: {lib} does not export {ENTRY_POINT}")
+    for symbol in (ENTRY_POINT, NAMING_SYMBOL):
+        if not re.search(rf"\b{symbol}\b", out):
+            sys.exit(f"build_wheel.py: {lib} does not export {symbol}")
 
 
 def _record_hash(data: bytes) -> str:
@@ -126,7 +129,7 @@ def build(lib: Path, out: Path, demanded: str | None = None) -> Path:
             shutil.copyfile(lib, stripped)
         library = stripped.read_bytes()
     src = HERE / "src" / PACKAGE
-    files = sorted(p for p in src.iterdir() if p.suffix == ".py" or p.name == "py.typed")
+    files = sorted(p for p in src.iterdir() if p.suffix in (".py", ".json") or p.name == "py.typed")
     info_dir = f"{PACKAGE}-{v}.dist-info"
     metadata = METADATA.format(name=DIST_NAME, version=v) + (HERE / "README.md").read_text()
     wheel = (

@@ -9,19 +9,18 @@
 //   (errcode 1, message `sqlite-ursula-vfs: <kind>: ...`): it changed nothing, so no status
 //   records it.
 
-/** Kinds whose failure left nothing on the stream and the file usable (action retry). */
-const RETRY_KINDS = new Set([
-  "unauthorized",
-  "forbidden",
-  "rate_limited",
-  "not_applied",
-  "unreachable",
-  "refused",
-  "unavailable",
-]);
+import { createRequire } from "node:module";
 
-/** Kinds of a local file or a commit whose outcome is unknown (action reattach). */
-const REATTACH_KINDS = new Set(["outcome_unknown", "local_damage", "local_state", "internal"]);
+/**
+ * The extension's table of kinds, actions and sentences (vfs/src/package_errors.rs), generated
+ * into error-table.json; a Rust test fails when this copy drifts from the source.
+ */
+const TABLE = createRequire(import.meta.url)("./error-table.json");
+const KIND = new Map(Object.entries(TABLE.kinds));
+const REFUSED_BY = TABLE.refused_by;
+/** A sentence of the table, `{reason}` filled in and `{reopen}` said as this package says it. */
+const say = (name, reason) =>
+  TABLE.messages[name].replaceAll("{reopen}", "open it again").replaceAll("{reason}", String(reason));
 
 /** SQLite's extended result codes the extension fails statements with. */
 export const SQLITE_IOERR_AUTH = 7178;
@@ -80,6 +79,15 @@ for (const cls of [
   });
 }
 
+/** The table's error classes. */
+const CLASSES = {
+  write_refused: UrsulaWriteRefusedError,
+  payment_required: UrsulaPaymentRequiredError,
+  reattach: UrsulaReattachError,
+  fenced: UrsulaFencedError,
+  setup: UrsulaSetupError,
+};
+
 /** An error node:sqlite threw for a SQLite failure. */
 export function isSqliteError(e) {
   return e instanceof Error && e.code === "ERR_SQLITE_ERROR" && typeof e.errcode === "number";
@@ -100,17 +108,15 @@ export function sqliteCause(message, errcode, errstr) {
  */
 export function attachError(message, kind, cause, { paymentCode = true } = {}) {
   const d = { kind, cause, reason: message };
-  if (kind === "payment_required") {
+  const entry = KIND.get(kind) ?? { action: "fix", error: "setup" };
+  if (entry.error === "payment_required") {
     if (paymentCode && cause?.errcode === SQLITE_AUTH) {
-      return new UrsulaPaymentRequiredError(message, { ...d, action: "retry" });
+      return new UrsulaPaymentRequiredError(message, { ...d, action: entry.action });
     }
-    return new UrsulaWriteRefusedError(message, { ...d, kind: "refused", action: "retry" });
+    return new UrsulaWriteRefusedError(message, { ...d, kind: "refused", action: entry.action });
   }
-  if (RETRY_KINDS.has(kind)) return new UrsulaWriteRefusedError(message, { ...d, action: "retry" });
-  if (kind === "too_large") return new UrsulaWriteRefusedError(message, { ...d, action: "fix" });
-  if (REATTACH_KINDS.has(kind)) return new UrsulaReattachError(message, { ...d, action: "reattach" });
-  if (kind === "fenced") return new UrsulaFencedError(message, { ...d, action: "stop", fenced: true });
-  const e = new UrsulaSetupError(message, { ...d, action: "fix" });
+  const Class = CLASSES[entry.error];
+  const e = new Class(message, { ...d, action: entry.action, fenced: entry.action === "stop" });
   // An `at` below what the stream can rebuild: the offset to open at instead.
   if (kind === "retained") e.earliest = EARLIEST.exec(message)?.[1] ?? null;
   return e;
@@ -146,25 +152,6 @@ export function functionError(message, cause) {
   return e;
 }
 
-const RETRY_TAIL =
-  "Nothing of it reached the stream, and the database stays usable: run it again later, the whole transaction if it was one.";
-const STOP_TAIL = "Another owner took the stream over: stop using this database, and never reopen it in a loop.";
-const REATTACH_TAIL =
-  "The local file may no longer match the stream: close the database and open it again, which replays the stream.";
-const FIX_TAIL = "Fix the cause, then close the database and open it again.";
-
-/** What refused a commit, by `refused_kind`. */
-const REFUSED_BY = {
-  payment_required: "commit refused with 402 Payment Required in front of the stream",
-  unauthorized: "commit refused with 401 Unauthorized: the stream refused the token",
-  forbidden: "commit refused with 403 Forbidden in front of the stream",
-  rate_limited: "commit refused with 429 Too Many Requests in front of the stream",
-  not_applied: "commit refused before it reached the stream, marked as not applied",
-  unreachable: "commit not sent: the stream could not be reached",
-  unavailable: "commit refused before it reached the stream",
-  refused: "commit refused before it reached the stream",
-};
-
 /**
  * Classifies an error node:sqlite threw on the database attached as `file`, or returns it
  * unchanged. `readStatus(file)` returns the file's status, or throws.
@@ -192,8 +179,7 @@ export function classifyStatementError(error, readStatus, file) {
     // again fails the same way until the setup changes.
     if (code === SQLITE_IOERR_READ) return error;
     const reason = failure.message ?? null;
-    const m = `commit refused: ${reason}. Nothing of it reached the stream, and the database stays usable: change the setup (see Rules), then run it again.`;
-    return new UrsulaReplicationError(m, { kind: "unsupported", reason, cause: error, action: "fix" });
+    return new UrsulaReplicationError(say("unsupported", reason), { kind: "unsupported", reason, cause: error, action: "fix" });
   }
   if (failure.kind === "refused") {
     if (code === SQLITE_IOERR_READ) return error;
@@ -201,37 +187,35 @@ export function classifyStatementError(error, readStatus, file) {
     const reason = s.refused_reason ?? failure.message ?? null;
     const d = { kind, reason, cause: error };
     if (kind === "payment_required") {
-      return new UrsulaPaymentRequiredError(`${REFUSED_BY[kind]}: ${reason}. ${RETRY_TAIL}`, { ...d, action: "retry" });
+      return new UrsulaPaymentRequiredError(`${REFUSED_BY[kind]}: ${reason}. ${say("retry_tail")}`, { ...d, action: "retry" });
     }
     if (kind === "too_large") {
-      const m = `commit refused: the transaction is too large for one append: ${reason}. Nothing of it reached the stream, and the database stays usable: split the transaction into smaller ones.`;
-      return new UrsulaWriteRefusedError(m, { ...d, action: "fix" });
+      return new UrsulaWriteRefusedError(say("too_large", reason), { ...d, action: "fix" });
     }
-    if (RETRY_KINDS.has(kind)) {
-      return new UrsulaWriteRefusedError(`${REFUSED_BY[kind]}: ${reason}. ${RETRY_TAIL}`, { ...d, action: "retry" });
+    if (KIND.get(kind)?.action === "retry") {
+      return new UrsulaWriteRefusedError(`${REFUSED_BY[kind]}: ${reason}. ${say("retry_tail")}`, { ...d, action: "retry" });
     }
-    const m = `commit refused: ${reason}. Nothing of it reached the stream: change the setup (see Rules), then run it again.`;
-    return new UrsulaReplicationError(m, { ...d, action: "fix" });
+    return new UrsulaReplicationError(say("refused_setup", reason), { ...d, action: "fix" });
   }
   // Poisoned: every later commit fails until the file is attached again.
   const reason = s.reason ?? failure.message ?? null;
   const d = { kind: failure.kind, reason, cause: error, fenced: s.fenced === true };
   if (failure.action === "stop") {
-    const head = code === SQLITE_IOERR_READ ? "read refused, the file is fenced" : "commit not replicated";
-    return new UrsulaFencedError(`${head}: ${reason}. ${STOP_TAIL}`, { ...d, action: "stop", fenced: true });
+    const head = say(code === SQLITE_IOERR_READ ? "fenced_read" : "not_replicated");
+    return new UrsulaFencedError(`${head}: ${reason}. ${say("stop_tail")}`, { ...d, action: "stop", fenced: true });
   }
   if (code === SQLITE_IOERR_READ && s.read_only && s.following === false && failure.action === "reattach") {
     // A live read replica whose stream was deleted, recreated or trimmed past it.
-    return new UrsulaReattachError(`read refused, the replica stopped following the stream: ${reason}. ${REATTACH_TAIL}`, {
+    return new UrsulaReattachError(`${say("stopped_following")}: ${reason}. ${say("reattach_tail")}`, {
       ...d,
       action: "reattach",
     });
   }
   if (code === SQLITE_IOERR_READ) return error;
   if (failure.action === "reattach") {
-    return new UrsulaReattachError(`commit not replicated: ${reason}. ${REATTACH_TAIL}`, { ...d, action: "reattach" });
+    return new UrsulaReattachError(`${say("not_replicated")}: ${reason}. ${say("reattach_tail")}`, { ...d, action: "reattach" });
   }
-  return new UrsulaReplicationError(`commit not replicated: ${reason}. ${FIX_TAIL}`, { ...d, action: "fix" });
+  return new UrsulaReplicationError(`${say("not_replicated")}: ${reason}. ${say("fix_tail")}`, { ...d, action: "fix" });
 }
 
 /** The first Ursula error, or extension failure, in an error's cause chain (Pi wraps them). */

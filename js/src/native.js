@@ -78,6 +78,11 @@ function addonBackend(addon) {
       call(addon.setToken(token));
     },
     commits: (url, from, limit) => call(addon.commits(url, from, limit)),
+    fileName: (url, n) => {
+      const r = JSON.parse(addon.fileName(url, n));
+      if (r.error) throw new RangeError(r.error.message);
+      return r.ok;
+    },
   };
 }
 
@@ -103,6 +108,14 @@ function sqlBackend(db) {
       one("SELECT ursula_set_token(?) AS r", token ?? null);
     },
     commits: (url, from, limit) => JSON.parse(one("SELECT ursula_commits(?, ?, ?) AS r", url, from, limit)),
+    fileName: (url, n) => {
+      try {
+        return JSON.parse(one("SELECT ursula_file_name(?, ?) AS r", url, n));
+      } catch (e) {
+        if (e.kind === "invalid_url") throw new RangeError(e.reason ?? e.message);
+        throw e;
+      }
+    },
   };
 }
 

@@ -144,6 +144,7 @@ function prepare(fn, streamUrl, options) {
   try {
     normal = normalizeStreamUrl(streamUrl);
   } catch (e) {
+    if (!(e instanceof RangeError)) throw e;
     throw setupError(fn, "invalid_url", e.message);
   }
   if (path !== undefined && (path === "" || path === ":memory:" || path.startsWith("file:"))) {

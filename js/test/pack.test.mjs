@@ -41,7 +41,7 @@ test("the packed packages install offline and run the notes example", () => {
     .trim()
     .split("\n");
   const files = tarFiles(main);
-  for (const f of ["package.json", "index.js", "index.d.ts", "pi.js", "pi.d.ts", "src/open.js"]) {
+  for (const f of ["package.json", "index.js", "index.d.ts", "pi.js", "pi.d.ts", "src/open.js", "src/error-table.json"]) {
     assert.ok(files.includes(f), `${f} in ${files.join(", ")}`);
   }
   assert.ok(!files.some((f) => f.endsWith(".node")), "the main package holds no addon");

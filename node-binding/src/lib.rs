@@ -158,6 +158,14 @@ fn attached(function: &str, path: &str) -> Result<Arc<Db>, Failure> {
     })
 }
 
+/// The file reader `n` (0: the owner) of the stream at `url` is named after, with the URL's
+/// normal forms: `{"ok": {"identity", "url", "file"}}` or `{"error": {"message"}}`. Needs no
+/// loaded extension: the naming is the library's own code.
+#[napi(js_name = "fileName")]
+pub fn file_name(url: String, n: u32) -> String {
+    sqlite_ursula_vfs::naming::file_name_json(&url, n)
+}
+
 /// `ursula_attach(path, url, mode)`: `{"ok": "<offset>"}`. `mode` is the SQL function's third
 /// argument (`''` for the owner), parsed by the extension so both forms accept the same modes.
 #[napi]

@@ -39,11 +39,17 @@ def shared_object(where: Path, body: str, *libs: str) -> Path:
     return lib
 
 
-OLD_GLIBC = "#include <stdlib.h>\nint sqlite3_sqliteursulavfs_init(void) { free(malloc(1)); return 0; }\n"
+# The stand-ins export what build_wheel.py checks for: the entry point and the naming function.
+NAMING = "char *sqlite_ursula_file_name(const char *u, unsigned n) { (void)u; (void)n; return 0; }\n"
+OLD_GLIBC = (
+    "#include <stdlib.h>\nint sqlite3_sqliteursulavfs_init(void) { free(malloc(1)); return 0; }\n"
+    + NAMING
+)
 # pthread_create moved into libc with glibc 2.34: a library built here against it needs 2.34.
 NEW_GLIBC = (
     "#include <pthread.h>\nstatic void *run(void *a) { return a; }\n"
     "int sqlite3_sqliteursulavfs_init(void) { pthread_t t; return pthread_create(&t, 0, run, 0); }\n"
+    + NAMING
 )
 
 

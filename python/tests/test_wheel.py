@@ -45,4 +45,5 @@ def test_metadata_tag_and_version() -> None:
     files = {str(f) for f in dist.files or []}
     assert "sqlite_ursula/libsqlite_ursula_vfs.so" in files
     assert "sqlite_ursula/py.typed" in files
+    assert "sqlite_ursula/_error_table.json" in files
     assert not any(f.endswith(".c") or "/tests/" in f for f in files), files

@@ -2,6 +2,7 @@
 //! the file alone, the lock-out after a failed attach, and which failures the attach retries.
 
 use rusqlite::Connection;
+use serde_json::Value;
 use ursula_vfs_tests::proxy::Action;
 use ursula_vfs_tests::proxy::Canned;
 use ursula_vfs_tests::proxy::Proxy;
@@ -272,4 +273,56 @@ fn a_stream_answering_503_is_retried_within_the_budget_and_the_attach_succeeds()
     attach(&ctl, &path, &format!("{}/demo/busy", proxy.base())).expect("attach after the 503s");
     // Three 503s, the HEAD that found no stream, and the one after creating it.
     assert_eq!(proxy.count("HEAD"), 5);
+}
+
+fn file_name(
+    ctl: &Connection,
+    url: &str,
+    reader: rusqlite::types::Value,
+) -> rusqlite::Result<Value> {
+    let text: String = ctl.query_row("SELECT ursula_file_name(?1, ?2)", (url, reader), |r| {
+        r.get(0)
+    })?;
+    Ok(serde_json::from_str(&text).expect("file name JSON"))
+}
+
+#[test]
+fn ursula_file_name_names_the_owner_and_each_reader_and_refuses_what_is_not_an_index() {
+    use rusqlite::types::Value as Sql;
+    let ctl = control();
+    let url = "HTTP://user:pw@Example.COM:80/demo/./notes";
+    let owner: String = ctl
+        .query_row("SELECT ursula_file_name(?1)", [url], |r| r.get(0))
+        .expect("one argument");
+    let owner: Value = serde_json::from_str(&owner).expect("JSON");
+    assert_eq!(owner["identity"], "http://example.com/demo/notes");
+    assert_eq!(owner["url"], "http://user:pw@example.com/demo/notes");
+    let file = owner["file"].as_str().expect("file");
+    assert!(
+        file.starts_with("demo-notes-") && file.ends_with(".db"),
+        "{file}"
+    );
+    // node:sqlite binds every JavaScript number as a REAL: a whole one is an index too.
+    for reader in [Sql::Integer(3), Sql::Real(3.0)] {
+        let ro = file_name(&ctl, url, reader).expect("reader 3");
+        assert_eq!(ro["file"], file.replace(".db", "-ro3.db"), "{ro}");
+    }
+    for bad in [
+        Sql::Real(2.5),
+        Sql::Integer(-1),
+        Sql::Text("1".into()),
+        Sql::Null,
+    ] {
+        let err = file_name(&ctl, url, bad.clone()).expect_err("not an index");
+        assert!(
+            err.to_string()
+                .contains("ursula_file_name: invalid_argument:"),
+            "{bad:?}: {err}"
+        );
+    }
+    let err = file_name(&ctl, "http://h/a/b?x=1", Sql::Integer(0)).expect_err("query");
+    assert!(
+        err.to_string().contains("ursula_file_name: invalid_url:"),
+        "{err}"
+    );
 }

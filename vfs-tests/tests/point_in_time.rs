@@ -261,6 +261,24 @@ fn the_listing_names_every_commit_point_in_order_and_pages_by_from_and_limit() {
     let last = commits(&h.ctl, &h.url, Some(&h.points[3]), Some(2)).expect("last page");
     assert_eq!(offsets(&last), h.points[4..].to_vec());
     assert_eq!(last["more"], false);
+    // node:sqlite binds every JavaScript number as a REAL: a whole one is a limit too.
+    let text: String = h
+        .ctl
+        .query_row("SELECT ursula_commits(?1, NULL, 2.0)", [&h.url], |r| {
+            r.get(0)
+        })
+        .expect("a whole REAL limit");
+    assert_eq!(serde_json::from_str::<Value>(&text).expect("JSON"), page);
+    let err = h
+        .ctl
+        .query_row("SELECT ursula_commits(?1, NULL, 2.5)", [&h.url], |r| {
+            r.get::<_, String>(0)
+        })
+        .expect_err("a fraction is no limit");
+    assert!(
+        err.to_string().contains("limit must be a positive integer"),
+        "{err}"
+    );
     for (from, limit) in [(Some("12"), None), (None, Some(0)), (None, Some(-3))] {
         let err = commits(&h.ctl, &h.url, from, limit).expect_err("bad argument");
         assert!(

@@ -4,7 +4,7 @@
 //! Module map, each module importing only those below it (no two import each other):
 //! - [`entry`]: the loadable-extension entry points and the host version check.
 //! - [`sql`]: `ursula_attach`, `ursula_status`, `ursula_stats`, `ursula_set_token`,
-//!   `ursula_commits`.
+//!   `ursula_commits`, `ursula_file_name`.
 //! - [`shim`]: the `ursula` VFS, a shim over `unix`: the FFI with SQLite, and the only place
 //!   besides [`entry`] with `unsafe`. It hands attached files' writes to [`commit`] through
 //!   the [`commit::RealFile`] trait.
@@ -26,8 +26,10 @@
 //! - [`sqlite_wal`]: SQLite's `-wal` layout (header, frame headers) and WAL mode on page 1.
 //! - [`format`]: frame, snapshot and sidecar layouts (see `docs/sqlite-vfs.md`).
 //! - [`pragma`]: PRAGMAs refused before they run (`journal_mode` away from WAL).
+//! - [`naming`]: the local file a stream URL names (`<label>-<hash>.db`), for the packages.
 //! - [`settings`], [`log`], [`error`]: env vars, logfmt events, failure kinds.
 //! - [`ordered`]: JSON objects whose keys keep the order written (`ursula_status`).
+//! - [`package_errors`]: the error table the npm and Python packages classify failures by.
 
 pub mod append;
 pub mod attach;
@@ -46,7 +48,9 @@ pub mod gate;
 pub mod local;
 pub mod log;
 pub mod mode;
+pub mod naming;
 pub mod ordered;
+pub mod package_errors;
 pub mod point_in_time;
 pub mod pragma;
 pub mod reclaim;
@@ -90,4 +94,42 @@ pub unsafe extern "C" fn sqlite3_extension_init(
     p_api: *mut rusqlite::ffi::sqlite3_api_routines,
 ) -> c_int {
     unsafe { entry::init(db, pz_err, p_api) }
+}
+
+/// The file name of reader `n` (0: the owner) of the stream at `url`, for a host that calls
+/// the library without SQLite (the Python package, through ctypes): a JSON text as
+/// [`naming::file_name_json`] says, which the caller frees with
+/// [`sqlite_ursula_free_text`]. NULL when `url` is NULL or not UTF-8.
+///
+/// # Safety
+/// `url` is NULL or a NUL-terminated string that stays valid during the call.
+#[allow(unsafe_code)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sqlite_ursula_file_name(url: *const c_char, n: u32) -> *mut c_char {
+    if url.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller passes a NUL-terminated string valid for the call.
+    let text = unsafe { std::ffi::CStr::from_ptr(url) };
+    let Ok(text) = text.to_str() else {
+        return std::ptr::null_mut();
+    };
+    let answer = std::panic::catch_unwind(|| naming::file_name_json(text, n));
+    match answer.ok().and_then(|a| std::ffi::CString::new(a).ok()) {
+        Some(c) => c.into_raw(),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// Frees a text [`sqlite_ursula_file_name`] returned; NULL is ignored.
+///
+/// # Safety
+/// `text` is NULL or a pointer [`sqlite_ursula_file_name`] returned, freed once.
+#[allow(unsafe_code)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sqlite_ursula_free_text(text: *mut c_char) {
+    if !text.is_null() {
+        // SAFETY: the pointer came from CString::into_raw in sqlite_ursula_file_name.
+        drop(unsafe { std::ffi::CString::from_raw(text) });
+    }
 }

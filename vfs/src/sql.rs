@@ -4,6 +4,7 @@
 use rusqlite::Connection;
 use rusqlite::functions::Context;
 use rusqlite::functions::FunctionFlags;
+use rusqlite::types::ValueRef;
 
 use ursula_protocol::offset::Offset;
 
@@ -12,6 +13,7 @@ use crate::error::Kind;
 use crate::error::VfsError;
 use crate::format::offset_text;
 use crate::mode::Mode;
+use crate::naming;
 use crate::point_in_time;
 use crate::registry;
 use crate::settings;
@@ -81,6 +83,17 @@ fn guard<T>(name: &str, f: impl FnOnce() -> rusqlite::Result<T>) -> rusqlite::Re
 
 /// `ursula_commits`' optional `from` (an offset as text; NULL or `'-1'` for every commit) and
 /// `limit` (a positive integer; NULL for the default).
+/// A whole number given as INTEGER or, as node:sqlite binds every JavaScript number, as a REAL
+/// with no fraction; `None` for anything else (NULL included).
+fn whole_number(value: ValueRef<'_>) -> Option<i64> {
+    match value {
+        ValueRef::Integer(n) => Some(n),
+        // The range check keeps the cast exact: within it every whole f64 is an i64.
+        ValueRef::Real(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => Some(x as i64),
+        _ => None,
+    }
+}
+
 fn commits_args(ctx: &Context<'_>) -> Result<(Option<Offset>, u64), VfsError> {
     let from = match ctx.len() {
         2.. => match ctx.get::<Option<String>>(1) {
@@ -101,15 +114,17 @@ fn commits_args(ctx: &Context<'_>) -> Result<(Option<Offset>, u64), VfsError> {
         _ => None,
     };
     let limit = match ctx.len() {
-        3.. => match ctx.get::<Option<i64>>(2) {
-            Ok(None) => point_in_time::DEFAULT_LIMIT,
-            Ok(Some(n)) if n > 0 => n as u64,
-            _ => {
-                return Err(VfsError::new(
-                    Kind::InvalidArgument,
-                    "limit must be a positive integer",
-                ));
-            }
+        3.. => match ctx.get_raw(2) {
+            ValueRef::Null => point_in_time::DEFAULT_LIMIT,
+            v => match whole_number(v).and_then(|n| u64::try_from(n).ok()) {
+                Some(n) if n > 0 => n,
+                _ => {
+                    return Err(VfsError::new(
+                        Kind::InvalidArgument,
+                        "limit must be a positive integer",
+                    ));
+                }
+            },
         },
         _ => point_in_time::DEFAULT_LIMIT,
     };
@@ -166,6 +181,37 @@ pub fn register(conn: &Connection) -> rusqlite::Result<()> {
             attach::commits(&url, from, limit)
                 .map(|v| v.to_string())
                 .map_err(|e| fail(f, &e))
+        })
+    })?;
+    conn.create_scalar_function("ursula_file_name", -1, flags, |ctx| {
+        guard("ursula_file_name", || {
+            let f = "ursula_file_name";
+            let reader = match ctx.len() {
+                1 => 0,
+                2 => match whole_number(ctx.get_raw(1)).and_then(|n| u32::try_from(n).ok()) {
+                    Some(n) => n,
+                    None => {
+                        let e = VfsError::new(
+                            Kind::InvalidArgument,
+                            "the reader index is an integer from 0 (the owner) up",
+                        );
+                        return Err(fail(f, &e));
+                    }
+                },
+                _ => {
+                    let e = VfsError::new(Kind::InvalidArgument, "takes (url[, reader])");
+                    return Err(fail(f, &e));
+                }
+            };
+            let url = text_arg(ctx, 0, f)?;
+            let n = naming::name_stream(&url)
+                .map_err(|e| fail(f, &VfsError::new(Kind::InvalidUrl, e.to_string())))?;
+            let answer = serde_json::json!({
+                "identity": n.identity,
+                "url": n.url,
+                "file": n.file_name(reader),
+            });
+            Ok(answer.to_string())
         })
     })?;
     conn.create_scalar_function("ursula_set_token", 1, flags, |ctx| {

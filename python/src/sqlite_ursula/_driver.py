@@ -141,6 +141,11 @@ def load(driver: str | None = None, library: str | None = None) -> Loaded:
         return _loaded
 
 
+def loaded_library() -> str | None:
+    """The library this process loaded, or None before the first `load`."""
+    return None if _loaded is None else _loaded.library
+
+
 def call(sql: str, *args: Any) -> Any:
     """One SQL function of the extension on the control connection, its failure classified."""
     loaded = load()

@@ -1,7 +1,8 @@
 """The Ursula errors, and the mapping from the extension's failures to them.
 
-A port of the npm package's `js/src/errors.js`: the same classes, kinds, actions and
-messages. Three sources feed the mapping:
+The kinds, their actions and classes, and the sentences come from the extension's table
+(`vfs/src/package_errors.rs`, generated into `_error_table.json`; a Rust test fails when this copy
+drifts), the table the npm package reads too. Three sources feed the mapping:
 
 - a failed SQL function (`ursula_attach: <kind>: ...`, `ursula_status: attach_failed: <kind>:
   ...`): the kind is in the message;
@@ -14,16 +15,24 @@ messages. Three sources feed the mapping:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Callable
 
-# Kinds whose failure left nothing on the stream and the file usable (action retry).
-RETRY_KINDS = frozenset(
-    {"unauthorized", "forbidden", "rate_limited", "not_applied", "unreachable", "refused", "unavailable"}
+_TABLE: dict[str, Any] = json.loads(
+    (Path(__file__).resolve().parent / "_error_table.json").read_text(encoding="utf-8")
 )
-# Kinds of a local file or a commit whose outcome is unknown (action reattach).
-REATTACH_KINDS = frozenset({"outcome_unknown", "local_damage", "local_state", "internal"})
+_KIND: dict[str, dict[str, str]] = _TABLE["kinds"]
+REFUSED_BY: dict[str, str] = _TABLE["refused_by"]
+
+
+def _say(name: str, reason: Any = None) -> str:
+    """A sentence of the table, `{reason}` filled in and `{reopen}` said as this package says it."""
+    text: str = _TABLE["messages"][name]
+    return text.replace("{reopen}", "connect again").replace("{reason}", str(reason))
+
 
 # SQLite's result codes the extension fails calls with.
 SQLITE_ERROR = 1
@@ -96,6 +105,15 @@ class UrsulaSetupError(UrsulaError):
     """The request cannot succeed as made: change the URL, the options or the files."""
 
 
+_CLASSES: dict[str, type[UrsulaError]] = {
+    "write_refused": UrsulaWriteRefusedError,
+    "payment_required": UrsulaPaymentRequiredError,
+    "reattach": UrsulaReattachError,
+    "fenced": UrsulaFencedError,
+    "setup": UrsulaSetupError,
+}
+
+
 def attach_error(
     message: str, kind: str, cause: BaseException | None = None, *, payment_code: bool = True
 ) -> UrsulaError:
@@ -104,20 +122,15 @@ def attach_error(
     Only attach itself sees a 402's own code (SQLITE_AUTH): that makes it a payment error;
     elsewhere a 402 shows as `refused`.
     """
-    if kind == "payment_required":
+    entry = _KIND.get(kind, {"action": "fix", "error": "setup"})
+    action = entry["action"]
+    if entry["error"] == "payment_required":
         code = getattr(cause, "sqlite_errorcode", None)
         if payment_code and code == SQLITE_AUTH:
-            return UrsulaPaymentRequiredError(message, kind=kind, action="retry", reason=message, cause=cause)
-        return UrsulaWriteRefusedError(message, kind="refused", action="retry", reason=message, cause=cause)
-    if kind in RETRY_KINDS:
-        return UrsulaWriteRefusedError(message, kind=kind, action="retry", reason=message, cause=cause)
-    if kind == "too_large":
-        return UrsulaWriteRefusedError(message, kind=kind, action="fix", reason=message, cause=cause)
-    if kind in REATTACH_KINDS:
-        return UrsulaReattachError(message, kind=kind, action="reattach", reason=message, cause=cause)
-    if kind == "fenced":
-        return UrsulaFencedError(message, kind=kind, action="stop", reason=message, fenced=True, cause=cause)
-    e = UrsulaSetupError(message, kind=kind, action="fix", reason=message, cause=cause)
+            return UrsulaPaymentRequiredError(message, kind=kind, action=action, reason=message, cause=cause)
+        return UrsulaWriteRefusedError(message, kind="refused", action=action, reason=message, cause=cause)
+    cls = _CLASSES[entry["error"]]
+    e = cls(message, kind=kind, action=action, reason=message, fenced=action == "stop", cause=cause)
     if kind == "retained":
         # An `at` below what the stream can rebuild: the offset to open at instead.
         m = _EARLIEST.search(message)
@@ -161,29 +174,6 @@ def function_error(message: str, cause: BaseException | None = None) -> UrsulaEr
     return e
 
 
-RETRY_TAIL = (
-    "Nothing of it reached the stream, and the database stays usable: "
-    "run it again later, the whole transaction if it was one."
-)
-STOP_TAIL = "Another owner took the stream over: stop using this database, and never reopen it in a loop."
-REATTACH_TAIL = (
-    "The local file may no longer match the stream: close the database and connect again, "
-    "which replays the stream."
-)
-FIX_TAIL = "Fix the cause, then close the database and connect again."
-
-# What refused a commit, by `refused_kind`.
-REFUSED_BY = {
-    "payment_required": "commit refused with 402 Payment Required in front of the stream",
-    "unauthorized": "commit refused with 401 Unauthorized: the stream refused the token",
-    "forbidden": "commit refused with 403 Forbidden in front of the stream",
-    "rate_limited": "commit refused with 429 Too Many Requests in front of the stream",
-    "not_applied": "commit refused before it reached the stream, marked as not applied",
-    "unreachable": "commit not sent: the stream could not be reached",
-    "unavailable": "commit refused before it reached the stream",
-    "refused": "commit refused before it reached the stream",
-}
-
 Status = Mapping[str, Any]
 
 
@@ -224,11 +214,7 @@ def classify_statement_error(
         if is_read:
             return error
         reason = failure.get("message")
-        text = (
-            f"commit refused: {reason}. Nothing of it reached the stream, and the database stays usable: "
-            "change the setup (see Rules), then run it again."
-        )
-        return UrsulaReplicationError(text, kind="unsupported", action="fix", reason=reason, cause=error)
+        return UrsulaReplicationError(_say("unsupported", reason), kind="unsupported", action="fix", reason=reason, cause=error)
     if failure.get("kind") == "refused":
         if is_read:
             return error
@@ -238,9 +224,9 @@ def classify_statement_error(
     kind = failure.get("kind") or "internal"
     fenced = s.get("fenced") is True
     if failure.get("action") == "stop":
-        head = "read refused, the file is fenced" if is_read else "commit not replicated"
+        head = _say("fenced_read" if is_read else "not_replicated")
         return UrsulaFencedError(
-            f"{head}: {reason}. {STOP_TAIL}",
+            f"{head}: {reason}. {_say('stop_tail')}",
             kind=kind,
             action="stop",
             reason=reason,
@@ -249,16 +235,16 @@ def classify_statement_error(
         )
     if is_read and s.get("read_only") and s.get("following") is False and failure.get("action") == "reattach":
         # A live read replica whose stream was deleted, recreated or trimmed past it.
-        text = f"read refused, the replica stopped following the stream: {reason}. {REATTACH_TAIL}"
+        text = f"{_say('stopped_following')}: {reason}. {_say('reattach_tail')}"
         return UrsulaReattachError(text, kind=kind, action="reattach", reason=reason, cause=error)
     if is_read:
         return error
     if failure.get("action") == "reattach":
-        text = f"commit not replicated: {reason}. {REATTACH_TAIL}"
+        text = f"{_say('not_replicated')}: {reason}. {_say('reattach_tail')}"
         return UrsulaReattachError(
             text, kind=kind, action="reattach", reason=reason, fenced=fenced, cause=error
         )
-    text = f"commit not replicated: {reason}. {FIX_TAIL}"
+    text = f"{_say('not_replicated')}: {reason}. {_say('fix_tail')}"
     return UrsulaReplicationError(text, kind=kind, action="fix", reason=reason, fenced=fenced, cause=error)
 
 
@@ -267,19 +253,11 @@ def _refused(s: Status, failure: Mapping[str, Any], error: BaseException) -> Urs
     kind = failure.get("refused_kind") or s.get("refused_kind") or "refused"
     reason = s.get("refused_reason") or failure.get("message")
     if kind == "payment_required":
-        m = f"{REFUSED_BY[kind]}: {reason}. {RETRY_TAIL}"
+        m = f"{REFUSED_BY[kind]}: {reason}. {_say('retry_tail')}"
         return UrsulaPaymentRequiredError(m, kind=kind, action="retry", reason=reason, cause=error)
     if kind == "too_large":
-        m = (
-            f"commit refused: the transaction is too large for one append: {reason}. Nothing of it reached "
-            "the stream, and the database stays usable: split the transaction into smaller ones."
-        )
-        return UrsulaWriteRefusedError(m, kind=kind, action="fix", reason=reason, cause=error)
-    if kind in RETRY_KINDS:
-        m = f"{REFUSED_BY[kind]}: {reason}. {RETRY_TAIL}"
+        return UrsulaWriteRefusedError(_say("too_large", reason), kind=kind, action="fix", reason=reason, cause=error)
+    if _KIND.get(kind, {}).get("action") == "retry":
+        m = f"{REFUSED_BY[kind]}: {reason}. {_say('retry_tail')}"
         return UrsulaWriteRefusedError(m, kind=kind, action="retry", reason=reason, cause=error)
-    m = (
-        f"commit refused: {reason}. Nothing of it reached the stream: "
-        "change the setup (see Rules), then run it again."
-    )
-    return UrsulaReplicationError(m, kind=kind, action="fix", reason=reason, cause=error)
+    return UrsulaReplicationError(_say("refused_setup", reason), kind=kind, action="fix", reason=reason, cause=error)
