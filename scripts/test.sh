@@ -72,7 +72,7 @@ cargo nextest run --workspace --exclude ursula-vfs-tests --cargo-profile ci --no
 # The in-process router suite again, each test's node a single Raft node on a scratch WAL: both
 # engines drive the same state machine, and this shows it.
 URSULA_TEST_ENGINE=raft cargo nextest run --workspace --exclude ursula-vfs-tests \
-  --cargo-profile ci --no-fail-fast -E 'binary(~router_)'
+  --cargo-profile ci --no-fail-fast -E 'test(/^router_/)'
 cargo nextest run -p ursula-vfs-tests --cargo-profile ci --no-fail-fast
 
 # Each cargo-fuzz target for 20 s from its seeds (docs/reliability.md, "Fuzzing"): nightly,

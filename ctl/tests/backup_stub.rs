@@ -2,7 +2,7 @@
 //! (`common::stub`), only for answers a node of this build cannot be made to give: exports of
 //! one group at different commit indexes on different nodes at once (which one is kept),
 //! a cluster of another backup format, and a group that has no leader for a moment (retried).
-//! Everything else runs against real clusters: `server/tests/ursulactl_backup.rs` and the
+//! Everything else runs against real clusters: `server/tests/suite/ursulactl_backup.rs` and the
 //! drill in `vfs-tests/tests/backup_drill.rs`.
 
 mod common;

@@ -28,7 +28,7 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-// The server's test binaries pick their ports the same way; one copy serves both crates.
-#[path = "../../server/tests/ports/mod.rs"]
+// The server's test binary picks its ports the same way; one copy serves both crates.
+#[path = "../../server/tests/suite/harness/ports.rs"]
 mod ports;
 pub use ports::free_port;

@@ -1,0 +1,158 @@
+//! What the tests that run the real `ursulactl` against a real 3-voter cluster share: finding
+//! and running the binary, and the cluster with its manifest.
+//!
+//! `ursulactl` belongs to another package: it is looked up beside the test binary
+//! (`target/<profile>/ursulactl`), which `cargo build -p ursula-ctl` puts there.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Command;
+use std::process::Stdio;
+
+use crate::harness::cluster::*;
+
+/// The groups every test cluster runs (`harness::cluster::cluster_toml`).
+pub const GROUPS: u64 = 4;
+
+pub fn ursulactl() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe path");
+    // target/<profile>/deps/<test>-<hash> → target/<profile>/ursulactl
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
+    let bin = dir.join(format!("ursulactl{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "ursulactl is not built at {}: build it with `cargo build -p ursula-ctl` in the same profile",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs `ursulactl`; exit code, stdout, stderr.
+pub fn ctl(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(ursulactl())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ursulactl");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs `ursulactl`, requiring `code`; returns stdout.
+pub fn ctl_expect(code: i32, args: &[&str]) -> String {
+    let (got, out, err) = ctl(args);
+    assert_eq!(
+        got,
+        Some(code),
+        "ursulactl {args:?}\nstdout: {out}\nstderr: {err}"
+    );
+    out
+}
+
+/// Writes `text` as `dir/name` and answers its path.
+pub fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("manifest");
+    path.display().to_string()
+}
+
+/// A manifest of `nodes`: metrics from the client plane, mutations on the admin plane.
+pub fn write_manifest(dir: &Path, name: &str, nodes: &[Proc]) -> String {
+    let entries: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!(
+                r#"{{"id": {}, "http_url": "{}", "admin_url": "http://127.0.0.1:{}"}}"#,
+                i + 1,
+                n.base(),
+                n.admin_port
+            )
+        })
+        .collect();
+    write(
+        dir,
+        name,
+        &format!(r#"{{"nodes": [{}]}}"#, entries.join(", ")),
+    )
+}
+
+/// A running 3-voter cluster and its manifest. Fields drop in order: the nodes are killed
+/// before their directory goes.
+pub struct Cluster {
+    pub nodes: Vec<Proc>,
+    pub manifest: String,
+    pub dir: Scratch,
+}
+
+impl Cluster {
+    pub fn start(name: &str) -> Cluster {
+        let dir = tempfile_dir(name);
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let nodes: Vec<Proc> = (0..3)
+            .map(|i| start_cluster_node(&dir, &ports, i))
+            .collect();
+        let manifest = write_manifest(&dir, "cluster.json", &nodes);
+        let c = Cluster {
+            nodes,
+            manifest,
+            dir,
+        };
+        c.wait_led();
+        c
+    }
+
+    /// Node `id`'s metrics.
+    pub fn metrics(&self, id: u64) -> serde_json::Value {
+        metrics(&self.nodes[(id - 1) as usize].base())
+    }
+
+    /// Waits until every node names a leader for every group.
+    pub fn wait_led(&self) {
+        wait_for(60, "every group led on every node", || {
+            self.nodes
+                .iter()
+                .all(|n| {
+                    let m = metrics(&n.base());
+                    let groups = m["raft_groups"].as_array().cloned().unwrap_or_default();
+                    groups.len() as u64 == GROUPS
+                        && groups.iter().all(|g| g["current_leader"].is_u64())
+                })
+                .then_some(())
+        });
+    }
+
+    /// The groups node `id` leads by its own metrics.
+    pub fn led_by(&self, id: u64) -> Vec<u64> {
+        self.metrics(id)["raft_groups"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|g| g["current_leader"] == id)
+            .filter_map(|g| g["raft_group_id"].as_u64())
+            .collect()
+    }
+
+    pub fn incarnation(&self, id: u64) -> String {
+        self.metrics(id)["process_incarnation"]
+            .as_str()
+            .expect("process_incarnation")
+            .to_owned()
+    }
+
+    /// Restarts node `id` (SIGTERM, then the same WAL and ports).
+    pub fn restart(&mut self, id: u64) {
+        let n = &mut self.nodes[(id - 1) as usize];
+        n.sigterm();
+        n.spawn();
+    }
+}

@@ -1,0 +1,519 @@
+//! The node's planes (Operations, "The admin plane"; Configuration, `server.cluster_listen`):
+//! admin mutations only on `server.admin_listen`, metrics and readiness on every plane, and
+//! peer RPCs only on `server.cluster_listen` when it is set.
+
+use std::time::Duration;
+
+use crate::harness::cluster::*;
+
+fn status(method: &str, url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let (s, _, body) = send_url(method, url, headers, b"").expect("an answer");
+    (s, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn incarnation(base: &str) -> String {
+    metrics(base)["process_incarnation"]
+        .as_str()
+        .expect("process_incarnation")
+        .to_owned()
+}
+
+#[test]
+fn admin_mutations_are_served_on_the_admin_plane_only_and_metrics_and_ready_on_both() {
+    let dir = tempfile_dir("planes-admin");
+    let port = free_port();
+    let node = Proc::start(
+        port,
+        single_node_args(&dir, port, "[raft]\ngroup_count = 2", ""),
+        dir.join("node.log"),
+    );
+    let inc = incarnation(&node.base());
+    let with = [("x-ursula-process-incarnation", inc.as_str())];
+    let accept = "/__ursula/raft/0/recovery/accept-unsynced-loss";
+    for url in [node.url(""), node.admin_url("")] {
+        assert_eq!(
+            status("GET", &format!("{url}/__ursula/metrics"), &[]).0,
+            200
+        );
+        assert_eq!(status("GET", &format!("{url}/__ursula/ready"), &[]).0, 200);
+    }
+    // The client plane: no admin mutation, whatever the headers; streams as ever.
+    assert_eq!(status("POST", &node.url(accept), &with).0, 404);
+    assert_eq!(
+        status("POST", &node.url("/__ursula/flush-cold/demo/s"), &with).0,
+        404
+    );
+    assert_eq!(status("PUT", &node.url("/demo/s"), &[]).0, 201);
+    // The admin plane: the mutation, bound to the observed process; no stream traffic.
+    let body = r#"{"expected_last_log_index":null,"expected_current_term":0}"#;
+    let post = |headers: &[(&str, &str)]| {
+        let (s, _, b) =
+            send_url("POST", &node.admin_url(accept), headers, body.as_bytes()).expect("answer");
+        (s, String::from_utf8_lossy(&b).into_owned())
+    };
+    assert_eq!(post(&[]).0, 428);
+    assert_eq!(
+        post(&[("x-ursula-process-incarnation", "0000000000000000")]).0,
+        412
+    );
+    let (s, text) = post(&with);
+    assert_eq!(s, 200, "{text}");
+    assert!(text.contains("\"already_open\""), "{text}");
+    assert_eq!(status("GET", &node.admin_url("/demo/s"), &[]).0, 404);
+    assert_eq!(status("PUT", &node.admin_url("/demo/t"), &[]).0, 404);
+}
+
+#[test]
+fn a_taken_admin_port_refuses_the_start_by_name_and_off_serves_no_admin_plane() {
+    let dir = tempfile_dir("planes-off");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken_port = taken.local_addr().expect("addr").port();
+    let port = free_port();
+    let mut args = single_node_args(
+        &dir,
+        port,
+        &format!("[server]\nadmin_listen = \"127.0.0.1:{taken_port}\"\n[raft]\ngroup_count = 2"),
+        "",
+    );
+    // The file names the taken port (`refused_start` adds no flag of its own to override it).
+    let mut refused = args.clone();
+    refused.extend(["--admin-listen".into(), format!("127.0.0.1:{taken_port}")]);
+    let (code, stderr) = refused_start(&refused);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("server.admin_listen"), "{stderr}");
+    // `--admin-listen off` wins over the file: the node starts and binds no admin port.
+    args.extend(["--admin-listen".into(), "off".into()]);
+    let node = Proc::start(port, args, dir.join("node.log"));
+    // Ready once its groups have elected: a fresh Raft node answers 503 until then.
+    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
+    drop(taken);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", taken_port)).is_err(),
+        "nothing listens on the admin port once it is off"
+    );
+}
+
+#[test]
+fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there() {
+    let dir = tempfile_dir("planes-cluster");
+    let client: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let cluster: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut shared = String::from("[raft]\ngroup_count = 2\n");
+    for (i, p) in cluster.iter().enumerate() {
+        shared.push_str(&format!(
+            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
+            i + 1
+        ));
+    }
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| {
+            let own = dir.join(format!("n{}.toml", i + 1));
+            std::fs::write(
+                &own,
+                format!(
+                    "[server]\ncluster_listen = \"127.0.0.1:{}\"\n{shared}[raft.wal]\npath = \"{}\"\n",
+                    cluster[i],
+                    dir.join(format!("wal{}", i + 1)).display()
+                ),
+            )
+            .expect("toml");
+            Proc::start(
+                client[i],
+                vec![
+                    "server".into(),
+                    "--config".into(),
+                    own.display().to_string(),
+                    "--node-id".into(),
+                    (i + 1).to_string(),
+                    "--listen".into(),
+                    format!("127.0.0.1:{}", client[i]),
+                ],
+                dir.join(format!("n{}.log", i + 1)),
+            )
+        })
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    // Writes go through: the groups elected leaders over the cluster listeners, and a
+    // follower's redirect names the leader's peer URL, which serves the client plane too.
+    create_when_led(&bases, "/demo/c");
+    let ctype = [("content-type", "application/octet-stream".to_owned())];
+    for i in 0..6 {
+        let r = send(&bases, i, "POST", "/demo/c", &ctype, b"x").expect("append");
+        assert_eq!(r.0, 204, "{}", String::from_utf8_lossy(&r.2));
+    }
+    assert_eq!(read_all(&bases, "/demo/c"), "xxxxxx");
+    for (i, n) in nodes.iter().enumerate() {
+        let probe = "/__ursula/raft-rpc/0/probe";
+        assert_eq!(status("POST", &n.url(probe), &[]).0, 404, "client plane");
+        let on_cluster = format!("http://127.0.0.1:{}{probe}", cluster[i]);
+        let me = (i + 1).to_string();
+        let peer = if i == 0 { "2" } else { "1" };
+        let from_peer = [("x-ursula-raft-from", peer), ("x-ursula-raft-to", &me)];
+        assert_eq!(
+            status("POST", &on_cluster, &from_peer).0,
+            200,
+            "cluster plane"
+        );
+        assert_eq!(status("GET", &n.url("/__ursula/raft-protocol"), &[]).0, 404);
+    }
+}
+
+/// Open files this process may hold, from `/proc/self/limits` (soft limit).
+fn open_files_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1024)
+}
+
+/// Connections that each sent a request line and one header, and then nothing.
+fn half_heads(port: u16, count: usize) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    (0..count)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.write_all(b"GET /demo/slow HTTP/1.1\r\nHost: slow\r\n")
+                .expect("half a head");
+            s
+        })
+        .collect()
+}
+
+/// Whether the server closed `s`: EOF or a reset within `wait`, not a read that timed out.
+fn closed_by_server(mut s: &std::net::TcpStream, wait: Duration) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(wait)).expect("read timeout");
+    let mut buf = [0u8; 512];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            // hyper may answer 408 before it closes; read on to the close.
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on() {
+    let dir = tempfile_dir("planes-half-heads");
+    let port = free_port();
+    let node = Proc::start(
+        port,
+        single_node_args(
+            &dir,
+            port,
+            "[server]\nrequest_head_timeout = \"2s\"\n[raft]\ngroup_count = 2",
+            "",
+        ),
+        dir.join("node.log"),
+    );
+    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
+    // Thousands where the machine allows it; the server holds as many descriptors again.
+    let count = open_files_limit().saturating_sub(300).clamp(100, 3_000);
+    let slow = half_heads(port, count);
+    // Requests keep being served while every one of those connections is held open.
+    assert_eq!(status("PUT", &node.url("/demo/fast"), &[]).0, 201);
+    for i in 0..20 {
+        let (s, _, _) = send_url(
+            "POST",
+            &node.url("/demo/fast"),
+            &[("content-type", "application/octet-stream")],
+            format!("row {i}").as_bytes(),
+        )
+        .expect("an answer");
+        assert_eq!(s, 204, "append {i} while {count} half heads are open");
+    }
+    // Without the head timeout they stay open for good: the reads below give up, all within
+    // one 30 s deadline.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let still_open = slow
+        .iter()
+        .filter(|s| {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            !closed_by_server(s, left.max(Duration::from_millis(10)))
+        })
+        .count();
+    assert_eq!(
+        still_open, 0,
+        "{still_open} of {count} half heads still open"
+    );
+    assert_eq!(status("GET", &node.url("/demo/fast?offset=-1"), &[]).0, 200);
+}
+
+#[test]
+fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() {
+    let dir = tempfile_dir("planes-cap");
+    let port = free_port();
+    let node = Proc::start(
+        port,
+        single_node_args(
+            &dir,
+            port,
+            "[server]\nrequest_head_timeout = \"2s\"\nmax_connections = 4\n[raft]\ngroup_count = 2",
+            "",
+        ),
+        dir.join("node.log"),
+    );
+    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
+    // Every core's loop may hold one accepted slot's worth: fill the cap with half heads.
+    let slow = half_heads(port, 4);
+    // The cap is per listener: the admin plane still answers.
+    assert_eq!(
+        status("GET", &node.admin_url("/__ursula/ready"), &[]).0,
+        200
+    );
+    // This one waits in the backlog until the head timeout frees a slot, then is served.
+    assert_eq!(status("PUT", &node.url("/demo/capped"), &[]).0, 201);
+    for s in &slow {
+        assert!(closed_by_server(s, Duration::from_secs(30)));
+    }
+}
+
+/// `{"Purge": ["victim", false]}`: the operator's bucket purge as the state machine reads it,
+/// the body a stranger sent to the `propose` peer RPC to erase a bucket.
+const PURGE_VICTIM: &[u8] = b"\x81\xa5Purge\x92\xa6victim\xc2";
+
+/// Creates `/victim/s1` holding `x` and returns its path.
+fn victim_stream(bases: &[String]) -> &'static str {
+    create_when_led(bases, "/victim/s1");
+    let ctype = [("content-type", "application/octet-stream".to_owned())];
+    let r = send(bases, 0, "POST", "/victim/s1", &ctype, b"x").expect("append");
+    assert_eq!(r.0, 204, "{}", String::from_utf8_lossy(&r.2));
+    "/victim/s1"
+}
+
+/// Sends the purge to every group of the node at `base` with `headers`; returns each status.
+fn forged_purges(base: &str, groups: u32, headers: &[(&str, &str)]) -> Vec<u16> {
+    (0..groups)
+        .map(|g| {
+            let url = format!("{base}/__ursula/raft-rpc/{g}/propose");
+            send_url("POST", &url, headers, PURGE_VICTIM)
+                .expect("answer")
+                .0
+        })
+        .collect()
+}
+
+#[test]
+fn a_stranger_on_a_single_nodes_client_port_cannot_purge_a_bucket_through_the_propose_rpc() {
+    let dir = tempfile_dir("planes-propose-single");
+    let port = free_port();
+    // The Docker image's shape: one Raft node, its peer routes on the client listener.
+    let node = Proc::start(
+        port,
+        single_node_args(&dir, port, "[raft]\ngroup_count = 4", ""),
+        dir.join("node.log"),
+    );
+    let bases = [node.base()];
+    let path = victim_stream(&bases);
+    // Bare, and claiming to be a peer: a single node has none, so it takes no RPC at all.
+    for headers in [
+        &[][..],
+        &[("x-ursula-raft-from", "2"), ("x-ursula-raft-to", "1")][..],
+    ] {
+        let statuses = forged_purges(&node.base(), 4, headers);
+        assert!(statuses.iter().all(|s| *s == 421), "{statuses:?}");
+    }
+    assert_eq!(read_all(&bases, path), "x", "the bucket survives");
+}
+
+#[test]
+fn a_cluster_without_a_peer_secret_takes_no_operator_command_over_its_peer_routes() {
+    let dir = tempfile_dir("planes-propose-open");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    // Four groups: what the harness's leadership helpers expect.
+    let mut shared = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
+    for (i, p) in ports.iter().enumerate() {
+        shared.push_str(&format!(
+            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
+            i + 1
+        ));
+    }
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| {
+            let own = dir.join(format!("n{}.toml", i + 1));
+            let wal = dir.join(format!("wal{}", i + 1));
+            let text = format!("{shared}[raft.wal]\npath = \"{}\"\n", wal.display());
+            std::fs::write(&own, text).expect("toml");
+            let args = vec![
+                "server".into(),
+                "--config".into(),
+                own.display().to_string(),
+                "--node-id".into(),
+                (i + 1).to_string(),
+                "--listen".into(),
+                format!("127.0.0.1:{}", ports[i]),
+            ];
+            Proc::start(ports[i], args, dir.join(format!("n{}.log", i + 1)))
+        })
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let path = victim_stream(&bases);
+    // A stranger who names a real sender and addressee still cannot have a leader propose an
+    // operator command: without a secret, nothing proves the sender is a peer.
+    for (i, n) in nodes.iter().enumerate() {
+        let me = (i + 1).to_string();
+        let peer = if i == 0 { "2" } else { "1" };
+        let headers = [
+            ("x-ursula-raft-from", peer),
+            ("x-ursula-raft-to", me.as_str()),
+        ];
+        let statuses = forged_purges(&n.base(), 4, &headers);
+        assert!(statuses.iter().all(|s| *s == 403), "{statuses:?}");
+    }
+    assert_eq!(read_all(&bases, path), "x", "the bucket survives");
+    // The operator's purge on a node that leads no group needs the secret to reach the
+    // leader, and says so; on the leader's own admin plane it goes through.
+    lead_all_on(&nodes, 2);
+    let (status, text) = admin(&nodes[0], "DELETE", "/__ursula/purge/victim");
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("peer secret"), "{text}");
+    assert_eq!(read_all(&bases, path), "x", "nothing purged yet");
+    let (status, text) = admin(&nodes[1], "DELETE", "/__ursula/purge/victim");
+    assert_eq!(status, 200, "{text}");
+    // The purge answered once a quorum applied it; a follower outside that quorum applies it
+    // a moment later, so each node is read until it says the stream is gone.
+    purged_everywhere(&bases, path);
+}
+
+#[test]
+fn a_cluster_with_a_peer_secret_refuses_every_peer_rpc_without_it_and_forwards_purges_with_it() {
+    let dir = tempfile_dir("planes-secret");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node(&dir, &ports, i))
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let path = victim_stream(&bases);
+    let wrong = PEER_SECRET.replace('0', "1");
+    for (i, n) in nodes.iter().enumerate() {
+        let me = (i + 1).to_string();
+        let peer = if i == 0 { "2" } else { "1" };
+        let claims = [
+            ("x-ursula-raft-from", peer),
+            ("x-ursula-raft-to", me.as_str()),
+        ];
+        for secret in [None, Some(wrong.as_str())] {
+            let mut headers = claims.to_vec();
+            headers.extend(secret.map(|s| (SECRET_HEADER, s)));
+            // Every kind, the batch, and the purge: refused before the body is read.
+            for kind in [
+                "append",
+                "vote",
+                "snapshot",
+                "barrier",
+                "probe",
+                "elect",
+                "propose",
+                "read-index",
+            ] {
+                let url = n.url(&format!("/__ursula/raft-rpc/0/{kind}"));
+                let (status, _, body) =
+                    send_url("POST", &url, &headers, PURGE_VICTIM).expect("answer");
+                let text = String::from_utf8_lossy(&body);
+                assert_eq!(status, 401, "{kind}: {text}");
+                assert!(text.contains("peer secret"), "{text}");
+            }
+            let batch = n.url("/__ursula/raft-rpc-batch");
+            assert_eq!(
+                send_url("POST", &batch, &headers, b"\x90")
+                    .expect("answer")
+                    .0,
+                401
+            );
+        }
+        assert!(
+            !n.log_text().contains(PEER_SECRET) && !n.log_text().contains(&wrong),
+            "no secret in the log"
+        );
+    }
+    assert_eq!(read_all(&bases, path), "x", "the bucket survives");
+    // The operator's purge, on a node that leads no group, reaches the leader with the secret.
+    lead_all_on(&nodes, 2);
+    let (status, text) = admin(&nodes[0], "DELETE", "/__ursula/purge/victim");
+    assert_eq!(status, 200, "{text}");
+    // The purge answered once a quorum applied it; a follower outside that quorum applies it
+    // a moment later, so each node is read until it says the stream is gone.
+    purged_everywhere(&bases, path);
+}
+
+/// The status line's code of a raw `GET {path}` to `port` naming `host`.
+fn raw_get_status(port: u16, path: &str, host: &str) -> u16 {
+    use std::io::Read;
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("answer");
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line")
+}
+
+#[test]
+fn the_admin_plane_refuses_a_host_name_it_was_not_given_as_dns_rebinding_would_send() {
+    let dir = tempfile_dir("planes-admin-host");
+    let port = free_port();
+    let toml = "[server]\nadmin_hosts = [\"ursula-1.admin.test\"]\n[raft]\ngroup_count = 2";
+    let node = Proc::start(
+        port,
+        single_node_args(&dir, port, toml, ""),
+        dir.join("node.log"),
+    );
+    let admin = node.admin_port;
+    for host in [
+        "evil.example:4438",
+        "localhost.evil.example",
+        "127.0.0.1.nip.io",
+    ] {
+        assert_eq!(
+            raw_get_status(admin, "/__ursula/metrics", host),
+            403,
+            "{host}"
+        );
+    }
+    for host in [
+        format!("127.0.0.1:{admin}"),
+        format!("localhost:{admin}"),
+        "ursula-1.admin.test".to_owned(),
+    ] {
+        assert_eq!(
+            raw_get_status(admin, "/__ursula/metrics", &host),
+            200,
+            "{host}"
+        );
+    }
+    // The client plane is not the admin plane: any name reaches the streams.
+    assert_eq!(raw_get_status(port, "/__ursula/ready", "evil.example"), 200);
+}
+
+/// Waits until every node answers `404` for `path`: each applied the purge.
+fn purged_everywhere(bases: &[String], path: &str) {
+    for i in 0..bases.len() {
+        wait_for(10, &format!("node {} to apply the purge", i + 1), || {
+            let r = send(bases, i, "GET", &format!("{path}?offset=-1"), &[], b"").expect("read");
+            (r.0 == 404).then_some(())
+        });
+    }
+}

@@ -1,0 +1,137 @@
+//! `raft.wal.cache_size` with real processes: a node holds only its groups' recent Raft
+//! entries in memory and reads older ones back from its journal, when a restart replays its
+//! log into the state machine and when a follower that was down catches up. What it serves
+//! stays every acknowledged byte, once.
+
+use std::time::Duration;
+
+use crate::harness::cluster::*;
+
+const PATH: &str = "/demo/cached";
+/// 4 KiB over the test's groups: a few entries each.
+const WAL: &str = "fsync = \"never\"\ncache_size = \"4KiB\"";
+
+fn num(m: &serde_json::Value, key: &str) -> u64 {
+    m[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key}: {}", m[key]))
+}
+
+#[test]
+fn a_node_over_its_wal_cache_keeps_recent_entries_and_replays_the_rest_from_disk_after_a_crash() {
+    let dir = tempfile_dir("wal-cache");
+    let port = free_port();
+    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 2", WAL);
+    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let bases = vec![node.url("")];
+    create_when_led(&bases, PATH);
+    producer_load(&bases, PATH, 0, 300, |_| {});
+    assert_eq!(read_all(&bases, PATH), expected(300));
+
+    let m = metrics(&bases[0]);
+    // 300 entries of one group are indexed; what is held stays within the cache, give or
+    // take the one last entry each group always holds.
+    assert!(
+        num(&m, "wal_indexed_entries") >= 300,
+        "{}",
+        m["wal_indexed_entries"]
+    );
+    assert!(
+        num(&m, "wal_cache_bytes") <= 4096 + 2 * 512,
+        "{}",
+        m["wal_cache_bytes"]
+    );
+    assert_eq!(
+        m["config_ignored_keys"],
+        serde_json::json!([]),
+        "cache_size acts"
+    );
+
+    // A process crash: the restart replays the committed log into the state machine, and
+    // all but the last entries of it come from the journal.
+    node.kill9();
+    node.spawn();
+    node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
+    assert_eq!(read_all(&bases, PATH), expected(300));
+    let m = metrics(&bases[0]);
+    assert!(
+        num(&m, "wal_cache_misses") >= 290,
+        "{}",
+        m["wal_cache_misses"]
+    );
+    assert!(num(&m, "wal_disk_reads") > 0 && num(&m, "wal_disk_read_bytes") > 0);
+    let per_group: u64 = m["per_group_wal_cache_misses"]
+        .as_array()
+        .expect("per group")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .sum();
+    let per_core: u64 = m["per_core_wal_disk_reads"]
+        .as_array()
+        .expect("per core")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .sum();
+    assert_eq!(per_group, num(&m, "wal_cache_misses"));
+    assert_eq!(per_core, num(&m, "wal_disk_reads"));
+
+    // And it goes on: the producer continues where it was acknowledged.
+    producer_load(&bases, PATH, 300, 50, |_| {});
+    assert_eq!(read_all(&bases, PATH), expected(350));
+    drop(node);
+}
+
+/// Cluster node `i`'s arguments with the small cache.
+fn cached_node_args(dir: &std::path::Path, ports: &[u16], i: usize) -> Vec<String> {
+    let args = cluster_node_args(dir, ports, i);
+    let own = dir.join(format!("n{}.toml", i + 1));
+    let text = std::fs::read_to_string(&own).expect("own toml");
+    std::fs::write(&own, format!("{text}{WAL}\n")).expect("toml");
+    args
+}
+
+#[test]
+fn a_follower_that_was_down_catches_up_from_the_leaders_journal_and_serves_every_byte_once() {
+    let dir = tempfile_dir("wal-cache-catch-up");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut nodes: Vec<Proc> = (0..3)
+        .map(|i| {
+            let args = cached_node_args(&dir, &ports, i);
+            Proc::start(ports[i], args, dir.join(format!("n{}.log", i + 1)))
+        })
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    create_when_led(&bases, PATH);
+    let leader = wait_for(30, "a leader of the stream", || {
+        bases.iter().position(|b| agent_raw(b, PATH).0 == 200)
+    });
+    let down = (leader + 1) % 3;
+    producer_load(&bases, PATH, 0, 20, |_| {});
+    nodes[down].kill9();
+    // The two left keep a quorum; the entries the stopped one misses outgrow the cache.
+    let up: Vec<String> = (0..3)
+        .filter(|i| *i != down)
+        .map(|i| bases[i].clone())
+        .collect();
+    producer_load(&up, PATH, 20, 280, |_| {});
+    let misses_before: u64 = (0..3)
+        .filter(|i| *i != down)
+        .map(|i| num(&metrics(&bases[i]), "wal_cache_misses"))
+        .sum();
+
+    nodes[down].spawn();
+    let want = expected(300);
+    wait_for(60, "the restarted follower to hold every byte", || {
+        (local_prefix(&bases[down], PATH, want.len()).as_deref() == Some(want.as_str()))
+            .then_some(())
+    });
+    let misses_after: u64 = (0..3)
+        .filter(|i| *i != down)
+        .map(|i| num(&metrics(&bases[i]), "wal_cache_misses"))
+        .sum();
+    assert!(
+        misses_after >= misses_before + 250,
+        "the catch-up was read from the journal: {misses_before} -> {misses_after}"
+    );
+    assert_eq!(read_all(&bases, PATH), want);
+}
