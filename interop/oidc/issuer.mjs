@@ -1,4 +1,4 @@
-// A real OAuth 2.0 authorization server for server/tests/suite/gateway_oidc.rs: oidc-provider on a
+// A real OAuth 2.0 authorization server for gateway/tests/suite/gateway_oidc.rs: oidc-provider on a
 // loopback port, issuing RFC 9068 JWT access tokens (typ at+jwt) for the resource
 // https://streams.example through the client-credentials grant, signed with a fresh ES256 key
 // and published at its discovery metadata's jwks_uri.

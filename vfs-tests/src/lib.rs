@@ -14,21 +14,6 @@ pub mod proxy;
 pub mod server;
 pub mod sqlite;
 
-use std::path::PathBuf;
-
-/// `target/<profile>/`, found from the running binary: a test is `target/<profile>/deps/<test>`,
-/// a binary `target/<profile>/<bin>`.
-pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("binary path");
-    let dir = exe.parent().expect("binary directory");
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir.parent().expect("target/<profile>").to_path_buf()
-    } else {
-        dir.to_path_buf()
-    }
-}
-
-// The server's test binary picks its ports the same way; one copy serves both crates.
-#[path = "../../server/tests/suite/harness/ports.rs"]
-mod ports;
-pub use ports::free_port;
+// The workspace's test harness: the same port picks and build directory as the server's tests.
+pub use ursula_testkit::bins::target_dir;
+pub use ursula_testkit::ports::free_port;

@@ -1,11 +1,9 @@
-//! What the suites share. Dependencies point one way: `ports` and `scratch` stand alone;
-//! `cluster` and `gateway` start real processes on them; `auth` builds on `gateway`, `ctl` on
-//! `cluster`; `router` drives the router in process and starts nothing.
+//! What the suites share: the workspace's harness (`ursula-testkit`: ports, scratch, real nodes
+//! and clusters), and the router in process (`router`), which only the server's own tests can
+//! drive.
 
-pub mod auth;
-pub mod cluster;
-pub mod ctl;
-pub mod gateway;
-pub mod ports;
+pub use ursula_testkit::cluster;
+pub use ursula_testkit::ports;
+pub use ursula_testkit::scratch;
+
 pub mod router;
-pub mod scratch;

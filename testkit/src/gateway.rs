@@ -13,8 +13,8 @@ use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
 
-pub use crate::harness::ports::free_port;
-pub use crate::harness::scratch::Scratch;
+pub use crate::ports::free_port;
+pub use crate::scratch::Scratch;
 
 pub const MARKER: &str = "x-ursula-not-applied";
 pub const VOUCH: &str = "x-ursula-not-applied-checked";
@@ -54,7 +54,7 @@ impl Proc {
         } else {
             Vec::new()
         };
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ursula"));
+        let mut cmd = Command::new(crate::bins::ursula());
         let child = scratch
             .isolate(&mut cmd)
             .args(args)

@@ -24,12 +24,12 @@ use jsonwebtoken::Header;
 use serde_json::Value;
 use serde_json::json;
 
-use crate::harness::gateway::Proc;
-use crate::harness::gateway::Scratch;
-use crate::harness::gateway::TEXT;
-use crate::harness::gateway::free_port;
-use crate::harness::gateway::memory_node;
-use crate::harness::gateway::send;
+use crate::gateway::Proc;
+use crate::gateway::Scratch;
+use crate::gateway::TEXT;
+use crate::gateway::free_port;
+use crate::gateway::memory_node;
+use crate::gateway::send;
 
 pub const AUDIENCE: &str = "https://streams.example";
 

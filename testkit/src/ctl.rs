@@ -7,30 +7,15 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::path::PathBuf;
 use std::process::Command;
 use std::process::Stdio;
 
-use crate::harness::cluster::*;
+use crate::cluster::*;
 
-/// The groups every test cluster runs (`harness::cluster::cluster_toml`).
+/// The groups every test cluster runs (`cluster::cluster_toml`).
 pub const GROUPS: u64 = 4;
 
-pub fn ursulactl() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    // target/<profile>/deps/<test>-<hash> → target/<profile>/ursulactl
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>");
-    let bin = dir.join(format!("ursulactl{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "ursulactl is not built at {}: build it with `cargo build -p ursula-ctl` in the same profile",
-        bin.display()
-    );
-    bin
-}
+pub use crate::bins::ursulactl;
 
 /// Runs `ursulactl`; exit code, stdout, stderr.
 pub fn ctl(args: &[&str]) -> (Option<i32>, String, String) {

@@ -415,7 +415,7 @@ fn a_rotated_key_is_fetched_and_a_flood_of_unknown_kids_costs_at_most_two_fetche
 
 #[test]
 fn auth_flags_without_an_issuer_stop_the_gateway_at_startup() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ursula"))
+    let out = std::process::Command::new(crate::harness::bins::ursula())
         .args([
             "gateway",
             "--upstream",

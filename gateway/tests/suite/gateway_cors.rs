@@ -277,7 +277,7 @@ fn a_bad_allowed_origin_stops_the_gateway_at_startup() {
 }
 
 fn gateway_output(extra: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ursula"))
+    Command::new(crate::harness::bins::ursula())
         .args([
             "gateway",
             "--upstream",

@@ -1,20 +1,18 @@
 //! `backup-create` and `restore` against scripted stand-ins of the nodes' admin plane
-//! (`common::stub`), only for answers a node of this build cannot be made to give: exports of
+//! (`harness::stub`), only for answers a node of this build cannot be made to give: exports of
 //! one group at different commit indexes on different nodes at once (which one is kept),
 //! a cluster of another backup format, and a group that has no leader for a moment (retried).
-//! Everything else runs against real clusters: `server/tests/suite/ursulactl_backup.rs` and the
+//! Everything else runs against real clusters: `ctl/tests/suite/ursulactl_backup.rs` and the
 //! drill in `vfs-tests/tests/backup_drill.rs`.
-
-mod common;
 
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use common::stub::StubNode;
-use common::stub::group_of;
-use common::stub::info;
-use common::stub::manifest;
-use common::*;
+use crate::harness::backup::*;
+use crate::harness::stub::StubNode;
+use crate::harness::stub::group_of;
+use crate::harness::stub::info;
+use crate::harness::stub::manifest;
 use ursula_ctl::location::Location;
 use ursula_state::backup::ColdCheck;
 use ursula_state::backup::GroupObject;
@@ -25,10 +23,17 @@ use ursula_state::backup::object_key;
 
 /// Group `g`'s export by `node` at `commit`, holding `streams` streams.
 fn export(g: u32, count: u32, commit: u64, node: u64, streams: usize) -> Vec<u8> {
-    GroupObject::capture(g, count, commit, node, common::CAPTURED_MS, &state(streams))
-        .expect("capture")
-        .encode()
-        .expect("encode")
+    GroupObject::capture(
+        g,
+        count,
+        commit,
+        node,
+        crate::harness::backup::CAPTURED_MS,
+        &state(streams),
+    )
+    .expect("capture")
+    .encode()
+    .expect("encode")
 }
 
 /// A node of a `count`-group cluster speaking `format`, exporting group `g` at `commits[g]`.

@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod stub;
-
 use std::process::Command;
 use std::process::Stdio;
 

@@ -51,7 +51,7 @@ impl Node {
         } else {
             vec!["--admin-listen".into(), "off".into()]
         };
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ursula"));
+        let mut cmd = Command::new(crate::harness::bins::ursula());
         let child = scratch
             .isolate(&mut cmd)
             .args(args)

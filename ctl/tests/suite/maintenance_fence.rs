@@ -18,8 +18,15 @@ fn token(generation: u64, executor: &str) -> String {
     format!("{RESERVATION}:{generation}:{executor}")
 }
 
-impl Cluster {
+/// What these tests do with the harness's cluster beyond what it offers.
+trait FenceCluster {
     /// A raw admin request to node `id` carrying its current incarnation and `fence`.
+    fn admin(&self, id: u64, method: &str, path: &str, fence: Option<&str>) -> u16;
+    /// `pinned` with the root fence and every node's `expected_maintenance_fence` set.
+    fn fenced(&self, pinned: &serde_json::Value, name: &str, generation: u64) -> String;
+}
+
+impl FenceCluster for Cluster {
     fn admin(&self, id: u64, method: &str, path: &str, fence: Option<&str>) -> u16 {
         let n = &self.nodes[(id - 1) as usize];
         let inc = self.metrics(id)["process_incarnation"]
@@ -35,7 +42,6 @@ impl Cluster {
             .0
     }
 
-    /// `pinned` with the root fence and every node's `expected_maintenance_fence` set.
     fn fenced(&self, pinned: &serde_json::Value, name: &str, generation: u64) -> String {
         let fence = serde_json::json!({
             "reservation_id": RESERVATION,

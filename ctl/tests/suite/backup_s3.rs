@@ -2,9 +2,7 @@
 //! `s3://bucket/prefix` location round-trips objects, and `ursulactl backup-verify` checks a
 //! backup stored there, with its settings from the `AWS_*` environment.
 
-mod common;
-
-use common::*;
+use crate::harness::backup::*;
 use ursula_cold::testing::ACCESS_KEY_ID;
 use ursula_cold::testing::BUCKET;
 use ursula_cold::testing::SECRET_ACCESS_KEY;

@@ -17,17 +17,10 @@ use std::time::Instant;
 /// The log filter of every node: warnings, and the Raft engine's own decisions.
 const RUST_LOG: &str = "warn,ursula::raft=info";
 
-pub use crate::harness::ports::free_port;
-pub use crate::harness::scratch::Scratch;
+pub use crate::ports::free_port;
+pub use crate::scratch::Scratch;
 
-/// The `ursula` binary the nodes run: this build's, or `URSULA_TEST_BIN`'s, to run a test
-/// against another build (an older one, to show a regression test fails there).
-pub fn ursula_bin() -> PathBuf {
-    std::env::var_os("URSULA_TEST_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_ursula")),
-        PathBuf::from,
-    )
-}
+pub use crate::bins::ursula as ursula_bin;
 
 pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -208,7 +201,7 @@ pub fn admin_listen(args: &[String], port: u16) -> Vec<String> {
 pub fn refused_start(args: &[String]) -> (Option<i32>, String) {
     let out_path = std::env::temp_dir().join(format!("ursula-refused-{}", free_port()));
     let out = std::fs::File::create(&out_path).expect("stderr file");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ursula"))
+    let mut child = Command::new(crate::bins::ursula())
         .args(args)
         .args(admin_listen(args, free_port()))
         .env("RUST_LOG", RUST_LOG)

@@ -629,7 +629,7 @@ fn the_binary_invoked_as_ursulagw_is_the_gateway_and_listens_on_4437_by_default(
     let scratch = Scratch::new("uploads-ursulagw");
     let node = node_with_stream(&scratch);
     let link = scratch.path().join("ursulagw");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ursula"), &link).expect("link");
+    std::os::unix::fs::symlink(crate::harness::bins::ursula(), &link).expect("link");
     let help = std::process::Command::new(&link)
         .arg("--help")
         .output()

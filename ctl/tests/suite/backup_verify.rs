@@ -1,9 +1,7 @@
 //! `ursulactl backup-verify` over local-directory backups built here from small group states:
 //! each check fails on its own defect and names it.
 
-mod common;
-
-use common::*;
+use crate::harness::backup::*;
 use ursula_ctl::location::Location;
 use ursula_state::backup::GroupObject;
 use ursula_state::backup::MANIFEST;

@@ -1,0 +1,6 @@
+//! What the suites share: the workspace's harness (`ursula-testkit`): real nodes, the gateway in
+//! front of them, an issuer and hand-signed tokens.
+
+pub use ursula_testkit::auth;
+pub use ursula_testkit::bins;
+pub use ursula_testkit::gateway;
