@@ -31,7 +31,7 @@
 //! Dependencies run one way: `forward` uses `body`, which uses `uploads`; `config` uses
 //! `uploads` and `timeouts`; `uploads` takes only the duration parser from `timeouts`;
 //! `tenant` uses `admission` and `usage`, and `forward` uses `tenant` and `cors`; `serve` uses
-//! `forward` and `h2c`.
+//! `forward` and `h2c`; `auth` takes only the error formatter of `reply`.
 
 pub mod admission;
 pub mod auth;

@@ -124,14 +124,8 @@ pub fn too_many_requests(
     retry_after_secs: u64,
     mark: Option<GatewayRefusal>,
 ) -> Response<GatewayBody> {
-    let mut resp = Response::new(body(reason.to_owned()));
-    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let mut resp = uncached(StatusCode::TOO_MANY_REQUESTS, reason.to_owned(), TEXT);
     let hs = resp.headers_mut();
-    hs.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     hs.insert(
         header::RETRY_AFTER,
         HeaderValue::from(retry_after_secs.max(1)),
@@ -156,14 +150,8 @@ pub const MISSING_STREAM_BODY: &str = "stream not found";
 /// marked [`GatewayRefusal::NotFound`] as every `404` is while access control is on. A test
 /// compares the two, so a change to the node's answer that this copy misses fails it.
 pub fn concealed_not_found() -> Response<GatewayBody> {
-    let mut resp = Response::new(body(MISSING_STREAM_BODY));
-    *resp.status_mut() = StatusCode::NOT_FOUND;
+    let mut resp = uncached(StatusCode::NOT_FOUND, MISSING_STREAM_BODY.to_owned(), TEXT);
     let hs = resp.headers_mut();
-    hs.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     hs.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -219,13 +207,19 @@ pub fn gateway_timeout(message: &str) -> Response<GatewayBody> {
 /// The gateway's own answers: `{"error", "message"}` as JSON, never cached.
 fn json_error(status: StatusCode, error: &str, message: &str) -> Response<GatewayBody> {
     let text = serde_json::json!({ "error": error, "message": message }).to_string();
+    uncached(status, text, "application/json")
+}
+
+/// The plain-text type of the gateway's and the nodes' text answers.
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// An answer of the gateway's own, never cached: `Content-Type` first, then `Cache-Control`,
+/// as a node orders them (the concealing `404` copies a node's answer byte for byte).
+fn uncached(status: StatusCode, text: String, content_type: &'static str) -> Response<GatewayBody> {
     let mut resp = Response::new(body(text));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }

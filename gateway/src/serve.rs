@@ -259,7 +259,8 @@ fn host_from_authority<B>(req: &mut hyper::Request<B>) {
     req.headers_mut().insert(header::HOST, host);
 }
 
-async fn wait_for_signal() {
+/// Waits for Ctrl-C or, on Unix, SIGTERM: the signals that stop the gateway and the node.
+pub async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

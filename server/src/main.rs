@@ -162,11 +162,11 @@ fn main() -> ExitCode {
     let result = rt.block_on(async move {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
-            wait_for_signal().await;
+            ursula_gateway::serve::wait_for_signal().await;
             let _ = tx.send(true);
             // A second signal: the operator wants out now, whatever the shutdown is doing.
             tokio::spawn(async {
-                wait_for_signal().await;
+                ursula_gateway::serve::wait_for_signal().await;
                 tracing::warn!("a second signal: exiting at once, without recording a clean shutdown");
                 std::process::exit(1);
             });
@@ -187,28 +187,5 @@ fn main() -> ExitCode {
             eprintln!("ursula: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
     }
 }

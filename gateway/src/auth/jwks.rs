@@ -31,6 +31,8 @@ use jsonwebtoken::jwk::Jwk;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::reply::error_chain;
+
 /// `--auth-jwks-max-age` when not given. A cache older than this is refreshed in the
 /// background on its next lookup, so a key the issuer withdrew stops verifying about this long
 /// after, once the issuer answers. A failed refresh keeps the cached keys.
@@ -403,17 +405,6 @@ pub fn metadata_urls(issuer: &str) -> Vec<String> {
         _ => format!("{trimmed}/.well-known/oauth-authorization-server"),
     };
     vec![rfc8414, oidc]
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -11,16 +11,15 @@ use axum::body::Body;
 use axum::extract::Path;
 use axum::extract::Query;
 use axum::extract::State;
-use axum::http::HeaderValue;
 use axum::http::StatusCode;
-use axum::http::header;
-use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
 use axum::routing::post;
 use serde::Serialize;
 use serde_json::json;
 
+use super::reply::plain_text;
+use super::reply::uncached;
 use crate::raft::ops::Operator;
 use crate::raft::ops::accept_loss::AcceptError;
 use crate::raft::ops::accept_loss::Accepted;
@@ -31,23 +30,15 @@ use crate::raft::ops::membership::MembershipError;
 /// The accept-unsynced-loss body is a small JSON object.
 const ADMIN_BODY_MAX: usize = 64 << 10;
 
-fn reply(status: StatusCode, body: String, content_type: &'static str) -> Response {
-    let mut resp = (status, body).into_response();
-    let headers = resp.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
-}
-
 fn ok<T: Serialize>(value: &T) -> Response {
     match serde_json::to_string(value) {
-        Ok(body) => reply(StatusCode::OK, body, "application/json"),
+        Ok(body) => uncached(StatusCode::OK, body, "application/json"),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
 fn refuse(status: StatusCode, why: String) -> Response {
-    reply(status, why, "text/plain; charset=utf-8")
+    plain_text(status, why)
 }
 
 fn no_group(raw: &str) -> Response {
@@ -208,7 +199,7 @@ fn membership_refusal(e: MembershipError) -> Response {
             "leader": leader,
             "error": e.to_string(),
         });
-        return reply(status, body.to_string(), "application/json");
+        return uncached(status, body.to_string(), "application/json");
     }
     refuse(status, e.to_string())
 }

@@ -18,6 +18,8 @@ use axum::routing::post;
 use serde_json::json;
 use ursula_protocol::headers as h;
 
+use super::reply::plain_text;
+use super::reply::uncached;
 use crate::raft::engine::peer_service::PeerService;
 use crate::raft::engine::peer_service::ServeError;
 use crate::raft::engine::peer_service::sender;
@@ -28,27 +30,8 @@ use crate::raft::peer::wire::RpcKind;
 /// A peer RPC's body is at most this large (a snapshot travels in one).
 const RPC_BODY_MAX: usize = 1 << 30;
 
-/// A plain-text answer, as the node's other refusals are written.
-fn text(status: StatusCode, body: impl Into<String>) -> Response {
-    let mut resp = (status, body.into()).into_response();
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
-}
-
 fn json_reply(status: StatusCode, body: serde_json::Value) -> Response {
-    let mut resp = (status, body.to_string()).into_response();
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
+    uncached(status, body.to_string(), "application/json")
 }
 
 /// Every answer to a peer carries the protocol this node speaks.
@@ -71,17 +54,8 @@ pub fn router(peers: PeerService) -> Router {
 /// `GET /__ursula/leadership-shed`: what peers read before they hand this node a group.
 async fn shed_state(State(peers): State<PeerService>) -> Response {
     match serde_json::to_string(&peers.shed_state()) {
-        Ok(body) => {
-            let mut resp = (StatusCode::OK, body).into_response();
-            let headers = resp.headers_mut();
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            resp
-        }
-        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(body) => uncached(StatusCode::OK, body, "application/json"),
+        Err(e) => plain_text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
@@ -94,7 +68,7 @@ async fn raft_protocol() -> Response {
 
 async fn read(body: Body) -> Result<bytes::Bytes, Response> {
     axum::body::to_bytes(body, RPC_BODY_MAX).await.map_err(|e| {
-        text(
+        plain_text(
             StatusCode::BAD_REQUEST,
             format!("cannot read the body: {e}"),
         )
@@ -107,7 +81,7 @@ fn serve_error(e: ServeError) -> Response {
         ServeError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
         ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
     };
-    text(status, e.to_string())
+    plain_text(status, e.to_string())
 }
 
 fn msgpack(out: Vec<u8>) -> Response {
@@ -126,13 +100,13 @@ async fn rpc(
     body: Body,
 ) -> Response {
     let Ok(group) = group.parse::<u32>() else {
-        return text(StatusCode::NOT_FOUND, "no such route");
+        return plain_text(StatusCode::NOT_FOUND, "no such route");
     };
     if let Err((status, why)) = peers.admit(&headers) {
-        return with_protocol(text(status, why));
+        return with_protocol(plain_text(status, why));
     }
     let Some(kind) = RpcKind::parse(&kind) else {
-        return with_protocol(text(
+        return with_protocol(plain_text(
             StatusCode::BAD_REQUEST,
             format!("unknown Raft RPC {kind:?}"),
         ));
@@ -150,7 +124,7 @@ async fn rpc(
 
 async fn rpc_batch(State(peers): State<PeerService>, headers: HeaderMap, body: Body) -> Response {
     if let Err((status, why)) = peers.admit(&headers) {
-        return with_protocol(text(status, why));
+        return with_protocol(plain_text(status, why));
     }
     let body = match read(body).await {
         Ok(b) => b,

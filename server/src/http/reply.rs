@@ -143,12 +143,12 @@ impl IntoResponse for ApiError {
         } else {
             "text/plain; charset=utf-8"
         };
-        let mut resp = (self.status, self.body).into_response();
-        resp.headers_mut().extend(*self.headers);
-        resp.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-        resp.headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        let mut extra = *self.headers;
+        // The refusal's own headers, then the type and caching every answer of ours carries.
+        extra.remove(header::CONTENT_TYPE);
+        extra.remove(header::CACHE_CONTROL);
+        let mut resp = uncached(self.status, self.body, ctype);
+        resp.headers_mut().extend(extra);
         resp
     }
 }
@@ -291,6 +291,16 @@ impl Reply {
         self.header(name, Digits(&Offset(offset).digits()))
     }
 
+    /// The producer state an append or create echoes: `Producer-Epoch` and `Producer-Seq`.
+    pub fn producer(self, echo: Option<(u64, u64)>) -> Reply {
+        match echo {
+            Some((epoch, seq)) => self
+                .header(names::PRODUCER_EPOCH, epoch.to_string())
+                .header(names::PRODUCER_SEQ, seq.to_string()),
+            None => self,
+        }
+    }
+
     pub fn incarnation(self, inc: u64) -> Reply {
         self.header(
             names::STREAM_INCARNATION,
@@ -311,6 +321,20 @@ impl IntoResponse for Reply {
         *resp.headers_mut() = self.headers;
         resp
     }
+}
+
+/// An answer that is never cached: `body` as `content_type`, with `Cache-Control: no-store`.
+pub fn uncached(status: StatusCode, body: String, content_type: &'static str) -> Response {
+    let mut resp = (status, body).into_response();
+    let headers = resp.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// A plain-text answer that is never cached, as the node's refusals are written.
+pub fn plain_text(status: StatusCode, body: impl Into<String>) -> Response {
+    uncached(status, body.into(), "text/plain; charset=utf-8")
 }
 
 /// A JSON answer that is never cached.

@@ -97,12 +97,7 @@ pub async fn create_stream(
             .header_if(meta.closed, names::STREAM_CLOSED, "true");
             reply = lifetime_headers(reply, meta.lifetime);
             if fresh {
-                reply = reply.header(header::LOCATION, location);
-                if let Some((epoch, seq)) = echo {
-                    reply = reply
-                        .header(names::PRODUCER_EPOCH, epoch.to_string())
-                        .header(names::PRODUCER_SEQ, seq.to_string());
-                }
+                reply = reply.header(header::LOCATION, location).producer(echo);
             }
             Ok(reply)
         }
@@ -179,12 +174,7 @@ pub async fn append(
             if let Some(next) = next_offset {
                 reply = reply.offset(names::STREAM_NEXT_OFFSET, next);
             }
-            if let Some((epoch, seq)) = producer_ack {
-                reply = reply
-                    .header(names::PRODUCER_EPOCH, epoch.to_string())
-                    .header(names::PRODUCER_SEQ, seq.to_string());
-            }
-            Ok(reply)
+            Ok(reply.producer(producer_ack))
         }
         other => Err(unexpected(other)),
     }
