@@ -23,12 +23,7 @@ pub use crate::scratch::Scratch;
 pub use crate::bins::ursula as ursula_bin;
 
 pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into()
+    crate::http::agent(Duration::from_secs(5))
 }
 
 /// A test's scratch directory, `ursula-test-raft-{name}-…`, removed when the test ends well.
@@ -340,23 +335,9 @@ pub fn send(
 pub fn send_url(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<Answer> {
     let mut url = url.to_owned();
     for _ in 0..4 {
-        let mut req = ureq::http::Request::builder().method(method).uri(&url);
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let mut resp = agent().run(req.body(body.to_vec()).ok()?).ok()?;
-        let status = resp.status().as_u16();
-        let hs: BTreeMap<String, String> = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_owned(),
-                    v.to_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect();
-        let bytes = resp.body_mut().read_to_vec().unwrap_or_default();
+        let (status, hs, bytes) =
+            crate::http::request(&agent(), method, &url, headers, body).ok()?;
+        let hs: BTreeMap<String, String> = hs.into_iter().collect();
         if status == 307 {
             url = hs.get("location")?.clone();
             continue;
@@ -466,20 +447,13 @@ pub fn read_all(bases: &[String], path: &str) -> String {
 /// A repeated create, to learn who leads: a follower answers 307 with the leader's URL, the
 /// leader 200 (the create is idempotent).
 pub fn agent_raw(base: &str, path: &str) -> (u16, String, ()) {
-    let req = ureq::http::Request::builder()
-        .method("PUT")
-        .uri(format!("{base}{path}"))
-        .body(Vec::new())
-        .expect("request");
-    match agent().run(req) {
-        Ok(r) => {
-            let loc = r
-                .headers()
-                .get("location")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            (r.status().as_u16(), loc, ())
+    match crate::http::request(&agent(), "PUT", &format!("{base}{path}"), &[], b"") {
+        Ok((status, hs, _)) => {
+            let loc = hs
+                .into_iter()
+                .find_map(|(k, v)| (k == "location").then_some(v))
+                .unwrap_or_default();
+            (status, loc, ())
         }
         Err(_) => (0, String::new(), ()),
     }
@@ -511,22 +485,14 @@ pub fn admin(n: &Proc, method: &str, path: &str) -> (u16, String) {
 }
 
 pub fn admin_with(n: &Proc, method: &str, path: &str, inc: Option<&str>) -> (u16, String) {
-    let mut req = ureq::http::Request::builder()
-        .method(method)
-        .uri(n.admin_url(path));
-    if let Some(i) = inc {
-        req = req.header("x-ursula-process-incarnation", i);
-    }
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into();
-    let mut resp = agent
-        .run(req.body(Vec::new()).expect("request"))
+    let headers: Vec<(&str, &str)> = inc
+        .map(|i| ("x-ursula-process-incarnation", i))
+        .into_iter()
+        .collect();
+    let agent = crate::http::agent(Duration::from_secs(30));
+    let (status, _, body) = crate::http::request(&agent, method, &n.admin_url(path), &headers, b"")
         .expect("admin call");
-    let status = resp.status().as_u16();
-    (status, resp.body_mut().read_to_string().unwrap_or_default())
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Each group's leader, once every node sees every group led by the same node (4 groups, as

@@ -20,12 +20,7 @@ pub const MARKER: &str = "x-ursula-not-applied";
 pub const VOUCH: &str = "x-ursula-not-applied-checked";
 
 pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_global(Some(Duration::from_secs(15)))
-        .build()
-        .into()
+    crate::http::agent(Duration::from_secs(15))
 }
 
 /// A running `ursula` process (node or gateway), killed on drop.
@@ -45,8 +40,11 @@ impl Proc {
 
     pub fn spawn(scratch: &Scratch, name: &str, port: u16, args: &[String]) -> Proc {
         let log = scratch.path().join(format!("{name}.log"));
-        // Nodes get an admin plane of their own: the default port would let one node start.
-        let admin: Vec<String> = if args.first().is_some_and(|a| a == "server") {
+        // Nodes get an admin plane of their own, unless the test names one: the default port
+        // would let one node start.
+        let admin: Vec<String> = if args.first().is_some_and(|a| a == "server")
+            && !args.iter().any(|a| a == "--admin-listen")
+        {
             vec![
                 "--admin-listen".into(),
                 format!("127.0.0.1:{}", free_port()),
@@ -69,46 +67,27 @@ impl Proc {
     }
 
     pub fn wait_for(&mut self, name: &str, probe: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let quick: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_millis(500)))
-            .build()
-            .into();
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("{name} exited early with {status}: {}", self.log());
-            }
-            if quick
-                .get(&self.url(probe))
-                .call()
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} not ready: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.wait_until(name, probe, |status| status == 200);
     }
 
     /// Waits until the process answers `probe` with any HTTP status: an access-controlled
     /// gateway answers its internal paths with `404`.
     pub fn wait_answering(&mut self, name: &str, probe: &str) {
+        self.wait_until(name, probe, |_| true);
+    }
+
+    /// Polls `probe` until its status passes `ready`, failing when the process exits or after
+    /// 30 s, with its log.
+    fn wait_until(&mut self, name: &str, probe: &str, ready: impl Fn(u16) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let quick: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_millis(500)))
-            .build()
-            .into();
+        let quick = crate::http::agent(Duration::from_millis(500));
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("{name} exited early with {status}: {}", self.log());
             }
-            if quick.get(&self.url(probe)).call().is_ok() {
+            if crate::http::request(&quick, "GET", &self.url(probe), &[], b"")
+                .is_ok_and(|(status, _, _)| ready(status))
+            {
                 return;
             }
             assert!(
@@ -190,28 +169,12 @@ impl Answer {
 }
 
 pub fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
-    let mut req = ureq::http::Request::builder().method(method).uri(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let mut resp = agent()
-        .run(req.body(body.to_vec()).expect("request"))
+    let (status, headers, body) = crate::http::request(&agent(), method, url, headers, body)
         .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
-    let headers = resp
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_owned(),
-                v.to_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
-    let body = resp.body_mut().read_to_string().unwrap_or_default();
     Answer {
-        status: resp.status().as_u16(),
+        status,
         headers,
-        body,
+        body: String::from_utf8_lossy(&body).into_owned(),
     }
 }
 

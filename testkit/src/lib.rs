@@ -6,6 +6,7 @@
 //! - `ports`: loopback ports below the kernel's ephemeral range.
 //! - `scratch`: one scratch directory per test, kept when the test fails.
 //! - `bins`: the `ursula` and `ursulactl` binaries of the build under test.
+//! - `http`: an agent that reports every status, and one request's status, headers and body.
 //! - `cluster`: `ursula` nodes on the Raft engine: single durable nodes and static clusters,
 //!   killed, stopped and restarted on their WAL; requests that follow 307s.
 //! - `gateway`: `ursula gateway` in front of nodes; raw HTTP/1.1 requests.
@@ -17,5 +18,6 @@ pub mod bins;
 pub mod cluster;
 pub mod ctl;
 pub mod gateway;
+pub mod http;
 pub mod ports;
 pub mod scratch;

@@ -105,30 +105,13 @@ pub fn http(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> A
 
 /// Like [`http`], `None` when no answer came (nothing listens yet, say).
 pub fn try_http(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<Answer> {
+    // No deadline of its own: a long-poll read answers when it answers.
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
         .build()
         .into();
-    let mut req = ureq::http::Request::builder().method(method).uri(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(body.to_vec()).ok()?;
-    let mut resp = agent.run(req).ok()?;
-    let status = resp.status().as_u16();
-    let hs = resp
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_owned(),
-                v.to_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
-    let body = resp.body_mut().read_to_vec().unwrap_or_default();
-    Some((status, hs, body))
+    ursula_testkit::http::request(&agent, method, url, headers, body).ok()
 }
 
 pub fn header<'a>(hs: &'a [(String, String)], name: &str) -> Option<&'a str> {

@@ -8,94 +8,16 @@
 //! looked up beside the test binary (`target/<profile>/ursulactl`), which `cargo build
 //! --workspace` (or `-p ursula-ctl`) puts there.
 
-use std::path::PathBuf;
-use std::process::Child;
 use std::process::Command;
 use std::process::Output;
 use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
 
-fn ursulactl() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    // target/<profile>/deps/ursulactl-<hash> → target/<profile>/ursulactl
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>");
-    let bin = dir.join(format!("ursulactl{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "ursulactl is not built at {}: build it first with `cargo build --workspace` \
-         (or `cargo build -p ursula-ctl`) using the same profile as these tests",
-        bin.display()
-    );
-    bin
-}
-
+use crate::harness::bins::ursulactl;
+use crate::harness::gateway::Proc as Node;
 use crate::harness::ports::free_port;
 use crate::harness::scratch::Scratch;
-
-/// A running node, killed on drop.
-struct Node {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Node {
-    fn spawn(scratch: &Scratch, name: &str, args: &[String], port: u16) -> Node {
-        let log = scratch.path().join(format!("{name}.log"));
-        let admin: Vec<String> = if args.iter().any(|a| a == "--admin-listen") {
-            Vec::new()
-        } else {
-            vec!["--admin-listen".into(), "off".into()]
-        };
-        let mut cmd = Command::new(crate::harness::bins::ursula());
-        let child = scratch
-            .isolate(&mut cmd)
-            .args(args)
-            .args(&admin)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("spawn ursula");
-        Node { child, port, log }
-    }
-
-    fn wait_ready(&mut self) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_millis(500)))
-            .build()
-            .into();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("ursula exited early with {status}: {}", self.log());
-            }
-            let url = format!("http://127.0.0.1:{}/__ursula/ready", self.port);
-            if agent.get(&url).call().is_ok_and(|r| r.status() == 200) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "not ready: {}", self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn memory_node(scratch: &Scratch) -> Node {
     let config = scratch.file("node.toml", "[runtime]\ncore_count = 2\n");
@@ -109,8 +31,8 @@ fn memory_node(scratch: &Scratch) -> Node {
         "--listen".into(),
         format!("127.0.0.1:{port}"),
     ];
-    let mut node = Node::spawn(scratch, "node", &args, port);
-    node.wait_ready();
+    let mut node = Node::spawn(scratch, "node", port, &args);
+    node.wait_for("ursula", "/__ursula/ready");
     node
 }
 
@@ -216,11 +138,11 @@ fn status_reports_one_leader_per_group_across_a_raft_cluster() {
                 "--listen".into(),
                 format!("127.0.0.1:{p}"),
             ];
-            Node::spawn(&scratch, &format!("n{}", i + 1), &args, *p)
+            Node::spawn(&scratch, &format!("n{}", i + 1), *p, &args)
         })
         .collect();
     for n in &mut nodes {
-        n.wait_ready();
+        n.wait_for("ursula", "/__ursula/ready");
     }
     let entries: Vec<String> = ports
         .iter()
@@ -319,8 +241,8 @@ fn status_reads_a_node_through_its_admin_plane_when_the_manifest_names_only_that
         "--admin-listen".into(),
         format!("127.0.0.1:{admin}"),
     ];
-    let mut node = Node::spawn(&scratch, "node", &args, port);
-    node.wait_ready();
+    let mut node = Node::spawn(&scratch, "node", port, &args);
+    node.wait_for("ursula", "/__ursula/ready");
     // `admin_port` (with the host) and `admin_url`: the two ways the manifest names the plane.
     for entry in [
         format!(r#"{{"id": 1, "host": "127.0.0.1", "admin_port": {admin}}}"#),
@@ -397,7 +319,7 @@ fn ready_exits_0_for_a_ready_node_and_1_with_the_reason_otherwise() {
         "--listen".into(),
         format!("127.0.0.1:{port}"),
     ];
-    let pressured = Node::spawn(&scratch, "pressured", &args, port);
+    let pressured = Node::spawn(&scratch, "pressured", port, &args);
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

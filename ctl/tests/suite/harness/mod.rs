@@ -5,6 +5,7 @@
 pub use ursula_testkit::bins;
 pub use ursula_testkit::cluster;
 pub use ursula_testkit::ctl;
+pub use ursula_testkit::gateway;
 pub use ursula_testkit::ports;
 pub use ursula_testkit::scratch;
 
