@@ -29,7 +29,7 @@ async function lag(rate, count) {
   const url = `${stack.gatewayBase}/${PRIVATE}/lag-${runId}-${rate}`;
   const owner = await stack.owner(url, { count, rate, rows: 1, token: stack.token() });
   const from = stack.reports.length;
-  const page = stack.browse("test/pages/replica.html", { url, token: stack.token() });
+  const page = stack.browse("test/pages/replica.js", { url, token: stack.token() });
   try {
     await stack.waitReport((r) => r.url === url && r.event === "caught-up", { from, what: "catch-up" });
     owner.go();
@@ -72,7 +72,7 @@ async function load(mib) {
   const url = `${stack.gatewayBase}/${PRIVATE}/load-${runId}`;
   await fill(url, mib);
   const from = stack.reports.length;
-  const page = stack.browse("bench/load.html", { url, token: stack.token(), rounds: 3 });
+  const page = stack.browse("bench/load.js", { url, token: stack.token(), rounds: 3 });
   try {
     const end = await stack.waitReport((r) => r.url === url && (r.event === "done" || r.event === "page-error"), {
       from,

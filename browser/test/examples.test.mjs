@@ -7,10 +7,9 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
-import puppeteer from "puppeteer-core";
 import { tempDir } from "../../js/test/helpers/kit.mjs";
-import { detach, freePort, repoRoot, startServer, ursulaBin } from "../../js/test/helpers/server.mjs";
-import { chromium } from "./helpers/stack.mjs";
+import { detach, freePort, repoRoot, startGateway, startServer } from "../../js/test/helpers/server.mjs";
+import { launchChromium } from "./helpers/puppeteer.mjs";
 
 const examples = join(repoRoot, "examples");
 let node;
@@ -35,43 +34,19 @@ before(async () => {
   node = await startServer();
   const replicaPort = await freePort();
   replicaOrigin = `http://127.0.0.1:${replicaPort}`;
-  const port = await freePort();
-  gatewayBase = `http://127.0.0.1:${port}`;
-  gateway = detach(
-    spawn(ursulaBin(), ["gateway", "--upstream", node.base, "--listen", `127.0.0.1:${port}`, "--cors-allowed-origin", replicaOrigin], {
-      stdio: ["ignore", "ignore", "inherit"],
-      env: { ...process.env, RUST_LOG: "warn" },
-    }),
-  );
-  for (let tries = 0; ; tries++) {
-    try {
-      await fetch(`${gatewayBase}/`);
-      break;
-    } catch {
-      if (tries > 400) throw new Error("the gateway did not start");
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
-  browser = await puppeteer.launch({
-    executablePath: chromium(),
-    headless: true,
-    userDataDir: tempDir("ursula-chromium-"),
-    env: { ...process.env, TMPDIR: tempDir("ursula-chromium-tmp-") },
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-dev-shm-usage",
-      "--disable-background-timer-throttling",
-      "--disable-renderer-backgrounding",
-      "--disable-backgrounding-occluded-windows",
-    ],
-  });
+  gateway = await startGateway(node.base, ["--cors-allowed-origin", replicaOrigin]);
+  gatewayBase = gateway.base;
+  browser = await launchChromium([
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
+  ]);
 });
 
 after(async () => {
   for (const child of served) child.kill("SIGKILL");
   await browser?.close();
-  gateway?.kill("SIGKILL");
+  await gateway?.stop();
   await node?.stop();
 });
 

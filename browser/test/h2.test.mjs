@@ -6,10 +6,9 @@ import { execFileSync, spawn } from "node:child_process";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import puppeteer from "puppeteer-core";
 import { tempDir } from "../../js/test/helpers/kit.mjs";
-import { detach, freePort, startServer, ursulaBin } from "../../js/test/helpers/server.mjs";
-import { chromium } from "./helpers/stack.mjs";
+import { detach, freePort, startGateway, startServer } from "../../js/test/helpers/server.mjs";
+import { launchChromium } from "./helpers/puppeteer.mjs";
 
 const TAILS = 50;
 let node;
@@ -24,29 +23,10 @@ function nginxBin() {
   throw new Error("nginx is missing: install it (apt-get install -y nginx) to run the HTTP/2 test");
 }
 
-async function answering(url, what) {
-  for (let tries = 0; ; tries++) {
-    try {
-      await fetch(url);
-      return;
-    } catch {
-      if (tries > 400) throw new Error(`${what} did not start`);
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
-}
-
 before(async () => {
   node = await startServer();
-  const gwPort = await freePort();
-  gatewayBase = `http://127.0.0.1:${gwPort}`;
-  gateway = detach(
-    spawn(ursulaBin(), ["gateway", "--upstream", node.base, "--listen", `127.0.0.1:${gwPort}`], {
-      stdio: ["ignore", "ignore", "inherit"],
-      env: { ...process.env, RUST_LOG: "warn" },
-    }),
-  );
-  await answering(`${gatewayBase}/`, "the gateway");
+  gateway = await startGateway(node.base);
+  gatewayBase = gateway.base;
 
   const dir = tempDir("ursula-nginx-");
   execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")], { stdio: "ignore" });
@@ -94,19 +74,13 @@ http {
       await new Promise((r) => setTimeout(r, 50));
     }
   }
-  browser = await puppeteer.launch({
-    executablePath: chromium(),
-    headless: true,
-    userDataDir: tempDir("ursula-chromium-"),
-    env: { ...process.env, TMPDIR: tempDir("ursula-chromium-tmp-") },
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--ignore-certificate-errors"],
-  });
+  browser = await launchChromium(["--ignore-certificate-errors"]);
 });
 
 after(async () => {
   await browser?.close();
   nginx?.kill("SIGKILL");
-  gateway?.kill("SIGKILL");
+  await gateway?.stop();
   await node?.stop();
 });
 

@@ -9,7 +9,7 @@ import { PRIVATE, PUBLIC, startStack } from "./helpers/stack.mjs";
 let stack;
 let n = 0;
 const streamUrl = (bucket) => `${stack.gatewayBase}/${bucket}/notes-${process.pid}-${++n}`;
-const PAGE = "test/pages/replica.html";
+const PAGE = "test/pages/replica.js";
 
 before(async () => {
   stack = await startStack();

@@ -128,24 +128,16 @@ async function rebuild(url, options, mode) {
   const p = child(
     `
     import { statSync } from "node:fs";
+    import { watchLoop } from ${JSON.stringify(new URL("../test/helpers/loop.mjs", import.meta.url).href)};
     U.loadUrsulaVfs();
     const options = JSON.parse(process.env.OPTIONS);
-    let maxGap = 0;
-    let last = performance.now();
-    const timer = setInterval(() => {
-      const now = performance.now();
-      maxGap = Math.max(maxGap, now - last);
-      last = now;
-    }, 1);
-    const started = performance.now();
-    last = started;
+    const loop = watchLoop(1);
+    const started = loop.start();
     const db = ${JSON.stringify(mode)} === "async"
       ? await U.openAsync(${JSON.stringify(url)}, options)
       : U.open(${JSON.stringify(url)}, options);
     const ms = performance.now() - started;
-    // The first tick after a blocking open measures the stall it caused.
-    await new Promise((r) => setTimeout(r, 20));
-    clearInterval(timer);
+    const maxGap = await loop.stop();
     const rows = db.prepare("SELECT count(*) AS n FROM blobs").get().n;
     const bytes = statSync(db.location()).size;
     console.log(JSON.stringify({ ms, rows, bytes, maxGap }));

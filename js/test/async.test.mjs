@@ -2,47 +2,24 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
-import { after, before, test } from "node:test";
-import {
-  attachAsync,
-  open,
-  openAsync,
-  status,
-  UrsulaError,
-  UrsulaSetupError,
-  UrsulaWriteRefusedError,
-} from "../index.js";
+import { test } from "node:test";
+import { attachAsync, open, openAsync, status, UrsulaWriteRefusedError } from "../index.js";
 import { fileNameFor } from "../src/naming.js";
-import { rows, runNode, startProxy, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
-import { freePort, startServer } from "./helpers/server.mjs";
+import { setupError } from "./helpers/errors.mjs";
+import { useServer } from "./helpers/hooks.mjs";
+import { rows, runNode, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
+import { freePort } from "./helpers/server.mjs";
 
 process.env.URSULA_VFS_RETRY_MS = "1000";
 
 /** The size of the database the event-loop test rebuilds; raise it to measure by hand. */
 const MIB = Number(process.env.URSULA_ASYNC_TEST_MIB || 24);
 
-let server;
-let proxy;
-before(async () => {
-  server = await startServer();
-  proxy = await startProxy(server.port);
-});
-after(async () => {
-  proxy?.stop();
-  await server?.stop();
-});
-
-function setupError(e, kind) {
-  assert.ok(e instanceof UrsulaSetupError, `${e?.stack}`);
-  assert.ok(e instanceof UrsulaError);
-  assert.equal(e.action, "fix");
-  assert.equal(e.kind, kind);
-  return true;
-}
+const ctx = useServer({ proxy: true });
 
 test("openAsync resolves with the same replicated DatabaseSync as open, on the same file", async () => {
   const dir = tempDir();
-  const url = streamUrl(server.base, "same");
+  const url = streamUrl(ctx.server.base, "same");
   const pending = openAsync(url, { dir });
   assert.ok(pending instanceof Promise);
   const db = await pending;
@@ -75,10 +52,10 @@ test("openAsync resolves with the same replicated DatabaseSync as open, on the s
 
 test("openAsync rejects with open's classified errors", async () => {
   await assert.rejects(openAsync("127.0.0.1:1/demo/x"), (e) => setupError(e, "invalid_url"));
-  await assert.rejects(openAsync(streamUrl(server.base), { path: ":memory:" }), (e) =>
+  await assert.rejects(openAsync(streamUrl(ctx.server.base), { path: ":memory:" }), (e) =>
     setupError(e, "invalid_argument"),
   );
-  await assert.rejects(openAsync(streamUrl(server.base, "missing"), { dir: tempDir(), readOnly: true }), (e) =>
+  await assert.rejects(openAsync(streamUrl(ctx.server.base, "missing"), { dir: tempDir(), readOnly: true }), (e) =>
     setupError(e, "not_found"),
   );
   const dead = `http://127.0.0.1:${await freePort()}/demo/nowhere`;
@@ -90,14 +67,14 @@ test("openAsync rejects with open's classified errors", async () => {
     return true;
   });
   // node:sqlite's own option check, before anything is attached.
-  await assert.rejects(openAsync(streamUrl(server.base), { dir: tempDir(), timeout: "x" }), {
+  await assert.rejects(openAsync(streamUrl(ctx.server.base), { dir: tempDir(), timeout: "x" }), {
     code: "ERR_INVALID_ARG_TYPE",
   });
 });
 
 test("two concurrent openAsync of one URL: one opens it, the other rejects with in_use", async () => {
   const dir = tempDir();
-  const url = streamUrl(server.base, "race");
+  const url = streamUrl(ctx.server.base, "race");
   const [a, b] = await Promise.allSettled([openAsync(url, { dir }), openAsync(url, { dir })]);
   const won = [a, b].filter((r) => r.status === "fulfilled");
   const lost = [a, b].filter((r) => r.status === "rejected");
@@ -115,7 +92,7 @@ test("two concurrent openAsync of one URL: one opens it, the other rejects with 
 });
 
 test("two concurrent read-only openAsync of one URL take -ro1 and -ro2", async () => {
-  const url = streamUrl(server.base, "readers");
+  const url = streamUrl(ctx.server.base, "readers");
   const owner = open(url, { dir: tempDir() });
   owner.exec("CREATE TABLE t(x); INSERT INTO t VALUES (7)");
   const dir = tempDir();
@@ -129,9 +106,9 @@ test("two concurrent read-only openAsync of one URL take -ro1 and -ro2", async (
 });
 
 test("two concurrent attachAsync of one file: the extension refuses the second with in_use", async () => {
-  const url = streamUrl(proxy.base, "attach");
+  const url = streamUrl(ctx.proxy.base, "attach");
   // The first attach's HEAD is held in flight, so the second surely starts while it runs.
-  await proxy.rules([{ method: "HEAD", path: new URL(url).pathname, action: "delay", delayMs: 500, times: 1 }]);
+  await ctx.proxy.rules([{ method: "HEAD", path: new URL(url).pathname, action: "delay", delayMs: 500, times: 1 }]);
   const file = join(tempDir(), "a.db");
   try {
     const [a, b] = await Promise.allSettled([attachAsync(file, url), attachAsync(file, url)]);
@@ -143,7 +120,7 @@ test("two concurrent attachAsync of one file: the extension refuses the second w
     setupError(lost[0].reason, "in_use");
     assert.match(lost[0].reason.message, /^ursula_attach: in_use: .* is being attached in this process already/);
   } finally {
-    await proxy.clear();
+    await ctx.proxy.clear();
   }
   // The refused attach changed nothing: the file opens, attached once.
   const db = new DatabaseSync(file);
@@ -169,25 +146,15 @@ function publish(url, mib) {
 /** A fresh process that opens `url` read-only with `mode` while a 5 ms timer counts its ticks. */
 async function measure(url, mode) {
   const code = `
+    import { watchLoop } from ${JSON.stringify(new URL("./helpers/loop.mjs", import.meta.url).href)};
     const { url, dir, mode } = JSON.parse(process.env.MEASURE);
     U.loadUrsulaVfs(); // the load is no part of what is measured
-    let ticks = 0;
-    let maxGap = 0;
-    let last = performance.now();
-    const timer = setInterval(() => {
-      const now = performance.now();
-      maxGap = Math.max(maxGap, now - last);
-      last = now;
-      ticks += 1;
-    }, 5);
-    const started = performance.now();
-    last = started;
+    const loop = watchLoop(5);
+    const started = loop.start();
     const db = mode === "async" ? await U.openAsync(url, { dir, readOnly: true }) : U.open(url, { dir, readOnly: true });
-    const during = ticks;
+    const during = loop.ticks;
     const openMs = performance.now() - started;
-    // The first tick after a blocking open measures the stall it caused.
-    await new Promise((r) => setTimeout(r, 20));
-    clearInterval(timer);
+    const maxGap = await loop.stop();
     const rows = db.prepare("SELECT count(*) AS n FROM blobs").get().n;
     console.log(JSON.stringify({ mode, ticks: during, maxGap, openMs, rows }));
   `;
@@ -200,7 +167,7 @@ async function measure(url, mode) {
 }
 
 test("the event loop keeps running while openAsync rebuilds a database, and stops while open does", async (t) => {
-  const url = streamUrl(server.base, "big");
+  const url = streamUrl(ctx.server.base, "big");
   const rows = publish(url, MIB);
   const sync = await measure(url, "sync");
   const async_ = await measure(url, "async");

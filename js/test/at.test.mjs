@@ -3,40 +3,18 @@
 // latest snapshot fail with kind retained naming it.
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
-import {
-  attach,
-  attachAsync,
-  commits,
-  open,
-  openAsync,
-  status,
-  UrsulaError,
-  UrsulaSetupError,
-} from "../index.js";
+import { test } from "node:test";
+import { attach, attachAsync, commits, open, openAsync, status } from "../index.js";
 import { fileNameFor } from "../src/naming.js";
-import { rows, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
-import { startServer } from "./helpers/server.mjs";
+import { setupError } from "./helpers/errors.mjs";
+import { useServer } from "./helpers/hooks.mjs";
+import { rows, streamUrl, tempDir, thrown, until } from "./helpers/kit.mjs";
 
 // Snapshots once the log passes 64 KiB (and the database), so the retention test is short.
 process.env.URSULA_VFS_SNAPSHOT_MIN_BYTES = "65536";
 process.env.URSULA_VFS_RETRY_MS = "2000";
 
-let server;
-before(async () => {
-  server = await startServer();
-});
-after(async () => {
-  await server?.stop();
-});
-
-function setupError(e, kind) {
-  assert.ok(e instanceof UrsulaSetupError, `${e?.stack}`);
-  assert.ok(e instanceof UrsulaError);
-  assert.equal(e.action, "fix");
-  assert.equal(e.kind, kind);
-  return true;
-}
+const ctx = useServer();
 
 /** The offset `n` bytes after `offset`: inside the frame that follows it. */
 function plus(offset, n) {
@@ -70,7 +48,7 @@ function history(url, notes) {
 const notesUpTo = (k) => Array.from({ length: k }, (_, i) => ({ body: `note ${i + 1}` }));
 
 test("open with readOnly and at holds exactly the rows of each commit point, and of the point before an offset between two", async () => {
-  const url = streamUrl(server.base, "points");
+  const url = streamUrl(ctx.server.base, "points");
   const h = history(url, 4);
   assert.equal((await head(url)).get("stream-next-offset"), h.points.at(-1));
   const dir = tempDir();
@@ -102,7 +80,7 @@ test("open with readOnly and at holds exactly the rows of each commit point, and
 });
 
 test("commits() lists the recorded commit points, oldest first, and pages by from and limit", () => {
-  const url = streamUrl(server.base, "listing");
+  const url = streamUrl(ctx.server.base, "listing");
   const h = history(url, 4);
   const all = commits(url);
   assert.deepEqual(all.commits.map((c) => c.offset), h.points);
@@ -125,7 +103,7 @@ test("commits() lists the recorded commit points, oldest first, and pages by fro
 });
 
 test("at needs readOnly and a string offset, before any request; past the tail is refused naming it", async () => {
-  const url = streamUrl(server.base, "refusals");
+  const url = streamUrl(ctx.server.base, "refusals");
   const h = history(url, 1);
   const p = h.points[1];
   setupError(thrown(() => open(url, { dir: tempDir(), at: p })), "invalid_argument");
@@ -151,7 +129,7 @@ test("at needs readOnly and a string offset, before any request; past the tail i
 });
 
 test("writes on an at database fail with SQLite's readonly error, and the owner is not fenced", () => {
-  const url = streamUrl(server.base, "readonly");
+  const url = streamUrl(ctx.server.base, "readonly");
   const h = history(url, 2);
   const tail = h.points.at(-1);
   const db = open(url, { dir: tempDir(), readOnly: true, at: h.points[1] });
@@ -165,7 +143,7 @@ test("writes on an at database fail with SQLite's readonly error, and the owner 
 });
 
 test("openAsync and attachAsync take at as open and attach do", async () => {
-  const url = streamUrl(server.base, "async");
+  const url = streamUrl(ctx.server.base, "async");
   const h = history(url, 3);
   const db = await openAsync(url, { dir: tempDir(), readOnly: true, at: h.points[2] });
   assert.deepEqual(rows(db, "SELECT body FROM notes ORDER BY id"), notesUpTo(2));
@@ -178,7 +156,7 @@ test("openAsync and attachAsync take at as open and attach do", async () => {
 });
 
 test("once retention moved, an at below the latest snapshot is UrsulaSetupError retained with earliest; at it and after it opens", async () => {
-  const url = streamUrl(server.base, "retained");
+  const url = streamUrl(ctx.server.base, "retained");
   const h = history(url, 0);
   const snapshot = () => status(h.file).snapshot;
   const write = (n) => {
@@ -195,11 +173,7 @@ test("once retention moved, an at below the latest snapshot is UrsulaSetupError 
     write(10);
     await new Promise((r) => setTimeout(r, 20));
   }
-  const deadline = Date.now() + 20_000;
-  while ((await head(url)).get("stream-retained-offset") !== first) {
-    assert.ok(Date.now() < deadline, "retention did not move to the first snapshot");
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await until("retention to move to the first snapshot", async () => (await head(url)).get("stream-retained-offset") === first);
   const latest = snapshot();
   assert.equal((await head(url)).get("stream-snapshot-offset"), latest);
   const dir = tempDir();

@@ -4,42 +4,27 @@ import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, symlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { open, status, UrsulaError, UrsulaReplicationError, UrsulaSetupError } from "../index.js";
+import { open, status, UrsulaReplicationError } from "../index.js";
 import { nodeVersionError } from "../src/sqlite.js";
-import { runNode, startProxy, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
-import { startServer } from "./helpers/server.mjs";
+import { setupError } from "./helpers/errors.mjs";
+import { useServer } from "./helpers/hooks.mjs";
+import { runNode, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 
 const packageDir = dirname(dirname(fileURLToPath(import.meta.url)));
 
-let server;
-let proxy;
-before(async () => {
-  server = await startServer();
-  proxy = await startProxy(server.port);
-});
-after(async () => {
-  proxy?.stop();
-  await server?.stop();
-});
+const ctx = useServer({ proxy: true });
 
 // One directory for the files named after the test streams, which all differ.
 const dir = tempDir();
 
-function fresh(base = server.base) {
+function fresh(base = ctx.server.base) {
   const db = open(streamUrl(base, "edges"), { dir });
   db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   return db;
 }
 const rows = (db) => db.prepare("SELECT body FROM notes ORDER BY id").all().map((r) => r.body);
-
-function setupError(e, kind) {
-  assert.ok(e instanceof UrsulaSetupError, `${e?.stack}`);
-  assert.ok(e instanceof UrsulaError);
-  assert.equal(e.action, "fix");
-  assert.equal(e.kind, kind);
-}
 
 for (const mode of ["DELETE", "MEMORY", "OFF", "truncate", "persist"]) {
   test(`PRAGMA journal_mode=${mode} throws UrsulaSetupError unsupported and leaves the connection usable in WAL mode`, () => {
@@ -82,8 +67,8 @@ test("locking_mode=EXCLUSIVE fails the commit with 7178, and status and the erro
 });
 
 test("an unknown option name is invalid_argument naming it, before any request", async () => {
-  const url = streamUrl(proxy.base);
-  const seen = (await proxy.seen()).length;
+  const url = streamUrl(ctx.proxy.base);
+  const seen = (await ctx.proxy.seen()).length;
   const typo = thrown(() => open(url, { dir, readonly: true }));
   setupError(typo, "invalid_argument");
   assert.match(typo.message, /^open: invalid_argument: unknown option "readonly" \(did you mean readOnly\?\)/);
@@ -91,19 +76,19 @@ test("an unknown option name is invalid_argument naming it, before any request",
   setupError(other, "invalid_argument");
   assert.match(other.message, /unknown option "encoding": open takes path, dir, readOnly, follow, at and node:sqlite's/);
   assert.doesNotMatch(other.message, /did you mean/);
-  assert.equal((await proxy.seen()).length, seen, "no request reached the proxy");
+  assert.equal((await ctx.proxy.seen()).length, seen, "no request reached the proxy");
   // Every documented option still passes.
   const db = open(url, { dir, timeout: 10, readBigInts: false, enableForeignKeyConstraints: true });
   db.close();
 });
 
 test("URLs that name no stream are invalid_url or invalid_name, naming the rule, before any request", async () => {
-  const seen = (await proxy.seen()).length;
+  const seen = (await ctx.proxy.seen()).length;
   const cases = [
-    [`${proxy.base}/demo`, "invalid_url", /a stream URL's path is \/\{bucket\}\/\{stream\}.*names only the bucket "demo"/],
-    [`${proxy.base}/demo/a/b`, "invalid_url", /has 3 segments, which the server reads as the stream demo\/a and its subresource b/],
-    [`${proxy.base}/De/notes`, "invalid_name", /bucket ID must be 4-64 bytes of a-z, 0-9, '_' or '-'/],
-    [`${proxy.base}/ab/notes`, "invalid_name", /bucket ID must be 4-64 bytes of a-z, 0-9, '_' or '-'/],
+    [`${ctx.proxy.base}/demo`, "invalid_url", /a stream URL's path is \/\{bucket\}\/\{stream\}.*names only the bucket "demo"/],
+    [`${ctx.proxy.base}/demo/a/b`, "invalid_url", /has 3 segments, which the server reads as the stream demo\/a and its subresource b/],
+    [`${ctx.proxy.base}/De/notes`, "invalid_name", /bucket ID must be 4-64 bytes of a-z, 0-9, '_' or '-'/],
+    [`${ctx.proxy.base}/ab/notes`, "invalid_name", /bucket ID must be 4-64 bytes of a-z, 0-9, '_' or '-'/],
   ];
   for (const [url, kind, says] of cases) {
     const e = thrown(() => open(url, { dir }));
@@ -111,7 +96,7 @@ test("URLs that name no stream are invalid_url or invalid_name, naming the rule,
     assert.match(e.message, new RegExp(`^ursula_attach: ${kind}: `));
     assert.match(e.message, says);
   }
-  assert.equal((await proxy.seen()).length, seen, "no request reached the proxy");
+  assert.equal((await ctx.proxy.seen()).length, seen, "no request reached the proxy");
 });
 
 test("the package refuses a Node.js older than 22.19 with a message naming the version it needs", () => {
@@ -146,10 +131,10 @@ test("an open prints no log line by default; URSULA_VFS_LOG=debug shows attach_c
   // Each child opens its own stream, in the shared dir.
   const code = (url) => `const db = U.open(${JSON.stringify(url)}, { dir: ${JSON.stringify(dir)} });
 db.exec("CREATE TABLE t(x)"); db.close();`;
-  const quiet = await runNode(code(streamUrl(server.base, "quiet")));
+  const quiet = await runNode(code(streamUrl(ctx.server.base, "quiet")));
   assert.equal(quiet.code, 0, quiet.stderr);
   assert.doesNotMatch(quiet.stderr, /sqlite-ursula-vfs/);
-  const loud = await runNode(code(streamUrl(server.base, "loud")), { env: { URSULA_VFS_LOG: "debug" } });
+  const loud = await runNode(code(streamUrl(ctx.server.base, "loud")), { env: { URSULA_VFS_LOG: "debug" } });
   assert.equal(loud.code, 0, loud.stderr);
   assert.match(loud.stderr, /sqlite-ursula-vfs level=debug event=attach_claimed file=\S+ stream=\S+ epoch=\d+/);
 });

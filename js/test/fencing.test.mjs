@@ -2,7 +2,7 @@
 // read-only opens run beside the owner on files of their own.
 import assert from "node:assert/strict";
 import { basename } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import {
   open,
   status,
@@ -11,19 +11,15 @@ import {
   UrsulaReplicationError,
   UrsulaSetupError,
 } from "../index.js";
+import { useServer } from "./helpers/hooks.mjs";
 import { runNode, startNode, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
-import { startServer } from "./helpers/server.mjs";
 
-let server;
-before(async () => {
-  server = await startServer();
-});
-after(() => server?.stop());
+const ctx = useServer();
 
 const rows = (db) => db.prepare("SELECT body FROM notes ORDER BY id").all().map((r) => r.body);
 
 test("another process rebuilds the database elsewhere and fences this one", async () => {
-  const url = streamUrl(server.base, "fence");
+  const url = streamUrl(ctx.server.base, "fence");
   const db = open(url, { dir: tempDir() });
   db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   db.prepare("INSERT INTO notes(body) VALUES (?)").run("before");
@@ -72,7 +68,7 @@ test("another process rebuilds the database elsewhere and fences this one", asyn
 });
 
 test("a second process on the same dir is in_use until the first exits, then resumes", async () => {
-  const url = streamUrl(server.base, "held");
+  const url = streamUrl(ctx.server.base, "held");
   const dir = tempDir();
   const holder = startNode(
     `const db = U.open(${JSON.stringify(url)}, { dir: ${JSON.stringify(dir)} });
@@ -97,7 +93,7 @@ test("a second process on the same dir is in_use until the first exits, then res
 });
 
 test("read-only opens beside the owner: -ro1 here, -ro2 in another process", async () => {
-  const url = streamUrl(server.base, "shared");
+  const url = streamUrl(ctx.server.base, "shared");
   const dir = tempDir();
   const owner = open(url, { dir });
   owner.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");

@@ -1,33 +1,17 @@
 // Live read replicas: open(url, { readOnly: true, follow: true }) keeps applying the owner's
 // commits; a replica whose stream is deleted stops with a classified error.
 import assert from "node:assert/strict";
-import { setTimeout as sleep } from "node:timers/promises";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { open, openAsync, status, UrsulaReattachError, UrsulaSetupError } from "../index.js";
 import { loadUrsulaVfs } from "../index.js";
-import { rows, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
-import { startServer } from "./helpers/server.mjs";
+import { useServer } from "./helpers/hooks.mjs";
+import { rows, streamUrl, tempDir, thrown, until } from "./helpers/kit.mjs";
 
-let server;
-before(async () => {
-  server = await startServer();
-});
-after(async () => {
-  await server?.stop();
-});
-
-async function until(what, f, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (f()) return;
-    await sleep(10);
-  }
-  assert.fail(`timed out waiting for ${what}`);
-}
+const ctx = useServer();
 
 test("a follower opened beside its owner sees each commit without fencing the owner", async () => {
   const dir = tempDir();
-  const url = streamUrl(server.base, "live");
+  const url = streamUrl(ctx.server.base, "live");
   const owner = open(url, { dir });
   owner.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   owner.prepare("INSERT INTO notes(body) VALUES (?)").run("first");
@@ -63,7 +47,7 @@ test("a follower opened beside its owner sees each commit without fencing the ow
 
 test("follow without readOnly is refused before anything is attached", () => {
   const dir = tempDir();
-  const url = streamUrl(server.base, "nofollow");
+  const url = streamUrl(ctx.server.base, "nofollow");
   const e = thrown(() => open(url, { dir, follow: true }));
   assert.ok(e instanceof UrsulaSetupError, `${e?.stack}`);
   assert.equal(e.kind, "invalid_argument");
@@ -77,7 +61,7 @@ test("follow without readOnly is refused before anything is attached", () => {
 
 test("the SQL form ursula_attach(path, url, 'follow') makes a replica too", async () => {
   const dir = tempDir();
-  const url = streamUrl(server.base, "sqlform");
+  const url = streamUrl(ctx.server.base, "sqlform");
   const owner = open(url, { dir });
   owner.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   const file = `${dir}/by-sql.db`;
@@ -94,7 +78,7 @@ test("the SQL form ursula_attach(path, url, 'follow') makes a replica too", asyn
 
 test("a replica whose stream is deleted stops: reads throw UrsulaReattachError of kind not_found", async () => {
   const dir = tempDir();
-  const url = streamUrl(server.base, "deleted");
+  const url = streamUrl(ctx.server.base, "deleted");
   const owner = open(url, { dir });
   owner.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   const replica = open(url, { dir, readOnly: true, follow: true });

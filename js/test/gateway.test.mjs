@@ -4,14 +4,13 @@
 // request rate is rate_limited with the spec's reason. Tokens are RFC 9068 access tokens signed
 // here with the gateway tests' Ed25519 key (gateway/tests/auth_keys).
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { open, setToken, status, UrsulaError, UrsulaWriteRefusedError } from "../index.js";
 import { AUDIENCE, startIssuer } from "./helpers/issuer.mjs";
 import { tempDir, thrown } from "./helpers/kit.mjs";
-import { detach, freePort, startServer, ursulaBin } from "./helpers/server.mjs";
+import { startGateway, startServer } from "./helpers/server.mjs";
 
 // Read once, when the extension loads (the first open below).
 const tokenFile = join(tempDir(), "token");
@@ -44,41 +43,19 @@ before(async () => {
     `[[bucket]]\nid = "${BUCKET}"\n${owners}\n\n[[bucket]]\nid = "${RATED}"\n${owners}\n`,
   );
   writeFileSync(join(dir, "quotas.toml"), `[[bucket]]\nid = "${RATED}"\nrequests_per_sec = 6\n`);
-  const port = await freePort();
-  gatewayBase = `http://127.0.0.1:${port}`;
-  gateway = detach(
-    spawn(
-      ursulaBin(),
-      [
-        "gateway",
-        "--upstream",
-        server.base,
-        "--listen",
-        `127.0.0.1:${port}`,
-        "--auth-issuer",
-        issuer,
-        "--auth-audience",
-        AUDIENCE,
-        "--auth-jwks-url",
-        `${issuer}/jwks`,
-        "--auth-policy",
-        join(dir, "policy.toml"),
-        "--quota-policy",
-        join(dir, "quotas.toml"),
-      ],
-      { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, RUST_LOG: "warn" } },
-    ),
-  );
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    try {
-      await fetch(`${gatewayBase}/`);
-      break;
-    } catch {
-      if (Date.now() > deadline) throw new Error("the gateway did not start");
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
+  gateway = await startGateway(server.base, [
+    "--auth-issuer",
+    issuer,
+    "--auth-audience",
+    AUDIENCE,
+    "--auth-jwks-url",
+    `${issuer}/jwks`,
+    "--auth-policy",
+    join(dir, "policy.toml"),
+    "--quota-policy",
+    join(dir, "quotas.toml"),
+  ]);
+  gatewayBase = gateway.base;
   // The JWKS server lives in this process, whose event loop a synchronous open() blocks: have
   // the gateway fetch and cache the key now, while this process can answer.
   const warm = await fetch(`${gatewayBase}/${BUCKET}`, {
@@ -89,7 +66,7 @@ before(async () => {
 });
 
 after(async () => {
-  gateway?.kill("SIGKILL");
+  await gateway?.stop();
   iss?.close();
   await server?.stop();
 });

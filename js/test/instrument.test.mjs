@@ -1,16 +1,12 @@
 // instrument() against a recording meter.
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { instrument, open, UrsulaSetupError } from "../index.js";
+import { useServer } from "./helpers/hooks.mjs";
 import { streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
-import { startServer } from "./helpers/server.mjs";
 
-let server;
-before(async () => {
-  server = await startServer();
-});
-after(() => server?.stop());
+const ctx = useServer();
 
 function recordingMeter() {
   const created = [];
@@ -43,7 +39,7 @@ function recordingMeter() {
 }
 
 test("instrument reports the spec's metrics, drains every intervalMs, and stops", async () => {
-  const db = open(streamUrl(server.base, "metrics"), { dir: tempDir() });
+  const db = open(streamUrl(ctx.server.base, "metrics"), { dir: tempDir() });
   const file = db.location();
   const m = recordingMeter();
   const stop = instrument(file, m.meter, { intervalMs: 100, attributes: { service: "notes" } });

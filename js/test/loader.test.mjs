@@ -4,15 +4,12 @@
 import assert from "node:assert/strict";
 import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
+import { useServer } from "./helpers/hooks.mjs";
 import { runNode, streamUrl, tempDir } from "./helpers/kit.mjs";
-import { repoRoot, startServer } from "./helpers/server.mjs";
+import { repoRoot } from "./helpers/server.mjs";
 
-let server;
-before(async () => {
-  server = await startServer();
-});
-after(() => server?.stop());
+const ctx = useServer();
 
 const addon = join(repoRoot, "js", "sqlite-ursula.linux-x64-gnu.node");
 const plain = join(
@@ -64,13 +61,13 @@ const expected = {
 test("SQLITE_URSULA_VFS naming a copy of the addon", async () => {
   const copy = join(tempDir(), "copy.node");
   copyFileSync(addon, copy);
-  const r = await runNode(probe(streamUrl(server.base)), { env: { SQLITE_URSULA_VFS: copy } });
+  const r = await runNode(probe(streamUrl(ctx.server.base)), { env: { SQLITE_URSULA_VFS: copy } });
   assert.equal(r.code, 0, r.stderr);
   assert.deepEqual(JSON.parse(r.stdout), expected);
 });
 
 test("SQLITE_URSULA_VFS naming the plain extension: attach and status go through SQL", { skip: !existsSync(plain) && `${plain} is not built` }, async () => {
-  const r = await runNode(probe(streamUrl(server.base)), { env: { SQLITE_URSULA_VFS: plain } });
+  const r = await runNode(probe(streamUrl(ctx.server.base)), { env: { SQLITE_URSULA_VFS: plain } });
   assert.equal(r.code, 0, r.stderr);
   assert.deepEqual(JSON.parse(r.stdout), expected);
 });
@@ -105,7 +102,7 @@ test("on a platform without a prebuilt extension, open() throws UrsulaSetupError
   const r = await runNode(
     `Object.defineProperty(process, "arch", { value: "riscv64" });
     try {
-      U.open(${JSON.stringify(streamUrl(server.base))}, { dir: ${JSON.stringify(tempDir())} });
+      U.open(${JSON.stringify(streamUrl(ctx.server.base))}, { dir: ${JSON.stringify(tempDir())} });
       console.log(JSON.stringify("opened"));
     } catch (e) {
       console.log(JSON.stringify([e.name, e.kind, e.action, /linux-riscv64/.test(e.message), /SQLITE_URSULA_VFS/.test(e.message)]));

@@ -3,9 +3,10 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
+import { before, test } from "node:test";
+import { useServer } from "./helpers/hooks.mjs";
 import { tempDir } from "./helpers/kit.mjs";
-import { repoRoot, startServer } from "./helpers/server.mjs";
+import { repoRoot } from "./helpers/server.mjs";
 
 const NOTES_EXAMPLE = `import { open } from "@tonbo/sqlite-ursula";
 
@@ -27,21 +28,19 @@ try {
 }
 `;
 
-let server;
+const ctx = useServer();
 let app;
 before(async () => {
-  server = await startServer();
   app = tempDir();
   // A project that depends on the package: node_modules/@tonbo/sqlite-ursula is this js/ folder.
   mkdirSync(join(app, "node_modules", "@tonbo"), { recursive: true });
   symlinkSync(join(repoRoot, "js"), join(app, "node_modules", "@tonbo", "sqlite-ursula"), "dir");
 });
-after(() => server?.stop());
 
 // The examples make their own temp dirs (the README's attach example does): TMPDIR keeps them
 // inside `app`, which goes when the test process exits.
 function run(file, source) {
-  writeFileSync(join(app, file), source.replaceAll("127.0.0.1:4437", `127.0.0.1:${server.port}`));
+  writeFileSync(join(app, file), source.replaceAll("127.0.0.1:4437", `127.0.0.1:${ctx.server.port}`));
   mkdirSync(join(app, "tmp"), { recursive: true });
   return spawnSync(process.execPath, [join(app, file)], {
     cwd: app,

@@ -3,42 +3,18 @@ import assert from "node:assert/strict";
 import { existsSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { DatabaseSync } from "node:sqlite";
-import { after, before, test } from "node:test";
-import {
-  attach,
-  drainStats,
-  loadUrsulaVfs,
-  open,
-  status,
-  UrsulaError,
-  UrsulaSetupError,
-} from "../index.js";
+import { test } from "node:test";
+import { attach, drainStats, loadUrsulaVfs, open, status, UrsulaError } from "../index.js";
 import { fileNameFor } from "../src/naming.js";
-import { startProxy, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
-import { startServer } from "./helpers/server.mjs";
+import { setupError } from "./helpers/errors.mjs";
+import { useServer } from "./helpers/hooks.mjs";
+import { streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 
-let server;
-let proxy;
-before(async () => {
-  server = await startServer();
-  proxy = await startProxy(server.port);
-});
-after(async () => {
-  proxy?.stop();
-  await server?.stop();
-});
-
-function setupError(e, kind) {
-  assert.ok(e instanceof UrsulaSetupError, `${e?.stack}`);
-  assert.ok(e instanceof UrsulaError);
-  assert.equal(e.name, "UrsulaSetupError");
-  assert.equal(e.action, "fix");
-  assert.equal(e.kind, kind);
-}
+const ctx = useServer({ proxy: true });
 
 test("open returns a node:sqlite DatabaseSync on a WAL file named after the stream", async () => {
   const dir = tempDir();
-  const url = streamUrl(server.base, "notes");
+  const url = streamUrl(ctx.server.base, "notes");
   const db = open(url, { dir });
   assert.ok(db instanceof DatabaseSync);
   assert.equal(db.constructor, DatabaseSync);
@@ -67,7 +43,7 @@ test("open returns a node:sqlite DatabaseSync on a WAL file named after the stre
 
 test("a second open of the stream while it is open is in_use; after close it opens again", () => {
   const dir = tempDir();
-  const url = streamUrl(server.base);
+  const url = streamUrl(ctx.server.base);
   const db = open(url, { dir });
   db.exec("CREATE TABLE t(x)");
   setupError(thrown(() => open(url, { dir })), "in_use");
@@ -85,7 +61,7 @@ test("loadUrsulaVfs returns one control connection whose SQL functions share the
   assert.ok(ctl instanceof DatabaseSync);
   const dir = tempDir();
   const file = join(dir, "sql.db");
-  const url = streamUrl(server.base);
+  const url = streamUrl(ctx.server.base);
   const offset = ctl.prepare("SELECT ursula_attach(?, ?) AS o").get(file, url).o;
   assert.equal(typeof offset, "string");
   // Attached through SQL, read through the addon, and the other way round.
@@ -107,7 +83,7 @@ test("loadUrsulaVfs returns one control connection whose SQL functions share the
 test("attach a file yourself: two connections, both commits reach the stream", async () => {
   const dir = tempDir();
   const file = join(dir, "app.db");
-  const url = streamUrl(server.base);
+  const url = streamUrl(ctx.server.base);
   assert.equal(typeof attach(file, url), "string");
   const a = new DatabaseSync(file);
   const b = new DatabaseSync(file);
@@ -127,8 +103,8 @@ test("attach a file yourself: two connections, both commits reach the stream", a
 });
 
 test("open's own checks come before any request", async () => {
-  const before = (await proxy.seen()).length;
-  const url = streamUrl(proxy.base);
+  const before = (await ctx.proxy.seen()).length;
+  const url = streamUrl(ctx.proxy.base);
   const dir = tempDir();
   for (const path of [":memory:", "", "file:x.db"]) setupError(thrown(() => open(url, { path })), "invalid_argument");
   setupError(thrown(() => open(`${url}?a=1`, { dir })), "invalid_url");
@@ -138,19 +114,19 @@ test("open's own checks come before any request", async () => {
   const bad = thrown(() => open(url, { dir, timeout: "x" }));
   assert.ok(!(bad instanceof UrsulaError));
   assert.equal(bad.code, "ERR_INVALID_ARG_TYPE");
-  assert.equal((await proxy.seen()).length, before, "no request reached the proxy");
+  assert.equal((await ctx.proxy.seen()).length, before, "no request reached the proxy");
   assert.ok(!existsSync(join(dir, fileNameFor(url))));
 });
 
 test("node:sqlite options apply; a relative path is made absolute; a missing dir is created 0700", () => {
   const dir = join(tempDir(), "a", "b");
-  const url = streamUrl(server.base);
+  const url = streamUrl(ctx.server.base);
   const db = open(url, { dir, readBigInts: true });
   assert.equal((statSync(dir).mode & 0o777).toString(8), "700");
   assert.equal(typeof db.prepare("SELECT 1 AS one").get().one, "bigint");
   db.close();
   const path = relative(process.cwd(), join(tempDir(), "rel.db"));
-  const db2 = open(streamUrl(server.base), { path });
+  const db2 = open(streamUrl(ctx.server.base), { path });
   assert.ok(db2.location().startsWith("/"));
   db2.close();
 });
@@ -160,7 +136,7 @@ test("the cache dir defaults to $XDG_CACHE_HOME/sqlite-ursula", () => {
   const saved = process.env.XDG_CACHE_HOME;
   process.env.XDG_CACHE_HOME = cache;
   try {
-    const url = streamUrl(server.base);
+    const url = streamUrl(ctx.server.base);
     const db = open(url);
     assert.equal(db.location(), join(cache, "sqlite-ursula", fileNameFor(url)));
     db.close();
@@ -173,13 +149,13 @@ test("the cache dir defaults to $XDG_CACHE_HOME/sqlite-ursula", () => {
 test("setup refusals: other_stream, unreplicated_file, not_attached", () => {
   const dir = tempDir();
   const file = join(dir, "a.db");
-  attach(file, streamUrl(server.base));
-  setupError(thrown(() => attach(file, streamUrl(server.base))), "other_stream");
+  attach(file, streamUrl(ctx.server.base));
+  setupError(thrown(() => attach(file, streamUrl(ctx.server.base))), "other_stream");
   const plain = join(dir, "plain.db");
   const p = new DatabaseSync(plain);
   p.exec("CREATE TABLE t(x); INSERT INTO t VALUES (zeroblob(10000));");
   p.close();
-  setupError(thrown(() => open(streamUrl(server.base), { path: plain })), "unreplicated_file");
+  setupError(thrown(() => open(streamUrl(ctx.server.base), { path: plain })), "unreplicated_file");
   const e = thrown(() => status(join(dir, "never.db")));
   setupError(e, "not_attached");
   assert.match(e.message, /^ursula_status: not_attached: /);

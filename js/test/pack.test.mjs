@@ -7,16 +7,13 @@ import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { pathToFileURL } from "node:url";
+import { useServer } from "./helpers/hooks.mjs";
 import { startProxy, streamUrl, tempDir } from "./helpers/kit.mjs";
-import { repoRoot, startServer } from "./helpers/server.mjs";
+import { repoRoot } from "./helpers/server.mjs";
 
-let server;
-before(async () => {
-  server = await startServer();
-});
-after(() => server?.stop());
+const ctx = useServer();
 
 // npm runs on the Node.js that runs the tests.
 const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, npm_config_update_notifier: "false" };
@@ -64,7 +61,7 @@ test("the packed packages install offline and run the notes example", () => {
   const run = () =>
     spawnSync(process.execPath, ["index.mjs"], {
       cwd: app,
-      env: { ...env, URSULA_STREAM_URL: `${server.base}/demo/notes`, XDG_CACHE_HOME: join(app, "cache"), SQLITE_URSULA_VFS: "" },
+      env: { ...env, URSULA_STREAM_URL: `${ctx.server.base}/demo/notes`, XDG_CACHE_HOME: join(app, "cache"), SQLITE_URSULA_VFS: "" },
       encoding: "utf8",
       timeout: 30_000,
     });
@@ -103,7 +100,7 @@ test("the installed /pi entry with a Pi Durable stand-in: refused and fenced com
   cpSync(join(repoRoot, "js", "test", "fixtures", "pi-standin"), standin, { recursive: true });
   npm(["install", "--offline", "--no-audit", "--no-fund", "--install-links", standin], app);
   writeFileSync(join(app, "pi.mjs"), PI_SCRIPT);
-  const proxy = await startProxy(server.port);
+  const proxy = await startProxy(ctx.server.port);
   try {
     const r = spawnSync(
       process.execPath,

@@ -3,11 +3,11 @@
 // to the package (it is not on the registry this repo's machines reach); otherwise each is
 // reported as skipped, with the reason.
 import assert from "node:assert/strict";
-import { after, before, describe, it, test } from "node:test";
+import { describe, it, test } from "node:test";
 import { UrsulaFencedError, UrsulaPaymentRequiredError, UrsulaReplicationError, UrsulaSetupError } from "../index.js";
 import { openUrsulaPiStorage } from "../pi.js";
-import { runNode, startProxy, streamUrl, tempDir } from "./helpers/kit.mjs";
-import { startServer } from "./helpers/server.mjs";
+import { useServer } from "./helpers/hooks.mjs";
+import { runNode, streamUrl, tempDir } from "./helpers/kit.mjs";
 
 let pi = null;
 try {
@@ -68,24 +68,15 @@ const PI_TESTS = [
 if (SKIP) {
   for (const name of PI_TESTS) test(`Pi Durable: ${name}`, { skip: SKIP }, () => {});
 } else describe("Pi Durable", () => {
-  let server;
-  let proxy;
-  before(async () => {
-    server = await startServer();
-    proxy = await startProxy(server.port);
-  });
-  after(async () => {
-    proxy?.stop();
-    await server?.stop();
-  });
+  const ctx = useServer({ proxy: true });
   const provider = (prepare) => async (use) => {
-    const url = streamUrl(proxy.base, "pi");
+    const url = streamUrl(ctx.proxy.base, "pi");
     const storage = await openUrsulaPiStorage(`${tempDir()}/pi.db`, url);
     try {
       await prepare?.(url);
       await use(storage);
     } finally {
-      await proxy.clear();
+      await ctx.proxy.clear();
       await storage.close?.({}).catch?.(() => {});
     }
   };
@@ -111,7 +102,7 @@ if (SKIP) {
 
   it(PI_TESTS[1], async () => {
     const e = await firstFailure(() =>
-      proxy.rules([{ method: "POST", status: 402, body: "quota exhausted" }]),
+      ctx.proxy.rules([{ method: "POST", status: 402, body: "quota exhausted" }]),
     );
     assert.ok(e instanceof UrsulaPaymentRequiredError, e?.stack);
     assert.equal(e.action, "retry");

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, afterEach, before, test } from "node:test";
+import { afterEach, test } from "node:test";
 import {
   open,
   setToken,
@@ -14,8 +14,8 @@ import {
   UrsulaReplicationError,
   UrsulaWriteRefusedError,
 } from "../index.js";
-import { startProxy, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
-import { startServer } from "./helpers/server.mjs";
+import { useServer } from "./helpers/hooks.mjs";
+import { streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 
 // Read once, when the extension loads (the first open below).
 const tokenFile = join(tempDir(), "token");
@@ -27,29 +27,20 @@ process.env.URSULA_VFS_TOKEN_FILE = tokenFile;
 const RETRY_TAIL =
   "Nothing of it reached the stream, and the database stays usable: run it again later, the whole transaction if it was one.";
 
-let server;
-let proxy;
-before(async () => {
-  server = await startServer();
-  proxy = await startProxy(server.port);
-});
+const ctx = useServer({ proxy: true });
 afterEach(async () => {
-  await proxy.clear();
-  await proxy.bearer(null);
-});
-after(async () => {
-  proxy?.stop();
-  await server?.stop();
+  await ctx.proxy.clear();
+  await ctx.proxy.bearer(null);
 });
 
 function fresh() {
-  const db = open(streamUrl(proxy.base, "refused"), { dir: tempDir() });
+  const db = open(streamUrl(ctx.proxy.base, "refused"), { dir: tempDir() });
   db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   return db;
 }
 const insert = (db, body) => db.prepare("INSERT INTO notes(body) VALUES (?)").run(body);
 const rows = (db) => db.prepare("SELECT body FROM notes ORDER BY id").all().map((r) => r.body);
-const refuse = (status, body = "", headers = {}) => proxy.rules([{ method: "POST", status, body, headers }]);
+const refuse = (status, body = "", headers = {}) => ctx.proxy.rules([{ method: "POST", status, body, headers }]);
 
 function refused(e, cls, kind, action) {
   assert.ok(e instanceof cls, e?.stack);
@@ -80,7 +71,7 @@ test("402: UrsulaPaymentRequiredError at once, reads go on, the next commit need
   assert.equal(s.payment_required, true);
   assert.equal(s.payment_reason, "quota exhausted");
   assert.deepEqual(rows(db), []);
-  await proxy.clear();
+  await ctx.proxy.clear();
   insert(db, "accepted");
   assert.equal(status(db.location()).payment_required, false);
   assert.deepEqual(rows(db), ["accepted"]);
@@ -139,7 +130,7 @@ test("the ROLLBACK rule after a refused COMMIT, and a wrapping transaction helpe
   assert.ok(inner instanceof UrsulaPaymentRequiredError, w.stack);
 
   // Other statements clear the kept error: SQLite's own message is back.
-  await proxy.clear();
+  await ctx.proxy.clear();
   insert(db, "ok");
   assert.match(thrown(() => db.exec("ROLLBACK")).message, /no transaction is active/);
   assert.deepEqual(rows(db), ["ok"]);
@@ -154,14 +145,14 @@ test("429 is retried, then fails alone as rate_limited", async () => {
   assert.equal(e.reason, "slow down");
   assert.match(e.message, /^commit refused with 429 Too Many Requests in front of the stream: slow down\. /);
   assert.ok(status(db.location()).append_retries > 0);
-  await proxy.clear();
+  await ctx.proxy.clear();
   insert(db, "y");
   assert.deepEqual(rows(db), ["y"]);
   db.close();
 });
 
 test("a marked 503 fails alone as not_applied; an unmarked one poisons (reattach)", async () => {
-  const url = streamUrl(proxy.base, "poison");
+  const url = streamUrl(ctx.proxy.base, "poison");
   const dir = tempDir();
   const db = open(url, { dir });
   db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
@@ -179,7 +170,7 @@ test("a marked 503 fails alone as not_applied; an unmarked one poisons (reattach
   assert.equal(p.fenced, false);
   assert.equal(p.errcode, 778);
   assert.match(p.message, /^commit not replicated: .*close the database and open it again/);
-  await proxy.clear();
+  await ctx.proxy.clear();
   assert.ok(thrown(() => insert(db, "z")) instanceof UrsulaReattachError, "poisoned until reopened");
   db.close();
   // Close and open again: the new attach replays the stream, and commits go through.
@@ -191,25 +182,25 @@ test("a marked 503 fails alone as not_applied; an unmarked one poisons (reattach
 
 test("401 until setToken gives the right token; then the token file", async () => {
   const db = fresh();
-  await proxy.bearer("good");
+  await ctx.proxy.bearer("good");
   const e = thrown(() => insert(db, "x"));
   refused(e, UrsulaWriteRefusedError, "unauthorized", "retry");
   assert.equal(e.reason, "token refused");
   setToken("good");
   insert(db, "with the set token");
   // Back to the token file, which is read again when it changes.
-  await proxy.bearer("from-file");
+  await ctx.proxy.bearer("from-file");
   setToken(null);
   writeFileSync(tokenFile, "from-file\n");
   insert(db, "with the file's token");
-  await proxy.bearer(null);
+  await ctx.proxy.bearer(null);
   assert.deepEqual(rows(db), ["with the set token", "with the file's token"]);
   db.close();
 });
 
 test("too_large: never sent, fails alone with action fix, the next small commit goes through", async () => {
   const db = fresh();
-  const posts = await proxy.count("POST");
+  const posts = await ctx.proxy.count("POST");
   db.exec("BEGIN");
   const big = db.prepare("INSERT INTO notes(body) VALUES (randomblob(?))");
   for (let i = 0; i < 50; i++) big.run(4000);
@@ -217,7 +208,7 @@ test("too_large: never sent, fails alone with action fix, the next small commit 
   refused(e, UrsulaWriteRefusedError, "too_large", "fix");
   assert.match(e.reason, /^\d+-byte frame over the 65536-byte frame limit$/);
   assert.match(e.message, /too large for one append: .*split the transaction into smaller ones\.$/);
-  assert.equal(await proxy.count("POST"), posts, "nothing was sent");
+  assert.equal(await ctx.proxy.count("POST"), posts, "nothing was sent");
   const s = status(db.location());
   assert.equal(s.poisoned, false);
   assert.equal(s.refused_kind, "too_large");
@@ -227,7 +218,7 @@ test("too_large: never sent, fails alone with action fix, the next small commit 
 });
 
 test("a claim refused with 402: open throws UrsulaPaymentRequiredError; a read-only open works", async () => {
-  const url = streamUrl(proxy.base, "claim");
+  const url = streamUrl(ctx.proxy.base, "claim");
   const seed = open(url, { dir: tempDir() });
   seed.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT); INSERT INTO notes(body) VALUES ('seed');");
   seed.close();
@@ -240,5 +231,5 @@ test("a claim refused with 402: open throws UrsulaPaymentRequiredError; a read-o
   const reader = open(url, { dir: tempDir(), readOnly: true });
   assert.deepEqual(rows(reader), ["seed"]);
   reader.close();
-  await proxy.clear();
+  await ctx.proxy.clear();
 });

@@ -2,30 +2,27 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { basename, join } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { DatabaseSync } from "node:sqlite";
 import { open, status, UrsulaSetupError, UrsulaWriteRefusedError } from "../index.js";
 import { fileNameFor } from "../src/naming.js";
-import { freePort, startServer } from "./helpers/server.mjs";
+import { useServer } from "./helpers/hooks.mjs";
+import { freePort } from "./helpers/server.mjs";
 import { streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 
 process.env.URSULA_VFS_RETRY_MS = "1000";
 
-let server;
-before(async () => {
-  server = await startServer();
-});
-after(() => server?.stop());
+const ctx = useServer();
 
 test("after a server restart the stream is gone: not_found, the local file is kept", async () => {
-  const url = streamUrl(server.base, "restart");
+  const url = streamUrl(ctx.server.base, "restart");
   const dir = tempDir();
   const db = open(url, { dir });
   db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT); INSERT INTO notes(body) VALUES ('kept');");
   const file = db.location();
   db.close();
   const bytes = readFileSync(file);
-  await server.restart();
+  await ctx.server.restart();
   const e = thrown(() => open(url, { dir }));
   assert.ok(e instanceof UrsulaSetupError, e.stack);
   assert.equal(e.kind, "not_found");
@@ -40,7 +37,7 @@ test("after a server restart the stream is gone: not_found, the local file is ke
   assert.equal(s.kind, "not_found");
   assert.match(s.message, /^ursula_status: attach_failed: not_found: .* is not attached: its last attach failed/);
   // Another stream opens as usual.
-  const other = open(streamUrl(server.base, "fresh"), { dir });
+  const other = open(streamUrl(ctx.server.base, "fresh"), { dir });
   other.exec("CREATE TABLE t(x)");
   other.close();
 });

@@ -10,7 +10,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { AUDIENCE, startIssuer } from "../../../js/test/helpers/issuer.mjs";
 import { tempDir } from "../../../js/test/helpers/kit.mjs";
-import { detach, freePort, startServer, ursulaBin } from "../../../js/test/helpers/server.mjs";
+import { detach, freePort, startGateway as startGatewayOn, startServer } from "../../../js/test/helpers/server.mjs";
 
 const browserRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const OWNER = "owner-1";
@@ -32,20 +32,6 @@ export function chromium() {
     if (existsSync(p)) return p;
   }
   throw new Error("chromium is not on PATH: install it (apt-get install -y chromium) to run the browser tests");
-}
-
-async function waitListening(url, child, what) {
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`${what} exited with ${child.exitCode}`);
-    try {
-      await fetch(url);
-      return;
-    } catch {
-      if (Date.now() > deadline) throw new Error(`${what} did not start`);
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
 }
 
 /**
@@ -107,31 +93,22 @@ export async function startStack() {
   const gatewayPort = await freePort();
   const gatewayBase = `http://127.0.0.1:${gatewayPort}`;
   let gateway = null;
+  // On the same port every time: a page that lost its gateway finds it again when it is back.
   const startGateway = async () => {
-    gateway = detach(
-      spawn(
-        ursulaBin(),
-        [
-          "gateway",
-          "--upstream", node.base,
-          "--listen", `127.0.0.1:${gatewayPort}`,
-          "--auth-issuer", issuer.url,
-          "--auth-audience", AUDIENCE,
-          "--auth-jwks-url", issuer.jwksUrl,
-          "--auth-policy", policy,
-          "--cors-allowed-origin", pageBase,
-        ],
-        { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, RUST_LOG: "warn" } },
-      ),
+    gateway = await startGatewayOn(
+      node.base,
+      [
+        "--auth-issuer", issuer.url,
+        "--auth-audience", AUDIENCE,
+        "--auth-jwks-url", issuer.jwksUrl,
+        "--auth-policy", policy,
+        "--cors-allowed-origin", pageBase,
+      ],
+      { port: gatewayPort },
     );
-    await waitListening(`${gatewayBase}/`, gateway, "the gateway");
   };
   const stopGateway = async () => {
-    if (gateway === null || gateway.exitCode !== null) return;
-    const g = gateway;
-    const exited = new Promise((r) => g.once("exit", r));
-    g.kill("SIGKILL");
-    await exited;
+    await gateway?.stop();
   };
   await startGateway();
   const browsers = new Set();
@@ -175,11 +152,16 @@ export async function startStack() {
       return file;
     },
 
-    /** Opens `page` (under browser/) in headless Chromium with `params`; `close()` kills it. */
-    browse(page, params) {
+    /**
+     * Opens test/pages/host.html running `module` (under browser/) in headless Chromium with
+     * `params`; `close()` kills it.
+     */
+    browse(module, params) {
       const profile = join(dir, `chromium-${browsers.size}-${Date.now()}`);
-      const query = Object.entries(params).flatMap(([k, v]) => (Array.isArray(v) ? v : [v]).map((x) => [k, x]));
-      const url = `${pageBase}/${page}?${new URLSearchParams(query)}`;
+      const query = Object.entries({ module: `/${module}`, ...params }).flatMap(([k, v]) =>
+        (Array.isArray(v) ? v : [v]).map((x) => [k, x]),
+      );
+      const url = `${pageBase}/test/pages/host.html?${new URLSearchParams(query)}`;
       const child = spawn(
         chromium(),
         [

@@ -1,9 +1,11 @@
 // Shared test kit: the proxy child, child Node processes running the package, temp dirs.
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { detach } from "./server.mjs";
 
@@ -112,6 +114,19 @@ export function startNode(code, { env = {} } = {}) {
     });
   child.exited = new Promise((ok) => child.once("exit", ok));
   return child;
+}
+
+/**
+ * Polls `f` (sync or async) every 10 ms until it returns true; fails naming `what` after `ms`.
+ * For a state that settles on its own time, where a fixed sleep would guess how long it takes.
+ */
+export async function until(what, f, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await f()) return;
+    await sleep(10);
+  }
+  assert.fail(`timed out waiting for ${what}`);
 }
 
 /** Calls `f` and returns what it threw (fails when it did not throw). */

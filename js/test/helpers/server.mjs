@@ -1,4 +1,5 @@
-// The real `ursula server` on a free loopback port, as a child process.
+// The real `ursula server` on a free loopback port, as a child process; `ursula gateway` in
+// front of one.
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createServer } from "node:net";
@@ -86,6 +87,52 @@ export async function startServer() {
     async restart() {
       await stop();
       await spawnOne();
+    },
+  };
+}
+
+/**
+ * Resolves once `url` answers at all (any status: a gateway may answer / with an error); fails
+ * when `child` exits first, or after 20 s.
+ */
+export async function waitAnswering(url, child, what) {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${what} exited with ${child.exitCode}`);
+    try {
+      await fetch(url);
+      return;
+    } catch {
+      if (Date.now() > deadline) throw new Error(`${what} did not start`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+}
+
+/**
+ * Starts `ursula gateway` in front of `upstream` on `port` (a free one unless given), with `args`
+ * after its --upstream and --listen; resolves once it answers. `stop()` kills it and waits for
+ * the exit, so that the port is free for the next start.
+ */
+export async function startGateway(upstream, args = [], { port } = {}) {
+  port ??= await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const child = detach(
+    spawn(ursulaBin(), ["gateway", "--upstream", upstream, "--listen", `127.0.0.1:${port}`, ...args], {
+      stdio: ["ignore", "ignore", "inherit"],
+      env: { ...process.env, RUST_LOG: "warn" },
+    }),
+  );
+  await waitAnswering(`${base}/`, child, "the gateway");
+  return {
+    port,
+    base,
+    async stop() {
+      if (child.exitCode !== null) return;
+      const exited = new Promise((r) => child.once("exit", r));
+      child.ref(); // as for the server: an unref'd child would not keep the process alive for the exit
+      child.kill("SIGKILL");
+      await exited;
     },
   };
 }
