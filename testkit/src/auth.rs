@@ -290,21 +290,41 @@ pub const STRANGER: &str = "user-2";
 
 /// A policy: `private` owned by user-1, `public` readable by anyone and owned by user-1.
 pub fn policy(scratch: &Scratch, issuer: &str) -> String {
+    policy_owned_by(scratch, issuer, OWNER)
+}
+
+/// The [`policy`] with both buckets owned by `subject` of `issuer`; returns the file's path.
+pub fn policy_owned_by(scratch: &Scratch, issuer: &str, subject: &str) -> String {
     let path = scratch.path().join("policy.toml");
+    let owners = format!("owners = [{{ issuer = \"{issuer}\", subject = \"{subject}\" }}]");
     let text = format!(
-        "[[bucket]]\nid = \"private\"\nowners = [{{ issuer = \"{issuer}\", subject = \"{OWNER}\" }}]\n\n\
-         [[bucket]]\nid = \"public\"\npublic_read = true\nowners = [{{ issuer = \"{issuer}\", subject = \"{OWNER}\" }}]\n"
+        "[[bucket]]\nid = \"private\"\n{owners}\n\n\
+         [[bucket]]\nid = \"public\"\npublic_read = true\n{owners}\n"
     );
     std::fs::write(&path, text).expect("policy");
     path.display().to_string()
 }
 
+/// A gateway in front of `node` checking `issuer`'s tokens against [`policy`].
 pub fn auth_gateway(scratch: &Scratch, node: &Proc, issuer: &str, extra: &[&str]) -> Proc {
+    let policy = policy(scratch, issuer);
+    policy_gateway(scratch, &node.base(), issuer, &policy, extra)
+}
+
+/// A gateway in front of `upstream` checking `issuer`'s tokens against the policy file at
+/// `policy`; `extra` goes to its arguments.
+pub fn policy_gateway(
+    scratch: &Scratch,
+    upstream: &str,
+    issuer: &str,
+    policy: &str,
+    extra: &[&str],
+) -> Proc {
     let port = free_port();
     let mut args: Vec<String> = [
         "gateway",
         "--upstream",
-        &node.base(),
+        upstream,
         "--listen",
         &format!("127.0.0.1:{port}"),
         "--auth-issuer",
@@ -312,7 +332,7 @@ pub fn auth_gateway(scratch: &Scratch, node: &Proc, issuer: &str, extra: &[&str]
         "--auth-audience",
         AUDIENCE,
         "--auth-policy",
-        &policy(scratch, issuer),
+        policy,
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -327,10 +347,44 @@ pub fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
+/// A seeded node behind a gateway that checks the tokens of an issuer holding one Ed25519 key
+/// (`ed1`). Fields drop in order: the processes before their scratch directory.
+pub struct Guarded {
+    pub gw: Proc,
+    pub node: Proc,
+    pub issuer: Issuer,
+    pub scratch: Scratch,
+}
+
+/// Starts a [`Guarded`] stack in a scratch directory named after `name`; `extra` goes to the
+/// gateway's arguments.
+pub fn guarded(name: &str, extra: &[&str]) -> Guarded {
+    let scratch = Scratch::new(name);
+    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
+    let node = seeded_node(&scratch);
+    let gw = auth_gateway(&scratch, &node, &issuer.url, extra);
+    Guarded {
+        gw,
+        node,
+        issuer,
+        scratch,
+    }
+}
+
 /// A node with `private/s` and `public/s` holding "hello|", created straight on the node.
 pub fn seeded_node(scratch: &Scratch) -> Proc {
-    let node = memory_node(scratch);
+    let node = node_with_buckets(scratch, &["private", "public"]);
     for b in ["private", "public"] {
+        let a = send("POST", &node.url(&format!("/{b}/s")), &[TEXT], b"hello|");
+        assert!(matches!(a.status, 200 | 204), "{}", a.body);
+    }
+    node
+}
+
+/// An in-memory node holding an empty text stream `s` in each of `buckets`.
+pub fn node_with_buckets(scratch: &Scratch, buckets: &[&str]) -> Proc {
+    let node = memory_node(scratch);
+    for b in buckets {
         let a = send("PUT", &node.url(&format!("/{b}")), &[], b"");
         assert!(
             matches!(a.status, 200 | 201 | 204),
@@ -339,8 +393,6 @@ pub fn seeded_node(scratch: &Scratch) -> Proc {
         );
         let a = send("PUT", &node.url(&format!("/{b}/s")), &[TEXT], b"");
         assert_eq!(a.status, 201, "{}", a.body);
-        let a = send("POST", &node.url(&format!("/{b}/s")), &[TEXT], b"hello|");
-        assert!(matches!(a.status, 200 | 204), "{}", a.body);
     }
     node
 }

@@ -192,6 +192,14 @@ pub fn admin_listen(args: &[String], port: u16) -> Vec<String> {
     vec!["--admin-listen".into(), format!("127.0.0.1:{port}")]
 }
 
+/// Runs `ursula` with `args`, asserting it refuses to start (a non-zero exit); returns its
+/// stderr.
+pub fn refusal(args: &[String]) -> String {
+    let (code, stderr) = refused_start(args);
+    assert_ne!(code, Some(0), "{stderr}");
+    stderr
+}
+
 /// Runs `ursula` with `args` expecting it to refuse to start; returns its exit code and stderr.
 pub fn refused_start(args: &[String]) -> (Option<i32>, String) {
     let out_path = std::env::temp_dir().join(format!("ursula-refused-{}", free_port()));
@@ -246,6 +254,17 @@ pub fn single_node_args(dir: &Path, port: u16, toml: &str, wal: &str) -> Vec<Str
     ]
 }
 
+/// Starts a single durable node from [`single_node_args`] on a free port, logging to
+/// `dir/node.log`.
+pub fn start_single_node(dir: &Path, toml: &str, wal: &str) -> Proc {
+    let port = free_port();
+    Proc::start(
+        port,
+        single_node_args(dir, port, toml, wal),
+        dir.join("node.log"),
+    )
+}
+
 /// The peer secret of the test clusters, as `[raft]`'s line naming its file under `dir`
 /// (written there): every cluster the harness starts authenticates its peers, as the
 /// multi-node examples do.
@@ -266,14 +285,11 @@ pub const SECRET_HEADER: &str = "x-ursula-raft-secret";
 pub const PEER_SECRET: &str = "test-cluster-peer-secret-0123456789abcdef";
 
 pub fn cluster_toml(dir: &Path, ports: &[u16]) -> PathBuf {
-    let mut t = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
-    t.push_str(&peer_secret_line(dir));
-    for (i, p) in ports.iter().enumerate() {
-        t.push_str(&format!(
-            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
-            i + 1
-        ));
-    }
+    let t = format!(
+        "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}{}",
+        peer_secret_line(dir),
+        peer_entries(ports)
+    );
     let path = dir.join("cluster.toml");
     std::fs::write(&path, t).expect("toml");
     path
@@ -286,33 +302,77 @@ pub fn cluster_wal(dir: &Path, i: usize) -> PathBuf {
 
 /// The arguments of cluster node `i` (0-based): the shared peer list with a WAL of its own.
 pub fn cluster_node_args(dir: &Path, ports: &[u16], i: usize) -> Vec<String> {
+    cluster_node_args_with(dir, ports, i, "")
+}
+
+/// [`cluster_node_args`] with `extra` TOML at the end of the node's config.
+pub fn cluster_node_args_with(dir: &Path, ports: &[u16], i: usize, extra: &str) -> Vec<String> {
     let shared = std::fs::read_to_string(cluster_toml(dir, ports)).expect("shared");
     let wal = cluster_wal(dir, i);
     std::fs::create_dir_all(wal.parent().expect("node dir")).expect("node dir");
     let own = dir.join(format!("n{}.toml", i + 1));
     std::fs::write(
         &own,
-        format!("{shared}[raft.wal]\npath = \"{}\"\n", wal.display()),
+        format!("{shared}[raft.wal]\npath = \"{}\"\n{extra}", wal.display()),
     )
     .expect("toml");
+    node_args(&own, i, ports[i])
+}
+
+/// `[[raft.peers]]` entries naming node `i + 1` at `127.0.0.1:ports[i]`.
+pub fn peer_entries(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            format!(
+                "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
+                i + 1
+            )
+        })
+        .collect()
+}
+
+/// The `ursula` arguments that start node `i + 1` (`i` 0-based) from `config` on `port`.
+pub fn node_args(config: &Path, i: usize, port: u16) -> Vec<String> {
     vec![
         "server".into(),
         "--config".into(),
-        own.display().to_string(),
+        config.display().to_string(),
         "--node-id".into(),
         (i + 1).to_string(),
         "--listen".into(),
-        format!("127.0.0.1:{}", ports[i]),
+        format!("127.0.0.1:{port}"),
     ]
 }
 
 /// Starts cluster node `i` (0-based).
 pub fn start_cluster_node(dir: &Path, ports: &[u16], i: usize) -> Proc {
+    start_cluster_node_with(dir, ports, i, "")
+}
+
+/// Starts cluster node `i` (0-based) with `extra` TOML in its config.
+pub fn start_cluster_node_with(dir: &Path, ports: &[u16], i: usize, extra: &str) -> Proc {
     Proc::start(
         ports[i],
-        cluster_node_args(dir, ports, i),
+        cluster_node_args_with(dir, ports, i, extra),
         dir.join(format!("n{}.log", i + 1)),
     )
+}
+
+/// Starts nodes `0..running` of a static cluster of `size` under `dir`
+/// ([`start_cluster_node`]); returns every node's port, the running nodes and their base URLs.
+pub fn start_cluster(
+    dir: &Path,
+    size: usize,
+    running: usize,
+) -> (Vec<u16>, Vec<Proc>, Vec<String>) {
+    let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+    let nodes: Vec<Proc> = (0..running)
+        .map(|i| start_cluster_node(dir, &ports, i))
+        .collect();
+    let bases = nodes.iter().map(Proc::base).collect();
+    (ports, nodes, bases)
 }
 
 pub type Answer = (u16, BTreeMap<String, String>, Vec<u8>);

@@ -121,10 +121,14 @@ impl Drop for Proc {
 
 /// A single in-memory node.
 pub fn memory_node(scratch: &Scratch) -> Proc {
-    let config = scratch.path().join("node.toml");
-    std::fs::write(&config, "[runtime]\ncore_count = 2\n").expect("config");
+    memory_node_with(scratch, &[])
+}
+
+/// A single in-memory node with `extra` arguments.
+pub fn memory_node_with(scratch: &Scratch, extra: &[String]) -> Proc {
+    let config = scratch.file("node.toml", "[runtime]\ncore_count = 2\n");
     let port = free_port();
-    let args = [
+    let mut args = vec![
         "server".into(),
         "--config".into(),
         config.display().to_string(),
@@ -133,7 +137,20 @@ pub fn memory_node(scratch: &Scratch) -> Proc {
         "--listen".into(),
         format!("127.0.0.1:{port}"),
     ];
+    args.extend_from_slice(extra);
     Proc::start(scratch, "node", port, &args, "/__ursula/ready")
+}
+
+/// How many live reads (long-polls, SSE) wait on `node`, from its metrics.
+pub fn live_waiters(node: &Proc) -> u64 {
+    let metrics = send("GET", &node.url("/__ursula/metrics"), &[], b"");
+    let doc: serde_json::Value = serde_json::from_str(&metrics.body).expect("metrics JSON");
+    doc["per_core_live_read_waiters"]
+        .as_array()
+        .expect("per_core_live_read_waiters")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .sum()
 }
 
 pub fn gateway(scratch: &Scratch, name: &str, upstreams: &[String], extra: &[&str]) -> Proc {

@@ -7,6 +7,7 @@
 //! - `scratch`: one scratch directory per test, kept when the test fails.
 //! - `bins`: the `ursula` and `ursulactl` binaries of the build under test.
 //! - `http`: an agent that reports every status, and one request's status, headers and body.
+//! - `conn`: raw connections that never finish a request head, and whether one was closed.
 //! - `cluster`: `ursula` nodes on the Raft engine: single durable nodes and static clusters,
 //!   killed, stopped and restarted on their WAL; requests that follow 307s.
 //! - `gateway`: `ursula gateway` in front of nodes; raw HTTP/1.1 requests.
@@ -16,6 +17,7 @@
 pub mod auth;
 pub mod bins;
 pub mod cluster;
+pub mod conn;
 pub mod ctl;
 pub mod gateway;
 pub mod http;

@@ -15,26 +15,13 @@ use std::time::Duration;
 use std::time::Instant;
 
 use crate::harness::bins::ursulactl;
+use crate::harness::cluster::node_args;
+use crate::harness::cluster::peer_entries;
 use crate::harness::gateway::Proc as Node;
+use crate::harness::gateway::memory_node;
+use crate::harness::gateway::memory_node_with;
 use crate::harness::ports::free_port;
 use crate::harness::scratch::Scratch;
-
-fn memory_node(scratch: &Scratch) -> Node {
-    let config = scratch.file("node.toml", "[runtime]\ncore_count = 2\n");
-    let port = free_port();
-    let args = [
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--preset".into(),
-        "default".into(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
-    let mut node = Node::spawn(scratch, "node", port, &args);
-    node.wait_for("ursula", "/__ursula/ready");
-    node
-}
 
 fn run(args: &[&str]) -> (Option<i32>, String, String) {
     let Output {
@@ -110,13 +97,10 @@ fn status_names_a_node_nobody_listens_for_and_exits_non_zero() {
 fn status_reports_one_leader_per_group_across_a_raft_cluster() {
     let scratch = Scratch::new("cluster");
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut shared = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
-    for (i, p) in ports.iter().enumerate() {
-        shared.push_str(&format!(
-            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
-            i + 1
-        ));
-    }
+    let shared = format!(
+        "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}",
+        peer_entries(&ports)
+    );
     let mut nodes: Vec<Node> = ports
         .iter()
         .enumerate()
@@ -129,15 +113,7 @@ fn status_reports_one_leader_per_group_across_a_raft_cluster() {
                     wal.display()
                 ),
             );
-            let args = [
-                "server".into(),
-                "--config".into(),
-                config.display().to_string(),
-                "--node-id".into(),
-                (i + 1).to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{p}"),
-            ];
+            let args = node_args(&config, i, *p);
             Node::spawn(&scratch, &format!("n{}", i + 1), *p, &args)
         })
         .collect();
@@ -228,21 +204,11 @@ fn verbs_this_build_does_not_run_say_so_in_one_line_with_exit_code_1() {
 #[test]
 fn status_reads_a_node_through_its_admin_plane_when_the_manifest_names_only_that() {
     let scratch = Scratch::new("admin-plane");
-    let config = scratch.file("node.toml", "[runtime]\ncore_count = 2\n");
-    let (port, admin) = (free_port(), free_port());
-    let args = [
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--preset".into(),
-        "default".into(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-        "--admin-listen".into(),
-        format!("127.0.0.1:{admin}"),
-    ];
-    let mut node = Node::spawn(&scratch, "node", port, &args);
-    node.wait_for("ursula", "/__ursula/ready");
+    let admin = free_port();
+    let _node = memory_node_with(
+        &scratch,
+        &["--admin-listen".into(), format!("127.0.0.1:{admin}")],
+    );
     // `admin_port` (with the host) and `admin_url`: the two ways the manifest names the plane.
     for entry in [
         format!(r#"{{"id": 1, "host": "127.0.0.1", "admin_port": {admin}}}"#),

@@ -9,6 +9,9 @@ use std::net::TcpStream;
 use std::time::Duration;
 use std::time::Instant;
 
+use crate::harness::cluster::node_args;
+use crate::harness::cluster::peer_entries;
+use crate::harness::cluster::wait_for;
 use crate::harness::gateway::*;
 
 #[test]
@@ -41,7 +44,9 @@ fn the_gateway_forwards_create_append_read_long_poll_and_sse() {
         "/demo/s?offset={tail}&live=long-poll&timeout_ms=10000"
     ));
     let poll = std::thread::spawn(move || send("GET", &poll_url, &[], b""));
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for(10, "the long-poll waiting at the tail", || {
+        (live_waiters(&node) == 1).then_some(())
+    });
     let a = send("POST", &gw.url("/demo/s"), &[TEXT], b"second|");
     assert!(matches!(a.status, 200 | 204));
     let polled = poll.join().expect("long-poll thread");
@@ -130,13 +135,10 @@ fn an_oversized_body_gets_a_marked_413_and_is_not_forwarded() {
 /// Three voters from one TOML, each with its own WAL directory.
 fn cluster(scratch: &Scratch) -> Vec<Proc> {
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut shared = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
-    for (i, p) in ports.iter().enumerate() {
-        shared.push_str(&format!(
-            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
-            i + 1
-        ));
-    }
+    let shared = format!(
+        "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}",
+        peer_entries(&ports)
+    );
     ports
         .iter()
         .enumerate()
@@ -151,15 +153,7 @@ fn cluster(scratch: &Scratch) -> Vec<Proc> {
                 ),
             )
             .expect("toml");
-            let args = [
-                "server".into(),
-                "--config".into(),
-                own.display().to_string(),
-                "--node-id".into(),
-                (i + 1).to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{p}"),
-            ];
+            let args = node_args(&own, i, *p);
             Proc::spawn(scratch, &format!("n{}", i + 1), *p, &args)
         })
         .collect::<Vec<_>>()

@@ -15,10 +15,8 @@ use crate::harness::gateway::*;
 
 #[test]
 fn owners_write_and_read_and_the_node_keeps_what_refused_writes_never_sent() {
-    let scratch = Scratch::new("auth-owner");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
+    let g = guarded("auth-owner", &[]);
+    let (issuer, node, gw) = (&g.issuer, &g.node, &g.gw);
     let owner = bearer(&token(&issuer.url, OWNER));
     let stranger = bearer(&token(&issuer.url, STRANGER));
 
@@ -67,16 +65,14 @@ fn owners_write_and_read_and_the_node_keeps_what_refused_writes_never_sent() {
         );
         assert_eq!(send("PUT", &gw.url("/newbucket"), &auth, b"").status, 404);
     }
-    assert_eq!(contents(&node, "/private/s"), "hello|mine|");
+    assert_eq!(contents(node, "/private/s"), "hello|mine|");
     assert_eq!(send("HEAD", &node.url("/private/u"), &[], b"").status, 404);
 }
 
 #[test]
 fn concealed_404s_are_byte_for_byte_the_404_of_a_missing_stream() {
-    let scratch = Scratch::new("auth-conceal");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
+    let g = guarded("auth-conceal", &[]);
+    let (issuer, node, gw) = (&g.issuer, &g.node, &g.gw);
     let owner = bearer(&token(&issuer.url, OWNER));
     let stranger = bearer(&token(&issuer.url, STRANGER));
 
@@ -109,16 +105,14 @@ fn concealed_404s_are_byte_for_byte_the_404_of_a_missing_stream() {
             assert_eq!(got, missing, "{method} /public/s as a stranger");
         }
     }
-    assert_eq!(contents(&node, "/private/s"), "hello|");
-    assert_eq!(contents(&node, "/public/s"), "hello|");
+    assert_eq!(contents(node, "/private/s"), "hello|");
+    assert_eq!(contents(node, "/public/s"), "hello|");
 }
 
 #[test]
 fn public_read_serves_read_head_and_tail_to_anonymous_callers_and_nothing_else() {
-    let scratch = Scratch::new("auth-public");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
+    let g = guarded("auth-public", &[]);
+    let (node, gw) = (&g.node, &g.gw);
 
     let a = send("GET", &gw.url("/public/s?offset=-1"), &[], b"");
     assert_eq!((a.status, a.body.as_str()), (200, "hello|"));
@@ -149,7 +143,7 @@ fn public_read_serves_read_head_and_tail_to_anonymous_callers_and_nothing_else()
     assert_eq!(send("PUT", &gw.url("/public/t"), &[TEXT], b"").status, 404);
     assert_eq!(send("DELETE", &gw.url("/public/s"), &[], b"").status, 404);
     assert_eq!(send("PUT", &gw.url("/public"), &[], b"").status, 404);
-    assert_eq!(contents(&node, "/public/s"), "hello|");
+    assert_eq!(contents(node, "/public/s"), "hello|");
 }
 
 #[test]
@@ -360,10 +354,8 @@ fn an_unreachable_issuer_is_a_marked_503_while_anonymous_public_reads_go_on() {
 
 #[test]
 fn a_rotated_key_is_fetched_and_a_flood_of_unknown_kids_costs_at_most_two_fetches() {
-    let scratch = Scratch::new("auth-rotate");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
+    let g = guarded("auth-rotate", &[]);
+    let (issuer, gw) = (&g.issuer, &g.gw);
     let read = |t: &str| {
         let auth = bearer(t);
         send(
@@ -433,10 +425,8 @@ fn auth_flags_without_an_issuer_stop_the_gateway_at_startup() {
 
 #[test]
 fn an_sse_subscription_ends_at_the_tokens_exp_with_a_credential_expired_frame() {
-    let scratch = Scratch::new("auth-sse-exp");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
+    let g = guarded("auth-sse-exp", &[]);
+    let (issuer, gw) = (&g.issuer, &g.gw);
     let mut c = claims(&issuer.url, OWNER);
     let exp = now() + 3;
     c["exp"] = exp.into();

@@ -220,25 +220,9 @@ fn fuzzed_credentials_never_get_a_5xx_and_are_never_forwarded() {
         ),
     )
     .expect("policy");
-    let port = free_port();
-    let args: Vec<String> = [
-        "gateway",
-        "--upstream",
-        &upstream,
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--auth-issuer",
-        &issuer.url,
-        "--auth-audience",
-        AUDIENCE,
-        "--auth-policy",
-        &policy.display().to_string(),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let mut gw = Proc::spawn(&scratch, "gateway", port, &args);
-    gw.wait_answering("gateway", "/");
+    let policy = policy.display().to_string();
+    let gw = policy_gateway(&scratch, &upstream, &issuer.url, &policy, &[]);
+    let port = gw.port;
     let valid = token(&issuer.url, "user-1");
     // The fixture works: the valid token is forwarded, so a count of 0 below means something.
     assert_eq!(

@@ -104,13 +104,8 @@ fn without_the_flag_no_cors_header_reaches_the_client_though_the_node_sends_them
 
 #[test]
 fn a_listed_origin_gets_its_origin_and_exposure_and_an_unlisted_one_gets_nothing() {
-    let scratch = Scratch::new("cors-on");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(
-        &scratch,
-        &node,
-        &issuer.url,
+    let g = guarded(
+        "cors-on",
         &[
             "--cors-allowed-origin",
             APP,
@@ -118,6 +113,7 @@ fn a_listed_origin_gets_its_origin_and_exposure_and_an_unlisted_one_gets_nothing
             "https://studio.example",
         ],
     );
+    let (scratch, issuer, node, gw) = (&g.scratch, &g.issuer, &g.node, &g.gw);
     let owner = bearer(&token(&issuer.url, OWNER));
     let cases = [
         ("/public/s?offset=-1", None, 200),
@@ -171,12 +167,7 @@ fn a_listed_origin_gets_its_origin_and_exposure_and_an_unlisted_one_gets_nothing
         assert_eq!(raw_with(gw.port, "GET", path, hs, b""), missing, "{path}");
     }
 
-    let any = auth_gateway(
-        &scratch,
-        &node,
-        &issuer.url,
-        &["--cors-allowed-origin", "*"],
-    );
+    let any = auth_gateway(scratch, node, &issuer.url, &["--cors-allowed-origin", "*"]);
     let a = send("GET", &any.url("/public/s?offset=-1"), &origin(OTHER), b"");
     assert_eq!(a.header("access-control-allow-origin"), Some("*"));
     assert_eq!(a.header("access-control-expose-headers"), Some("*"));
@@ -191,15 +182,8 @@ fn a_listed_origin_gets_its_origin_and_exposure_and_an_unlisted_one_gets_nothing
 
 #[test]
 fn the_preflight_is_one_answer_for_every_path_given_before_access_control() {
-    let scratch = Scratch::new("cors-preflight");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(
-        &scratch,
-        &node,
-        &issuer.url,
-        &["--cors-allowed-origin", APP],
-    );
+    let g = guarded("cors-preflight", &["--cors-allowed-origin", APP]);
+    let (node, gw) = (&g.node, &g.gw);
     let paths = [
         "/public/s",
         "/private/s",
@@ -252,7 +236,7 @@ fn the_preflight_is_one_answer_for_every_path_given_before_access_control() {
     ];
     let a = send("OPTIONS", &gw.url("/private/s"), &junk, b"");
     assert_eq!(a.status, 204);
-    assert_eq!(contents(&node, "/private/s"), "hello|");
+    assert_eq!(contents(node, "/private/s"), "hello|");
 }
 
 #[test]

@@ -4,7 +4,6 @@
 //! that never finishes its preface is closed at the head timeout; an `Upgrade: h2c` request
 //! switches its connection to HTTP/2 unless it carries a body.
 
-use std::io::Read;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
@@ -17,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use hyper_util::rt::TokioIo;
 
 use crate::harness::auth::*;
+use crate::harness::conn::closed_by_peer;
 use crate::harness::gateway::*;
 
 struct H2 {
@@ -156,15 +156,8 @@ fn one_h2c_connection_writes_reads_and_holds_fifty_live_tails_that_each_get_the_
 
 #[test]
 fn h2c_streams_meet_the_same_access_control_and_body_limit_as_http1_requests() {
-    let scratch = Scratch::new("h2-refusals");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(
-        &scratch,
-        &node,
-        &issuer.url,
-        &["--max-request-body-bytes", "1024"],
-    );
+    let g = guarded("h2-refusals", &["--max-request-body-bytes", "1024"]);
+    let (issuer, node, gw) = (&g.issuer, &g.node, &g.gw);
     let owner = bearer(&token(&issuer.url, OWNER));
     let stranger = bearer(&token(&issuer.url, STRANGER));
     // The HTTP/1.1 answers to compare with.
@@ -248,22 +241,7 @@ fn h2c_streams_meet_the_same_access_control_and_body_limit_as_http1_requests() {
         assert_eq!(a.status, 200);
         assert_eq!(a.body.len(), "hello|".len() + 1024);
     });
-    assert_eq!(contents(&node, "/private/s").len(), "hello|".len() + 1024);
-}
-
-/// Reads until the peer closes (or 15 s pass); `true` when it closed.
-fn closed_by_peer(s: &mut TcpStream) -> bool {
-    s.set_read_timeout(Some(Duration::from_secs(15)))
-        .expect("timeout");
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
+    assert_eq!(contents(node, "/private/s").len(), "hello|".len() + 1024);
 }
 
 #[test]
@@ -276,15 +254,15 @@ fn a_connection_silent_or_stopped_inside_the_preface_is_closed_at_the_head_timeo
         &[node.base()],
         &["--request-head-timeout", "1s"],
     );
-    let mut silent = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
+    let silent = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
     let mut half = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
     half.write_all(b"PRI * HTTP/2.0\r\n").expect("write");
     assert!(
-        closed_by_peer(&mut silent),
+        closed_by_peer(&silent, Duration::from_secs(15)),
         "a silent connection stayed open"
     );
     assert!(
-        closed_by_peer(&mut half),
+        closed_by_peer(&half, Duration::from_secs(15)),
         "half a preface kept the connection open"
     );
     // The listener still serves both protocols.

@@ -15,6 +15,9 @@ use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
 
+use crate::harness::auth::node_with_buckets;
+use crate::harness::auth::policy_gateway;
+use crate::harness::auth::policy_owned_by;
 use crate::harness::gateway::*;
 
 const AUDIENCE: &str = "https://streams.example";
@@ -146,48 +149,9 @@ fn jose_header(token: &str) -> serde_json::Value {
 fn tokens_of_a_real_oidc_provider_open_the_bucket_their_subject_owns_and_nothing_else() {
     let scratch = Scratch::new("auth-oidc");
     let issuer = OidcIssuer::start();
-    let node = memory_node(&scratch);
-    for b in ["private", "public"] {
-        let a = send("PUT", &node.url(&format!("/{b}")), &[], b"");
-        assert!(
-            matches!(a.status, 200 | 201 | 204),
-            "bucket {b}: {}",
-            a.status
-        );
-        let a = send("PUT", &node.url(&format!("/{b}/s")), &[TEXT], b"");
-        assert_eq!(a.status, 201, "{}", a.body);
-    }
-    let policy = scratch.path().join("policy.toml");
-    let owner = format!(
-        "owners = [{{ issuer = \"{}\", subject = \"writer\" }}]",
-        issuer.url
-    );
-    std::fs::write(
-        &policy,
-        format!(
-            "[[bucket]]\nid = \"private\"\n{owner}\n\n[[bucket]]\nid = \"public\"\npublic_read = true\n{owner}\n"
-        ),
-    )
-    .expect("policy");
-    let port = free_port();
-    let args: Vec<String> = [
-        "gateway",
-        "--upstream",
-        &node.base(),
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--auth-issuer",
-        &issuer.url,
-        "--auth-audience",
-        AUDIENCE,
-        "--auth-policy",
-        &policy.display().to_string(),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let mut gw = Proc::spawn(&scratch, "gateway", port, &args);
-    gw.wait_answering("gateway", "/");
+    let node = node_with_buckets(&scratch, &["private", "public"]);
+    let policy = policy_owned_by(&scratch, &issuer.url, "writer");
+    let gw = policy_gateway(&scratch, &node.base(), &issuer.url, &policy, &[]);
 
     let writer = issuer.token("writer");
     assert_eq!(jose_header(&writer)["typ"], "at+jwt");

@@ -138,10 +138,8 @@ fn answer_until_close(s: &mut TcpStream, within: Duration) -> String {
 
 #[test]
 fn an_anonymous_body_that_keeps_trickling_is_answered_and_closed_within_the_drain_deadline() {
-    let scratch = Scratch::new("sec-drain-deadline");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
+    let g = guarded("sec-drain-deadline", &[]);
+    let (node, gw) = (&g.node, &g.gw);
     // 2 KiB a second is above the 1 KiB/s minimum rate, so only an overall deadline ends it.
     let mut s = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
     let head = format!(
@@ -168,15 +166,13 @@ fn an_anonymous_body_that_keeps_trickling_is_answered_and_closed_within_the_drai
         got.to_ascii_lowercase().contains("connection: close"),
         "{got}"
     );
-    assert_eq!(contents(&node, "/private/s"), "hello|");
+    assert_eq!(contents(node, "/private/s"), "hello|");
 }
 
 #[test]
 fn an_owners_body_that_keeps_trickling_is_cut_at_the_body_read_timeout() {
-    let scratch = Scratch::new("sec-read-timeout");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &["--body-read-timeout", "3s"]);
+    let g = guarded("sec-read-timeout", &["--body-read-timeout", "3s"]);
+    let (issuer, node, gw) = (&g.issuer, &g.node, &g.gw);
     let owner = bearer(&token(&issuer.url, OWNER));
     let stop = Arc::new(AtomicBool::new(false));
     let mut s = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
@@ -199,7 +195,7 @@ fn an_owners_body_that_keeps_trickling_is_cut_at_the_body_read_timeout() {
     feeder.join().expect("feeder");
     assert!(got.starts_with("HTTP/1.1 408"), "{got}");
     assert!(got.contains("RequestBodyTooSlow"), "{got}");
-    assert_eq!(contents(&node, "/private/s"), "hello|");
+    assert_eq!(contents(node, "/private/s"), "hello|");
 }
 
 #[test]
@@ -250,19 +246,17 @@ fn timed_read(gw: &Proc, auth: &str) -> (u16, Duration) {
 
 #[test]
 fn a_hung_issuer_does_not_delay_tokens_whose_cached_key_verifies() {
-    let scratch = Scratch::new("sec-jwks-hang");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &["--auth-jwks-max-age", "1s"]);
+    let g = guarded("sec-jwks-hang", &["--auth-jwks-max-age", "1s"]);
+    let (issuer, gw) = (&g.issuer, &g.gw);
     let owner = bearer(&token(&issuer.url, OWNER));
-    assert_eq!(timed_read(&gw, &owner).0, 200);
+    assert_eq!(timed_read(gw, &owner).0, 200);
     issuer.hang(true);
     // The cached keys are now older than their maximum age and the 2 s refetch cool-down
     // is over: a refresh is due, and hangs.
     std::thread::sleep(Duration::from_millis(2500));
     // The issuer's fetch timeout is 10 s: a request that waited for the refresh takes that.
     for i in 0..3 {
-        let (status, took) = timed_read(&gw, &owner);
+        let (status, took) = timed_read(gw, &owner);
         assert_eq!(status, 200, "read {i}");
         assert!(
             took < Duration::from_secs(5),
@@ -293,16 +287,14 @@ fn a_hung_issuer_does_not_delay_tokens_whose_cached_key_verifies() {
 
 #[test]
 fn a_rotated_kid_arriving_within_the_cool_down_waits_for_the_next_fetch() {
-    let scratch = Scratch::new("sec-jwks-cooldown");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
-    assert_eq!(timed_read(&gw, &bearer(&token(&issuer.url, OWNER))).0, 200);
+    let g = guarded("sec-jwks-cooldown", &[]);
+    let (issuer, gw) = (&g.issuer, &g.gw);
+    assert_eq!(timed_read(gw, &bearer(&token(&issuer.url, OWNER))).0, 200);
     assert_eq!(issuer.fetches(), 1);
     // The issuer adds a key right after the gateway fetched the set.
     issuer.set_keys(vec![public_jwk("ed", "ed1"), public_jwk("ec", "ec2")]);
     let rotated = sign(Key::Ec, "ec2", Some("at+jwt"), &claims(&issuer.url, OWNER));
-    let (status, took) = timed_read(&gw, &bearer(&rotated));
+    let (status, took) = timed_read(gw, &bearer(&rotated));
     assert_eq!(
         status, 200,
         "the new kid, within the cool-down, after {took:?}"
@@ -312,14 +304,12 @@ fn a_rotated_kid_arriving_within_the_cool_down_waits_for_the_next_fetch() {
 
 #[test]
 fn a_token_with_a_crit_header_is_refused_as_an_invalid_token() {
-    let scratch = Scratch::new("sec-crit");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
+    let g = guarded("sec-crit", &[]);
+    let (issuer, gw) = (&g.issuer, &g.gw);
     let c = claims(&issuer.url, OWNER);
     let plain = sign_with_header(Key::Ed, json!({ "typ": "at+jwt", "kid": "ed1" }), &c);
     assert_eq!(
-        timed_read(&gw, &bearer(&plain)).0,
+        timed_read(gw, &bearer(&plain)).0,
         200,
         "the same token without crit"
     );
@@ -346,15 +336,8 @@ fn a_token_with_a_crit_header_is_refused_as_an_invalid_token() {
 
 #[test]
 fn tokens_living_longer_than_the_maximum_lifetime_are_refused() {
-    let scratch = Scratch::new("sec-lifetime");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let gw = auth_gateway(
-        &scratch,
-        &node,
-        &issuer.url,
-        &["--auth-max-token-lifetime", "1h"],
-    );
+    let g = guarded("sec-lifetime", &["--auth-max-token-lifetime", "1h"]);
+    let (issuer, gw) = (&g.issuer, &g.gw);
     let with_life = |secs: u64| {
         let mut c = claims(&issuer.url, OWNER);
         let iat = now() - 5;
@@ -362,7 +345,7 @@ fn tokens_living_longer_than_the_maximum_lifetime_are_refused() {
         c["exp"] = (iat + secs).into();
         bearer(&sign(Key::Ed, "ed1", Some("at+jwt"), &c))
     };
-    assert_eq!(timed_read(&gw, &with_life(3600)).0, 200, "an hour exactly");
+    assert_eq!(timed_read(gw, &with_life(3600)).0, 200, "an hour exactly");
     let a = send(
         "GET",
         &gw.url("/private/s?offset=-1"),

@@ -23,22 +23,6 @@ fn write_file(scratch: &Scratch, name: &str, text: &str) -> String {
     path.display().to_string()
 }
 
-/// A node holding an empty stream `s` in each bucket.
-fn node_with(scratch: &Scratch, buckets: &[&str]) -> Proc {
-    let node = memory_node(scratch);
-    for b in buckets {
-        let a = send("PUT", &node.url(&format!("/{b}")), &[], b"");
-        assert!(
-            matches!(a.status, 200 | 201 | 204),
-            "bucket {b}: {}",
-            a.status
-        );
-        let a = send("PUT", &node.url(&format!("/{b}/s")), &[TEXT], b"");
-        assert_eq!(a.status, 201, "{}", a.body);
-    }
-    node
-}
-
 /// A raw request whose body may be sent in part; the head goes out whole. Returns the
 /// connection, still open, for the caller to read an answer from or hold.
 fn raw_request(port: u16, method: &str, path: &str, declared: usize, send: usize) -> TcpStream {
@@ -82,7 +66,7 @@ fn read_answer(s: &mut TcpStream) -> (u16, String) {
 #[test]
 fn a_bucket_past_its_request_rate_gets_429_with_retry_after_and_the_reason_while_others_pass() {
     let scratch = Scratch::new("tenant-rate");
-    let node = node_with(&scratch, &["slow", "fast"]);
+    let node = node_with_buckets(&scratch, &["slow", "fast"]);
     let quotas = write_file(
         &scratch,
         "quotas.toml",
@@ -132,7 +116,7 @@ fn a_bucket_past_its_request_rate_gets_429_with_retry_after_and_the_reason_while
 #[test]
 fn a_bucket_holds_at_most_its_live_reads_and_a_gone_client_gives_its_share_back() {
     let scratch = Scratch::new("tenant-live");
-    let node = node_with(&scratch, &["live"]);
+    let node = node_with_buckets(&scratch, &["live"]);
     let quotas = write_file(&scratch, "quotas.toml", "[default]\nmax_live_reads = 1\n");
     let gw = gateway(
         &scratch,
@@ -173,7 +157,7 @@ fn a_bucket_holds_at_most_its_live_reads_and_a_gone_client_gives_its_share_back(
 #[test]
 fn large_bodies_count_against_the_buckets_upload_limits_while_they_are_read() {
     let scratch = Scratch::new("tenant-uploads");
-    let node = node_with(&scratch, &["conc", "bytes", "small"]);
+    let node = node_with_buckets(&scratch, &["conc", "bytes", "small"]);
     let quotas = write_file(
         &scratch,
         "quotas.toml",

@@ -19,6 +19,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::harness::auth::*;
+use crate::harness::conn::*;
 use crate::harness::gateway::*;
 
 const MIB: usize = 1024 * 1024;
@@ -112,28 +113,6 @@ fn read_answer(s: &mut TcpStream) -> Raw {
     s.read_exact(&mut body).expect("answer body");
     raw.body = String::from_utf8_lossy(&body).into_owned();
     raw
-}
-
-/// Whether the peer closed `s` within `wait` (EOF or reset, not a read that timed out).
-fn closed_by_peer(mut s: &TcpStream, wait: Duration) -> bool {
-    s.set_read_timeout(Some(wait)).expect("read timeout");
-    let mut buf = [0u8; 512];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            // hyper may answer 408 before it closes; read on to the close.
-            Ok(_) => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return false;
-            }
-            Err(_) => return true,
-        }
-    }
 }
 
 /// A memory node with the stream `/demo/s`.
@@ -345,31 +324,6 @@ fn a_budget_below_the_limit_plus_the_headroom_stops_the_gateway_at_startup() {
     assert!(p.log().contains("LimitAboveSharedBudget"), "{}", p.log());
 }
 
-/// Open files this process may hold, from `/proc/self/limits` (soft limit).
-fn open_files_limit() -> usize {
-    std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|l| {
-            l.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1024)
-}
-
-/// Connections that each sent a request line and one header, and then nothing.
-fn half_heads(port: u16, count: usize) -> Vec<TcpStream> {
-    (0..count)
-        .map(|_| {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-            s.write_all(b"GET /demo/s HTTP/1.1\r\nHost: slow\r\n")
-                .expect("half a head");
-            s
-        })
-        .collect()
-}
-
 #[test]
 fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on() {
     let scratch = Scratch::new("uploads-half-heads");
@@ -382,7 +336,7 @@ fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on(
     );
     // Thousands where the machine allows it; the gateway holds as many descriptors again.
     let count = open_files_limit().saturating_sub(300).clamp(100, 3_000);
-    let slow = half_heads(gw.port, count);
+    let slow = half_heads(gw.port, "/demo/s", count);
     for i in 0..20 {
         let a = send(
             "POST",
@@ -427,7 +381,7 @@ fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() 
     );
     // The readiness probe's connection may still hold a slot for a moment: wait it out.
     std::thread::sleep(Duration::from_millis(300));
-    let slow = half_heads(gw.port, 4);
+    let slow = half_heads(gw.port, "/demo/s", 4);
     // This one waits in the backlog until the head timeout frees a slot, then is served.
     let started = Instant::now();
     let a = send("POST", &gw.url("/demo/s"), &[TEXT], b"capped|");

@@ -3,4 +3,6 @@
 
 pub use ursula_testkit::auth;
 pub use ursula_testkit::bins;
+pub use ursula_testkit::cluster;
+pub use ursula_testkit::conn;
 pub use ursula_testkit::gateway;

@@ -68,14 +68,12 @@ fn live_waiters(base: &str) -> u64 {
 #[test]
 fn clients_that_abort_mid_append_leave_no_budget_behind_and_the_group_keeps_taking_writes() {
     let dir = tempfile_dir("abort-append");
-    let port = free_port();
-    let args = single_node_args(
+    let node = start_single_node(
         &dir,
-        port,
         "[raft]\ngroup_count = 1\nmax_uncommitted_size_per_group = \"4MiB\"",
         "fsync = \"always\"",
     );
-    let node = Proc::start(port, args, dir.join("node.log"));
+    let port = node.port;
     let bases = vec![node.base()];
     assert_eq!(
         send(&bases, 0, "PUT", "/demo/abort", &[], b"").map(|r| r.0),
@@ -314,13 +312,9 @@ fn read_answer(mut s: TcpStream) -> (u16, Option<String>) {
 #[test]
 fn chunked_bodies_and_snapshot_bodies_count_against_the_in_flight_budget_as_they_arrive() {
     let dir = tempfile_dir("chunked-admission");
-    let port = free_port();
     let toml = "[server]\nhttp_inflight_body_size = \"1MiB\"\n[raft]\ngroup_count = 1";
-    let node = Proc::start(
-        port,
-        single_node_args(&dir, port, toml, ""),
-        dir.join("node.log"),
-    );
+    let node = start_single_node(&dir, toml, "");
+    let port = node.port;
     let bases = vec![node.base()];
     assert_eq!(
         send(&bases, 0, "PUT", "/demo/c", &[], b"").map(|r| r.0),

@@ -381,60 +381,34 @@ fn the_binary_reports_the_release_its_packages_carry() {
 #[test]
 fn unknown_config_keys_and_presets_stop_the_server_at_start_naming_the_problem() {
     let scratch = Scratch::new("badconfig");
-    let config = scratch.file("bad.toml", "[server]\nlisen = \"127.0.0.1:1\"\n");
-    let out = ursula(
-        &scratch,
-        &[
-            "server",
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .output()
-    .expect("run ursula");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("lisen"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let empty = scratch.file("empty.toml", "");
-    let out = ursula(
-        &scratch,
-        &[
-            "server",
-            "--config",
-            empty.to_str().expect("utf-8"),
-            "--preset",
-            "huge",
-        ],
-    )
-    .output()
-    .expect("run ursula");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("huge"));
+    let stderr = refused_server(&scratch, "[server]\nlisen = \"127.0.0.1:1\"\n", &[]);
+    assert!(stderr.contains("lisen"), "{stderr}");
+    let stderr = refused_server(&scratch, "", &["--preset", "huge"]);
+    assert!(stderr.contains("huge"), "{stderr}");
+}
+
+/// Runs `ursula server` on a config holding `toml`, with `extra` flags, expecting it to refuse
+/// to start (exit code 2); returns its stderr.
+fn refused_server(scratch: &Scratch, toml: &str, extra: &[&str]) -> String {
+    let config = scratch.file("node.toml", toml);
+    let mut args = vec![
+        "server",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let out = ursula(scratch, &args).output().expect("run ursula");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
 }
 
 #[test]
 fn a_removed_config_key_stops_the_server_naming_the_key_and_its_release() {
     let scratch = Scratch::new("removedkey");
-    let config = scratch.file("old.toml", "[raft.wal]\nbackend = \"memory\"\n");
-    let out = ursula(
-        &scratch,
-        &[
-            "server",
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .output()
-    .expect("run ursula");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = refused_server(&scratch, "[raft.wal]\nbackend = \"memory\"\n", &[]);
     assert!(
         stderr.contains("raft.wal.backend: removed in Ursula 0.7.0"),
         "{stderr}"
@@ -597,16 +571,7 @@ fn cpu_affinity_pins_each_core_thread_to_its_own_cpu_or_leaves_them_to_the_kerne
 #[test]
 fn the_admin_listen_flag_is_checked_like_the_key() {
     let scratch = Scratch::new("adminflag");
-    let config = scratch.file("node.toml", "");
-    let config = config.to_str().expect("utf-8");
-    let out = ursula(
-        &scratch,
-        &["server", "--config", config, "--admin-listen", "loopback"],
-    )
-    .output()
-    .expect("run ursula");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = refused_server(&scratch, "", &["--admin-listen", "loopback"]);
     assert!(
         stderr.contains("server.admin_listen: \"loopback\" is not an address"),
         "{stderr}"

@@ -318,39 +318,10 @@ async fn a_follower_serves_cold_ranges_its_leader_flushed() {
     let weed = SeaweedFs::start().await;
     let dir = tempfile_dir("cold-cluster");
     let ports = [free_port(), free_port(), free_port()];
-    let mut nodes = Vec::new();
-    for (i, port) in ports.iter().enumerate() {
-        let node_dir = dir.join(format!("n{}", i + 1));
-        std::fs::create_dir_all(&node_dir).expect("dir");
-        let mut t = format!(
-            "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}[raft.wal]\npath = \"{}\"\n",
-            peer_secret_line(&dir),
-            node_dir.join("wal").display()
-        );
-        for (j, p) in ports.iter().enumerate() {
-            t.push_str(&format!(
-                "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
-                j + 1
-            ));
-        }
-        t.push_str(&cold_toml(&weed, "cluster", ""));
-        let path = node_dir.join("node.toml");
-        std::fs::write(&path, t).expect("toml");
-        nodes.push(Proc::start_with_env(
-            *port,
-            vec![
-                "server".into(),
-                "--config".into(),
-                path.display().to_string(),
-                "--node-id".into(),
-                (i + 1).to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-            ],
-            vec![],
-            node_dir.join("node.log"),
-        ));
-    }
+    let cold = cold_toml(&weed, "cluster", "");
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node_with(&dir, &ports, i, &cold))
+        .collect();
     let base = nodes[0].base();
     wait_for(30, "a leader for the stream", || {
         let (status, _, _) = send_url("PUT", &format!("{base}/clus/c"), &[OCTET], b"")?;

@@ -36,26 +36,12 @@ fn a_wal_written_by_the_previous_format_is_served_whole_and_rewritten_sealed() {
     let dir = tempfile_dir("legacy-wal");
     let wal = dir.join("wal");
     copy_dir(&testdata("legacy-wal"), &wal);
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[runtime]\ncore_count = 1\n[raft]\ngroup_count = 2\nsnapshot_log_budget = \"64KiB\"\n\
-             [raft.wal]\npath = \"{}\"\nsegment_size = \"64KiB\"\n\
-             [storage.snapshot]\ndrive_interval = \"100ms\"\n",
-            wal.display()
-        ),
-    )
-    .expect("config");
-    let port = free_port();
-    let args = vec![
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
-    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let mut node = start_single_node(
+        &dir,
+        "[runtime]\ncore_count = 1\n[storage.snapshot]\ndrive_interval = \"100ms\"\n\
+         [raft]\ngroup_count = 2\nsnapshot_log_budget = \"64KiB\"",
+        "segment_size = \"64KiB\"",
+    );
     let base = node.base();
     node.wait_ready_until(std::time::Duration::from_secs(20), |s, _| s == 200);
 

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::harness::cluster::*;
+use crate::harness::conn::*;
 
 fn status(method: &str, url: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let (s, _, body) = send_url(method, url, headers, b"").expect("an answer");
@@ -21,12 +22,7 @@ fn incarnation(base: &str) -> String {
 #[test]
 fn admin_mutations_are_served_on_the_admin_plane_only_and_metrics_and_ready_on_both() {
     let dir = tempfile_dir("planes-admin");
-    let port = free_port();
-    let node = Proc::start(
-        port,
-        single_node_args(&dir, port, "[raft]\ngroup_count = 2", ""),
-        dir.join("node.log"),
-    );
+    let node = start_single_node(&dir, "[raft]\ngroup_count = 2", "");
     let inc = incarnation(&node.base());
     let with = [("x-ursula-process-incarnation", inc.as_str())];
     let accept = "/__ursula/raft/0/recovery/accept-unsynced-loss";
@@ -78,8 +74,7 @@ fn a_taken_admin_port_refuses_the_start_by_name_and_off_serves_no_admin_plane() 
     // The file names the taken port (`refused_start` adds no flag of its own to override it).
     let mut refused = args.clone();
     refused.extend(["--admin-listen".into(), format!("127.0.0.1:{taken_port}")]);
-    let (code, stderr) = refused_start(&refused);
-    assert_ne!(code, Some(0));
+    let stderr = refusal(&refused);
     assert!(stderr.contains("server.admin_listen"), "{stderr}");
     // `--admin-listen off` wins over the file: the node starts and binds no admin port.
     args.extend(["--admin-listen".into(), "off".into()]);
@@ -99,13 +94,7 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
     let dir = tempfile_dir("planes-cluster");
     let client: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let cluster: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut shared = String::from("[raft]\ngroup_count = 2\n");
-    for (i, p) in cluster.iter().enumerate() {
-        shared.push_str(&format!(
-            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
-            i + 1
-        ));
-    }
+    let shared = format!("[raft]\ngroup_count = 2\n{}", peer_entries(&cluster));
     let nodes: Vec<Proc> = (0..3)
         .map(|i| {
             let own = dir.join(format!("n{}.toml", i + 1));
@@ -120,15 +109,7 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
             .expect("toml");
             Proc::start(
                 client[i],
-                vec![
-                    "server".into(),
-                    "--config".into(),
-                    own.display().to_string(),
-                    "--node-id".into(),
-                    (i + 1).to_string(),
-                    "--listen".into(),
-                    format!("127.0.0.1:{}", client[i]),
-                ],
+                node_args(&own, i, client[i]),
                 dir.join(format!("n{}.log", i + 1)),
             )
         })
@@ -159,73 +140,19 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
     }
 }
 
-/// Open files this process may hold, from `/proc/self/limits` (soft limit).
-fn open_files_limit() -> usize {
-    std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|l| {
-            l.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1024)
-}
-
-/// Connections that each sent a request line and one header, and then nothing.
-fn half_heads(port: u16, count: usize) -> Vec<std::net::TcpStream> {
-    use std::io::Write;
-    (0..count)
-        .map(|_| {
-            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-            s.write_all(b"GET /demo/slow HTTP/1.1\r\nHost: slow\r\n")
-                .expect("half a head");
-            s
-        })
-        .collect()
-}
-
-/// Whether the server closed `s`: EOF or a reset within `wait`, not a read that timed out.
-fn closed_by_server(mut s: &std::net::TcpStream, wait: Duration) -> bool {
-    use std::io::Read;
-    s.set_read_timeout(Some(wait)).expect("read timeout");
-    let mut buf = [0u8; 512];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            // hyper may answer 408 before it closes; read on to the close.
-            Ok(_) => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return false;
-            }
-            Err(_) => return true,
-        }
-    }
-}
-
 #[test]
 fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on() {
     let dir = tempfile_dir("planes-half-heads");
-    let port = free_port();
-    let node = Proc::start(
-        port,
-        single_node_args(
-            &dir,
-            port,
-            "[server]\nrequest_head_timeout = \"2s\"\n[raft]\ngroup_count = 2",
-            "",
-        ),
-        dir.join("node.log"),
+    let node = start_single_node(
+        &dir,
+        "[server]\nrequest_head_timeout = \"2s\"\n[raft]\ngroup_count = 2",
+        "",
     );
+    let port = node.port;
     node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
     // Thousands where the machine allows it; the server holds as many descriptors again.
     let count = open_files_limit().saturating_sub(300).clamp(100, 3_000);
-    let slow = half_heads(port, count);
+    let slow = half_heads(port, "/demo/slow", count);
     // Requests keep being served while every one of those connections is held open.
     assert_eq!(status("PUT", &node.url("/demo/fast"), &[]).0, 201);
     for i in 0..20 {
@@ -245,7 +172,7 @@ fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on(
         .iter()
         .filter(|s| {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            !closed_by_server(s, left.max(Duration::from_millis(10)))
+            !closed_by_peer(s, left.max(Duration::from_millis(10)))
         })
         .count();
     assert_eq!(
@@ -258,20 +185,15 @@ fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on(
 #[test]
 fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() {
     let dir = tempfile_dir("planes-cap");
-    let port = free_port();
-    let node = Proc::start(
-        port,
-        single_node_args(
-            &dir,
-            port,
-            "[server]\nrequest_head_timeout = \"2s\"\nmax_connections = 4\n[raft]\ngroup_count = 2",
-            "",
-        ),
-        dir.join("node.log"),
+    let node = start_single_node(
+        &dir,
+        "[server]\nrequest_head_timeout = \"2s\"\nmax_connections = 4\n[raft]\ngroup_count = 2",
+        "",
     );
+    let port = node.port;
     node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
     // Every core's loop may hold one accepted slot's worth: fill the cap with half heads.
-    let slow = half_heads(port, 4);
+    let slow = half_heads(port, "/demo/slow", 4);
     // The cap is per listener: the admin plane still answers.
     assert_eq!(
         status("GET", &node.admin_url("/__ursula/ready"), &[]).0,
@@ -280,7 +202,7 @@ fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() 
     // This one waits in the backlog until the head timeout frees a slot, then is served.
     assert_eq!(status("PUT", &node.url("/demo/capped"), &[]).0, 201);
     for s in &slow {
-        assert!(closed_by_server(s, Duration::from_secs(30)));
+        assert!(closed_by_peer(s, Duration::from_secs(30)));
     }
 }
 
@@ -337,28 +259,17 @@ fn a_cluster_without_a_peer_secret_takes_no_operator_command_over_its_peer_route
     let dir = tempfile_dir("planes-propose-open");
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     // Four groups: what the harness's leadership helpers expect.
-    let mut shared = String::from("[raft]\ngroup_count = 4\ninit_membership_per_group = true\n");
-    for (i, p) in ports.iter().enumerate() {
-        shared.push_str(&format!(
-            "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
-            i + 1
-        ));
-    }
+    let shared = format!(
+        "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}",
+        peer_entries(&ports)
+    );
     let nodes: Vec<Proc> = (0..3)
         .map(|i| {
             let own = dir.join(format!("n{}.toml", i + 1));
             let wal = dir.join(format!("wal{}", i + 1));
             let text = format!("{shared}[raft.wal]\npath = \"{}\"\n", wal.display());
             std::fs::write(&own, text).expect("toml");
-            let args = vec![
-                "server".into(),
-                "--config".into(),
-                own.display().to_string(),
-                "--node-id".into(),
-                (i + 1).to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{}", ports[i]),
-            ];
+            let args = node_args(&own, i, ports[i]);
             Proc::start(ports[i], args, dir.join(format!("n{}.log", i + 1)))
         })
         .collect();
@@ -394,11 +305,7 @@ fn a_cluster_without_a_peer_secret_takes_no_operator_command_over_its_peer_route
 #[test]
 fn a_cluster_with_a_peer_secret_refuses_every_peer_rpc_without_it_and_forwards_purges_with_it() {
     let dir = tempfile_dir("planes-secret");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let (_, nodes, bases) = start_cluster(&dir, 3, 3);
     let path = victim_stream(&bases);
     let wrong = PEER_SECRET.replace('0', "1");
     for (i, n) in nodes.iter().enumerate() {
@@ -474,13 +381,9 @@ fn raw_get_status(port: u16, path: &str, host: &str) -> u16 {
 #[test]
 fn the_admin_plane_refuses_a_host_name_it_was_not_given_as_dns_rebinding_would_send() {
     let dir = tempfile_dir("planes-admin-host");
-    let port = free_port();
     let toml = "[server]\nadmin_hosts = [\"ursula-1.admin.test\"]\n[raft]\ngroup_count = 2";
-    let node = Proc::start(
-        port,
-        single_node_args(&dir, port, toml, ""),
-        dir.join("node.log"),
-    );
+    let node = start_single_node(&dir, toml, "");
+    let port = node.port;
     let admin = node.admin_port;
     for host in [
         "evil.example:4438",

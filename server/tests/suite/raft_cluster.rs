@@ -10,9 +10,7 @@ use crate::harness::cluster::*;
 #[test]
 fn a_durable_single_node_keeps_every_acknowledged_append_through_sigkill() {
     let dir = tempfile_dir("durable");
-    let port = free_port();
-    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 4", "fsync = \"always\"");
-    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let mut node = start_single_node(&dir, "[raft]\ngroup_count = 4", "fsync = \"always\"");
     let bases = vec![node.url("")];
     assert_eq!(
         send(&bases, 0, "PUT", "/demo/durable", &[], b"").map(|r| r.0),
@@ -28,7 +26,6 @@ fn a_durable_single_node_keeps_every_acknowledged_append_through_sigkill() {
     );
     producer_load(&bases, "/demo/durable", 200, 10, |_| {});
     assert_eq!(read_all(&bases, "/demo/durable"), expected(210));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Under `fsync = "never"` a group's commit point is held for the core's next journal write
@@ -41,9 +38,7 @@ fn a_never_fsync_node_killed_amid_appends_keeps_each_acknowledged_one_once() {
     use std::sync::atomic::AtomicU64;
     use std::sync::atomic::Ordering;
     let dir = tempfile_dir("durable-never");
-    let port = free_port();
-    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 4", "fsync = \"never\"");
-    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let mut node = start_single_node(&dir, "[raft]\ngroup_count = 4", "fsync = \"never\"");
     let bases = vec![node.url("")];
     let paths: Vec<String> = (0..8).map(|i| format!("/demo/never-{i}")).collect();
     for p in &paths {
@@ -103,17 +98,12 @@ fn a_never_fsync_node_killed_amid_appends_keeps_each_acknowledged_one_once() {
     let have = read_all(&bases, &paths[0]).len() as u64 / 8;
     producer_load(&bases, &paths[0], have, 5, |_| {});
     assert_eq!(read_all(&bases, &paths[0]), expected(have + 5));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_three_voter_cluster_keeps_acknowledged_appends_exactly_once_through_leader_sigkill() {
     let dir = tempfile_dir("cluster");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
+    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
     // Appends through any node: followers redirect writes to the leader.
     create_when_led(&bases, "/demo/load");
     let (status, hs, _) = agent_raw(&bases[0], "/demo/load");
@@ -207,27 +197,16 @@ fn a_three_voter_cluster_keeps_acknowledged_appends_exactly_once_through_leader_
         std::thread::sleep(Duration::from_millis(200));
     }
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_wal_filesystem_below_its_minimum_refuses_writes_marked_and_the_node_is_unready() {
     let dir = tempfile_dir("pressure");
-    let port = free_port();
-    let config = dir.join("node.toml");
-    let toml = format!(
-        "[raft]\ngroup_count = 2\n[raft.wal]\npath = \"{}\"\nmin_available_size = \"1000000GiB\"\nresume_available_size = \"2000000GiB\"\n",
-        dir.join("wal").display()
+    let node = start_single_node(
+        &dir,
+        "[raft]\ngroup_count = 2",
+        "min_available_size = \"1000000GiB\"\nresume_available_size = \"2000000GiB\"",
     );
-    std::fs::write(&config, toml).expect("toml");
-    let args = vec![
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
-    let node = Proc::start(port, args, dir.join("node.log"));
     let resp = agent()
         .put(&node.url("/demo/full"))
         .send_empty()
@@ -252,27 +231,16 @@ fn a_wal_filesystem_below_its_minimum_refuses_writes_marked_and_the_node_is_unre
     let body = ready.body_mut().read_to_string().expect("body");
     assert!(body.contains("wal_disk_pressure"), "{body}");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_raft_log_past_twice_its_budget_refuses_bodies_but_not_closes() {
     let dir = tempfile_dir("logpressure");
-    let port = free_port();
-    let config = dir.join("node.toml");
-    let toml = format!(
-        "[raft]\ngroup_count = 1\nsnapshot_log_budget = \"1KiB\"\n[raft.wal]\npath = \"{}\"\n",
-        dir.join("wal").display()
+    let node = start_single_node(
+        &dir,
+        "[raft]\ngroup_count = 1\nsnapshot_log_budget = \"1KiB\"",
+        "",
     );
-    std::fs::write(&config, toml).expect("toml");
-    let args = vec![
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
-    let node = Proc::start(port, args, dir.join("node.log"));
     let bases = vec![node.url("")];
     assert_eq!(
         send(&bases, 0, "PUT", "/demo/log", &[], b"").map(|r| r.0),
@@ -315,7 +283,6 @@ fn a_raft_log_past_twice_its_budget_refuses_bodies_but_not_closes() {
     .expect("close");
     assert_eq!(close.0, 204, "a write without a body still passes");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -358,16 +325,12 @@ fn a_peer_rpc_addressed_to_another_node_or_sent_by_an_unknown_one_is_refused_as_
     let (status, _, _) = send_url("POST", &batch, &headers, b"\x90").expect("answer");
     assert_eq!(status, 421, "a batch is checked like a single RPC");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_peer_list_pointing_at_the_wrong_node_is_refused_and_the_others_keep_a_quorum() {
     let dir = tempfile_dir("wrong-peer");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..2)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
+    let (ports, mut nodes, _) = start_cluster(&dir, 3, 2);
     // Node 3's own copy of the peer list names node 1's address for node 2 too: without the
     // check, node 1's answers would count as node 2's votes and acknowledgements.
     let mut args = cluster_node_args(&dir, &ports, 2);
@@ -395,7 +358,6 @@ fn a_peer_list_pointing_at_the_wrong_node_is_refused_and_the_others_keep_a_quoru
     });
     assert_eq!(read_all(&bases[..2], "/demo/wrong"), expected(20));
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -446,7 +408,6 @@ fn a_peer_rpc_of_another_raft_protocol_is_refused_and_leaves_the_node_unready_un
     node.spawn();
     assert_ne!(reason(&node), "format_epoch_mismatch");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A peer of another release: every request gets `{"raft_protocol": 2}`.
@@ -489,7 +450,6 @@ fn a_node_whose_peer_speaks_another_raft_protocol_refuses_to_start_before_writin
         !cluster_wal(&dir, 0).join("raft-log/FORMAT_EPOCH").exists(),
         "nothing written before the refusal"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A follower's catch-up read that reaches its local tail serves the bytes it holds, without
@@ -500,11 +460,7 @@ fn a_node_whose_peer_speaks_another_raft_protocol_refuses_to_start_before_writin
 fn a_follower_serves_its_replicated_tail_without_up_to_date_and_judges_cursors_past_it_by_the_leaders_read_index()
  {
     let dir = tempfile_dir("follower-reads");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let (_, nodes, bases) = start_cluster(&dir, 3, 3);
     create_when_led(&bases, "/demo/tail");
     let octet = [("content-type", "application/octet-stream".to_owned())];
     for i in 0..5 {

@@ -17,10 +17,7 @@ struct Cluster {
 impl Cluster {
     fn start(name: &str) -> Cluster {
         let dir = tempfile_dir(name);
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let nodes: Vec<Proc> = (0..3)
-            .map(|i| start_cluster_node(&dir, &ports, i))
-            .collect();
+        let (_, nodes, _) = start_cluster(&dir, 3, 3);
         let c = Cluster { dir, nodes };
         c.wait_led();
         c
@@ -463,5 +460,4 @@ fn a_second_signal_exits_at_once_without_recording_a_clean_run() {
     let log = plain(&node.log_text());
     assert!(log.contains("a second signal: exiting at once"), "{log}");
     assert!(!log.contains("clean shutdown recorded"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

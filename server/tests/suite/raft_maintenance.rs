@@ -86,14 +86,11 @@ fn sse_status(url: &str) -> (u16, String) {
 #[test]
 fn the_troubleshooting_selectors_read_values_and_the_wal_family_tells_a_crash_restart() {
     let dir = tempfile_dir("selectors");
-    let port = free_port();
-    let args = single_node_args(
+    let mut node = start_single_node(
         &dir,
-        port,
         "[raft]\ngroup_count = 2",
         "fsync = \"never\"\nsegment_size = \"64KiB\"",
     );
-    let mut node = Proc::start(port, args, dir.join("node.log"));
     let bases = vec![node.url("")];
     create_when_led(&bases, "/demo/health");
     producer_load(&bases, "/demo/health", 0, 200, |_| {});
@@ -184,7 +181,6 @@ fn the_troubleshooting_selectors_read_values_and_the_wal_family_tells_a_crash_re
         );
     }
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Whether `m`'s maintenance report lists `issue` for every one of the 4 groups.
@@ -203,11 +199,7 @@ fn every_group_has(m: &Value, issue: &str) -> bool {
 fn a_wiped_voter_reports_recovery_gate_closed_while_gated_and_its_survivors_stay_ready() {
     let path = "/demo/wipe";
     let dir = tempfile_dir("maint-wipe");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
+    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
     create_when_led(&bases, path);
     producer_load(&bases, path, 0, 20, |_| {});
     for n in &nodes {
@@ -279,7 +271,6 @@ fn a_wiped_voter_reports_recovery_gate_closed_while_gated_and_its_survivors_stay
         "the wiped WAL started empty"
     );
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -320,5 +311,4 @@ fn a_healthy_voter_whose_groups_lack_a_configured_voter_reports_it_and_stays_rea
     assert_eq!(m["wal_recovery"]["previous_run"], "clean");
     assert_eq!(read_all(&bases, "/demo/alone"), expected(5));
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -55,8 +55,7 @@ fn a_second_process_on_the_same_wal_refuses_to_start_naming_the_lock_holder() {
     let node = Proc::start(port, args.clone(), dir.join("node.log"));
     let mut second = args.clone();
     second[4] = format!("127.0.0.1:{}", free_port());
-    let (code, stderr) = refused_start(&second);
-    assert_ne!(code, Some(0), "{stderr}");
+    let stderr = refusal(&second);
     assert!(
         stderr.contains("journal.lock") && stderr.contains(&format!("PID {}", node.pid())),
         "{stderr}"
@@ -67,7 +66,6 @@ fn a_second_process_on_the_same_wal_refuses_to_start_naming_the_lock_holder() {
         "the first still serves"
     );
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -88,14 +86,12 @@ fn a_wal_refuses_another_topology_naming_both_counts_and_a_missing_or_corrupt_re
     let wal = dir.join("wal");
     let run_state_before = std::fs::read(wal.join("raft-log/run-state.bin")).expect("run state");
 
-    let (code, stderr) = refused_start(&counts(2, 8));
-    assert_ne!(code, Some(0));
+    let stderr = refusal(&counts(2, 8));
     assert!(
         stderr.contains("raft.group_count = 4") && stderr.contains("raft.group_count = 8"),
         "{stderr}"
     );
-    let (code, stderr) = refused_start(&counts(3, 4));
-    assert_ne!(code, Some(0));
+    let stderr = refusal(&counts(3, 4));
     assert!(
         stderr.contains("runtime.core_count = 2") && stderr.contains("runtime.core_count = 3"),
         "{stderr}"
@@ -112,19 +108,16 @@ fn a_wal_refuses_another_topology_naming_both_counts_and_a_missing_or_corrupt_re
     let mut corrupt = stored.clone();
     corrupt[5] ^= 0xff;
     std::fs::write(&topology, &corrupt).expect("corrupt");
-    let (code, stderr) = refused_start(&counts(2, 4));
-    assert_ne!(code, Some(0));
+    let stderr = refusal(&counts(2, 4));
     assert!(stderr.contains("topology.bin is corrupt"), "{stderr}");
     std::fs::remove_file(&topology).expect("remove");
-    let (code, stderr) = refused_start(&counts(2, 4));
-    assert_ne!(code, Some(0));
+    let stderr = refusal(&counts(2, 4));
     assert!(stderr.contains("topology.bin is missing"), "{stderr}");
 
     std::fs::write(&topology, &stored).expect("restore");
     node.spawn();
     node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -141,15 +134,13 @@ fn a_wal_of_another_format_epoch_or_with_data_but_no_marker_refuses_to_start() {
     assert!(node.sigterm().success());
 
     std::fs::write(&marker, "2\n").expect("write");
-    let (code, stderr) = refused_start(&args);
-    assert_ne!(code, Some(0));
+    let stderr = refusal(&args);
     assert!(
         stderr.contains("format epoch \"2\"") && stderr.contains("refusing to start"),
         "{stderr}"
     );
     std::fs::remove_file(&marker).expect("remove");
-    let (code, stderr) = refused_start(&args);
-    assert_ne!(code, Some(0));
+    let stderr = refusal(&args);
     assert!(stderr.contains("no FORMAT_EPOCH marker"), "{stderr}");
     assert!(!marker.exists(), "a refused start writes no marker");
 
@@ -157,15 +148,12 @@ fn a_wal_of_another_format_epoch_or_with_data_but_no_marker_refuses_to_start() {
     node.spawn();
     node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn sigterm_records_a_clean_run_state_and_neither_it_nor_a_process_crash_gates_the_restart() {
     let dir = tempfile_dir("runstate");
-    let port = free_port();
-    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 2", "fsync = \"never\"");
-    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let mut node = start_single_node(&dir, "[raft]\ngroup_count = 2", "fsync = \"never\"");
     let wal = dir.join("wal");
     let bases = vec![node.url("")];
     create_when_led(&bases, "/demo/clean");
@@ -194,7 +182,6 @@ fn sigterm_records_a_clean_run_state_and_neither_it_nor_a_process_crash_gates_th
     assert_eq!(read_all(&bases, "/demo/clean"), expected(5));
     assert!(!node.log_text().contains("recovery gate closed"));
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -227,15 +214,12 @@ fn a_shutdown_past_its_deadline_exits_without_recording_a_clean_run() {
         node.log_text()
     );
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_single_node_without_its_run_state_stays_gated_until_the_operator_accepts_the_loss() {
     let dir = tempfile_dir("single-gate");
-    let port = free_port();
-    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 2", "");
-    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let mut node = start_single_node(&dir, "[raft]\ngroup_count = 2", "");
     let bases = vec![node.url("")];
     create_when_led(&bases, "/demo/gated");
     producer_load(&bases, "/demo/gated", 0, 20, |_| {});
@@ -328,7 +312,6 @@ fn a_single_node_without_its_run_state_stays_gated_until_the_operator_accepts_th
     node.spawn();
     node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Which node leads the groups of `/demo/...` streams, by a repeated create.
@@ -354,11 +337,7 @@ fn wait_for_local_prefix(base: &str, path: &str, want: &str) {
 #[test]
 fn a_follower_restarted_without_its_run_state_opens_its_gate_through_the_leaders_barrier() {
     let dir = tempfile_dir("follower-gate");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
+    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
     create_when_led(&bases, "/demo/barrier");
     producer_load(&bases, "/demo/barrier", 0, 30, |_| {});
     let f = follower_of(&bases, "/demo/barrier");
@@ -382,17 +361,12 @@ fn a_follower_restarted_without_its_run_state_opens_its_gate_through_the_leaders
     let all = expected(40);
     wait_for_local_prefix(&bases[f], "/demo/barrier", &all[..all.len() - 1]);
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_wiped_lowest_voter_rejoins_without_initializing_its_groups_and_catches_up() {
     let dir = tempfile_dir("wiped");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
+    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
     create_when_led(&bases, "/demo/wiped");
     producer_load(&bases, "/demo/wiped", 0, 30, |_| {});
     let initialized = |n: &Proc| {
@@ -425,7 +399,6 @@ fn a_wiped_lowest_voter_rejoins_without_initializing_its_groups_and_catches_up()
     producer_load(&bases, "/demo/wiped", 40, 5, |_| {});
     assert_eq!(read_all(&bases, "/demo/wiped"), expected(45));
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Each group's `key` under `raft_groups` in `base`'s metrics.
@@ -442,11 +415,7 @@ fn raft_groups(base: &str, key: &str) -> Vec<Value> {
 /// (which initialized every group and campaigned at once) leads every group.
 fn cluster_led_by_node_1(name: &str, path: &str) -> (Scratch, Vec<Proc>, Vec<String>) {
     let dir = tempfile_dir(name);
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
+    let (_, nodes, bases) = start_cluster(&dir, 3, 3);
     create_when_led(&bases, path);
     producer_load(&bases, path, 0, 20, |_| {});
     wait_for(20, "node 1 leading every group", || {
@@ -562,7 +531,6 @@ fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it
         wait_for_local_prefix(base, path, &all[..all.len() - 1]);
     }
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -628,16 +596,12 @@ fn a_wiped_voter_restarting_without_a_leader_in_sight_withholds_its_vote_from_a_
         wait_for_local_prefix(base, path, &all[..all.len() - 1]);
     }
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_cluster_whose_third_voter_starts_late_bootstraps_only_once_every_voter_is_up() {
     let dir = tempfile_dir("late");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..2)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
+    let (ports, mut nodes, _) = start_cluster(&dir, 3, 2);
     std::thread::sleep(Duration::from_secs(3));
     let m = nodes[0].json("/__ursula/metrics").1;
     for g in m["raft_groups"].as_array().expect("raft_groups") {
@@ -665,20 +629,16 @@ fn a_cluster_whose_third_voter_starts_late_bootstraps_only_once_every_voter_is_u
         assert_eq!(g["voter_ids"], json!([1, 2, 3]), "{g}");
     }
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_damaged_complete_frame_at_the_journal_tail_gates_every_group_of_its_core_before_the_cut() {
     let dir = tempfile_dir("damaged");
-    let port = free_port();
-    let args = single_node_args(
+    let mut node = start_single_node(
         &dir,
-        port,
         "[runtime]\ncore_count = 2\n[raft]\ngroup_count = 4",
         "fsync = \"always\"",
     );
-    let mut node = Proc::start(port, args, dir.join("node.log"));
     let bases = vec![node.url("")];
     create_when_led(&bases, "/demo/damaged");
     producer_load(&bases, "/demo/damaged", 0, 10, |_| {});
@@ -732,5 +692,4 @@ fn a_damaged_complete_frame_at_the_journal_tail_gates_every_group_of_its_core_be
         json!({"0": "gated", "2": "gated"})
     );
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -24,11 +24,7 @@ fn leader(bases: &[String]) -> usize {
 #[test]
 fn a_leader_restarted_in_its_term_never_refuses_an_offset_it_acknowledged() {
     let dir = tempfile_dir("restart-reads");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
     create_when_led(&bases, PATH);
     for round in 0..8 {
         let l = leader(&bases);

@@ -133,7 +133,6 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
     );
     eprintln!("RaftLogPressure refusals while the driver caught up: {pressure}");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A snapshot's bytes live only in its file: a leader whose log no longer holds what a wiped
@@ -142,11 +141,7 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
 #[test]
 fn a_wiped_follower_catches_up_from_a_snapshot_its_leader_reads_back_from_disk() {
     let dir = tempfile_dir("snapfile");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node(&dir, &ports, i))
-        .collect();
-    let bases: Vec<String> = nodes.iter().map(Proc::base).collect();
+    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
     let path = "/demo/snapfile";
     create_when_led(&bases, path);
     producer_load(&bases, path, 0, 30, |_| {});
@@ -190,7 +185,6 @@ fn a_wiped_follower_catches_up_from_a_snapshot_its_leader_reads_back_from_disk()
     producer_load(&bases, path, 35, 5, |_| {});
     assert_eq!(read_all(&bases, path), expected(40));
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The sum of every group's applied index: what the groups' logs took in.
@@ -210,14 +204,11 @@ fn applied_total(base: &str) -> u64 {
 #[test]
 fn idle_groups_add_no_entries_and_keep_no_journal_segment_while_one_stream_fills_many() {
     let dir = tempfile_dir("idlepins");
-    let port = free_port();
-    let args = single_node_args(
+    let node = start_single_node(
         &dir,
-        port,
         "[storage.snapshot]\ndrive_interval = \"100ms\"",
         "fsync = \"never\"\nsegment_size = \"1MiB\"",
     );
-    let node = Proc::start(port, args, dir.join("node.log"));
     let bases = vec![node.base()];
     let put = |path: &str, headers: &[(&str, String)]| {
         send(&bases, 0, "PUT", path, headers, b"").map(|r| r.0)
@@ -285,5 +276,4 @@ fn idle_groups_add_no_entries_and_keep_no_journal_segment_while_one_stream_fills
         (applied_total(&bases[0]) >= before + 2).then_some(())
     });
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -105,5 +105,4 @@ async fn a_node_whose_store_hangs_hands_its_leaderships_away_and_leads_again_onc
     );
     assert_eq!(status, 200, "{body}");
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }

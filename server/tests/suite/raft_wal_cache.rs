@@ -20,9 +20,7 @@ fn num(m: &serde_json::Value, key: &str) -> u64 {
 #[test]
 fn a_node_over_its_wal_cache_keeps_recent_entries_and_replays_the_rest_from_disk_after_a_crash() {
     let dir = tempfile_dir("wal-cache");
-    let port = free_port();
-    let args = single_node_args(&dir, port, "[raft]\ngroup_count = 2", WAL);
-    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let mut node = start_single_node(&dir, "[raft]\ngroup_count = 2", WAL);
     let bases = vec![node.url("")];
     create_when_led(&bases, PATH);
     producer_load(&bases, PATH, 0, 300, |_| {});

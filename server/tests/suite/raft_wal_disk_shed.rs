@@ -128,5 +128,4 @@ fn a_node_short_of_wal_disk_hands_its_leaderships_away_takes_none_and_leads_agai
     );
     assert_eq!(status, 200, "{body}");
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -95,12 +95,7 @@ async fn a_long_poll_with_data_answers_200_at_once_with_a_cursor() {
 #[tokio::test]
 async fn a_long_poll_timeout_answers_204_at_the_requested_offset_with_cursor_and_incarnation() {
     let s = Server::new().await;
-    let inc = s
-        .create("/demo/s", OCTET)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let inc = s.create("/demo/s", OCTET).await.incarnation();
     s.append("/demo/s", OCTET, "abc").await;
     let started = Instant::now();
     let r = s
@@ -219,12 +214,7 @@ async fn a_long_poll_past_the_tail_answers_416_with_the_tail() {
 #[tokio::test]
 async fn deleting_the_stream_ends_a_waiting_long_poll_with_404() {
     let s = Server::new().await;
-    let inc = s
-        .create("/demo/s", OCTET)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let inc = s.create("/demo/s", OCTET).await.incarnation();
     let plain = spawn_send(s.get("/demo/s?offset=now&live=long-poll&timeout_ms=20000"));
     let with = spawn_send(
         s.get("/demo/s?offset=now&live=long-poll&timeout_ms=20000")
@@ -240,12 +230,7 @@ async fn deleting_the_stream_ends_a_waiting_long_poll_with_404() {
 async fn a_delete_and_recreate_ends_a_waiting_long_poll_with_404_or_the_recreated_status() {
     // The reader may see the gap between the delete and the create (404) or the new stream.
     let s = Server::new().await;
-    let inc = s
-        .create("/demo/s", OCTET)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let inc = s.create("/demo/s", OCTET).await.incarnation();
     s.append("/demo/s", OCTET, "abc").await;
     let uri = format!("/demo/s?offset={}&live=long-poll&timeout_ms=20000", off(3));
     let plain = spawn_send(s.get(&uri));
@@ -507,12 +492,7 @@ impl Sse {
 #[tokio::test]
 async fn sse_on_a_text_stream_sends_headers_data_then_control_and_then_live_appends() {
     let s = Server::new().await;
-    let inc = s
-        .create("/demo/s", TEXT)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let inc = s.create("/demo/s", TEXT).await.incarnation();
     s.append("/demo/s", TEXT, "hello").await;
     let (parts, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
     assert_eq!(parts.status, 200);
@@ -746,12 +726,7 @@ async fn sse_past_the_tail_reports_an_error_event_not_a_status() {
 #[tokio::test]
 async fn deleting_the_stream_ends_an_sse_read_with_an_error_event() {
     let s = Server::new().await;
-    let inc = s
-        .create("/demo/s", TEXT)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let inc = s.create("/demo/s", TEXT).await.incarnation();
     let resp = s
         .get("/demo/s?offset=-1&live=sse")
         .header("stream-incarnation", &inc)

@@ -165,12 +165,7 @@ async fn a_stream_seq_conflict_on_a_closed_stream_is_reported_as_closed() {
 #[tokio::test]
 async fn every_success_but_delete_carries_the_same_incarnation() {
     let s = Server::new().await;
-    let inc = s
-        .create("/demo/s", OCTET)
-        .await
-        .header("stream-incarnation")
-        .expect("create")
-        .to_owned();
+    let inc = s.create("/demo/s", OCTET).await.incarnation();
     let mut seen = vec![
         s.append("/demo/s", OCTET, "x").await,
         s.get("/demo/s?offset=-1").send().await.expect(200),
@@ -219,20 +214,10 @@ async fn every_success_but_delete_carries_the_same_incarnation() {
 #[tokio::test]
 async fn a_stale_incarnation_answers_412_with_the_current_token_and_applies_nothing() {
     let s = Server::new().await;
-    let old = s
-        .create("/demo/s", OCTET)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let old = s.create("/demo/s", OCTET).await.incarnation();
     s.append("/demo/s", OCTET, "old").await;
     s.delete("/demo/s").send().await.expect(204);
-    let cur = s
-        .create("/demo/s", OCTET)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let cur = s.create("/demo/s", OCTET).await.incarnation();
     assert_ne!(old, cur, "a recreated stream gets a new incarnation");
     s.append("/demo/s", OCTET, "new").await;
     let with = |r: crate::harness::router::Req| r.header("stream-incarnation", &old);
@@ -284,12 +269,7 @@ async fn a_put_with_an_incarnation_for_a_missing_stream_answers_412_and_creates_
         .await
         .refused(412);
     s.head("/demo/s").send().await.expect(404);
-    let inc = s
-        .create("/demo/s", OCTET)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let inc = s.create("/demo/s", OCTET).await.incarnation();
     s.put("/demo/s")
         .header("stream-incarnation", &inc)
         .send()
@@ -360,12 +340,7 @@ async fn not_found_gone_and_beyond_tail_take_precedence_over_412() {
 #[tokio::test]
 async fn a_malformed_or_repeated_incarnation_answers_400() {
     let s = Server::new().await;
-    let inc = s
-        .create("/demo/s", OCTET)
-        .await
-        .header("stream-incarnation")
-        .expect("token")
-        .to_owned();
+    let inc = s.create("/demo/s", OCTET).await.incarnation();
     for bad in [
         "",
         "xyz",
@@ -409,12 +384,7 @@ async fn incarnations_are_unique_across_many_recreations() {
     let s = Server::new().await;
     let mut seen = std::collections::HashSet::new();
     for _ in 0..50 {
-        let inc = s
-            .create("/demo/s", OCTET)
-            .await
-            .header("stream-incarnation")
-            .expect("token")
-            .to_owned();
+        let inc = s.create("/demo/s", OCTET).await.incarnation();
         assert!(
             seen.insert(inc.clone()),
             "incarnation {inc} was issued twice"

@@ -159,39 +159,10 @@ fn cold_toml(weed: &SeaweedFs, root: &str) -> String {
 /// A 3-voter cluster of 4 groups on the cold tier under `root`.
 fn cold_cluster(dir: &Path, weed: &SeaweedFs, root: &str) -> Vec<Proc> {
     let ports = [free_port(), free_port(), free_port()];
-    let mut nodes = Vec::new();
-    for (i, port) in ports.iter().enumerate() {
-        let node_dir = dir.join(format!("n{}", i + 1));
-        std::fs::create_dir_all(&node_dir).expect("dir");
-        let mut t = format!(
-            "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}[raft.wal]\npath = \"{}\"\n",
-            peer_secret_line(dir),
-            node_dir.join("wal").display()
-        );
-        for (j, p) in ports.iter().enumerate() {
-            t.push_str(&format!(
-                "[[raft.peers]]\nnode_id = {}\nurl = \"http://127.0.0.1:{p}\"\n",
-                j + 1
-            ));
-        }
-        t.push_str(&cold_toml(weed, root));
-        let path = node_dir.join("node.toml");
-        std::fs::write(&path, t).expect("toml");
-        nodes.push(Proc::start(
-            *port,
-            vec![
-                "server".into(),
-                "--config".into(),
-                path.display().to_string(),
-                "--node-id".into(),
-                (i + 1).to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-            ],
-            node_dir.join("node.log"),
-        ));
-    }
-    nodes
+    let cold = cold_toml(weed, root);
+    (0..3)
+        .map(|i| start_cluster_node_with(dir, &ports, i, &cold))
+        .collect()
 }
 
 /// Every group led, seen from every node.
@@ -435,13 +406,7 @@ fn a_group_exported_from_one_node_imports_into_an_empty_one_with_its_streams_and
     // Export every group from the source.
     let mut objects = Vec::new();
     for g in 0..4 {
-        let (status, hs, body) = send_url(
-            "GET",
-            &source.admin_url(&format!("/__ursula/backup/group/{g}")),
-            &[],
-            b"",
-        )
-        .expect("export");
+        let (status, hs, body) = export(&source, g);
         assert_eq!(status, 200);
         assert!(hs.contains_key("x-ursula-backup-commit-index"));
         let obj = ursula_state::backup::GroupObject::decode(&body).expect("decode");
@@ -499,13 +464,7 @@ fn a_group_exported_from_one_node_imports_into_an_empty_one_with_its_streams_and
     // A group that holds streams now refuses another import.
     let plain_group = (0..4)
         .find(|g| {
-            let (_, _, body) = send_url(
-                "GET",
-                &target.admin_url(&format!("/__ursula/backup/group/{g}")),
-                &[],
-                b"",
-            )
-            .expect("export");
+            let (_, _, body) = export(&target, *g);
             let state = ursula_state::backup::GroupObject::decode(&body)
                 .expect("decode")
                 .open(*g, 4)
@@ -583,4 +542,15 @@ fn a_group_exported_from_one_node_imports_into_an_empty_one_with_its_streams_and
         src_records + 1,
         "{src} {dst}"
     );
+}
+
+/// `GET /__ursula/backup/group/{group}` on `node`'s admin plane.
+fn export(node: &Proc, group: u32) -> Answer {
+    send_url(
+        "GET",
+        &node.admin_url(&format!("/__ursula/backup/group/{group}")),
+        &[],
+        b"",
+    )
+    .expect("export")
 }

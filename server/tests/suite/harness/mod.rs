@@ -3,6 +3,7 @@
 //! drive.
 
 pub use ursula_testkit::cluster;
+pub use ursula_testkit::conn;
 pub use ursula_testkit::ports;
 pub use ursula_testkit::scratch;
 

@@ -338,6 +338,13 @@ impl Resp {
         r
     }
 
+    /// The `Stream-Incarnation` token the answer carries.
+    pub fn incarnation(&self) -> String {
+        self.header("stream-incarnation")
+            .expect("the answer carries Stream-Incarnation")
+            .to_owned()
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .get(name)
