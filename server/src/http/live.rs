@@ -19,13 +19,13 @@ use ursula_protocol::offset::ReadFrom;
 use super::names;
 use super::read::ReadQuery;
 use super::read::data_reply;
+use super::read::in_stream_group;
 use super::read::renew_if_due;
 use super::reply::ApiError;
 use super::reply::Reply;
 use super::request;
 use super::request::StreamPath;
 use super::state::AppState;
-use crate::engine::EngineError;
 use crate::relay;
 use crate::runtime::Group;
 use crate::runtime::Tick;
@@ -54,25 +54,38 @@ async fn read_and_subscribe(
     max: u64,
     incarnation: Option<u64>,
 ) -> Result<Subscribed, ApiError> {
-    let key = sp.key.clone();
-    let group = st.rt.group_of(&key);
-    let (view, rx) = st
-        .rt
-        .with_group(group, move |g| {
-            let now = now_ms();
-            let view = g.state.read(&key, from, max, incarnation, now)?;
-            let rx = if view.data.is_empty() && !view.closed {
-                subscribe(g, &key, now)
-            } else {
-                None
-            };
-            Ok::<_, Refusal>((view, rx))
-        })
-        .await
-        .map_err(EngineError::from)??;
+    let (view, rx) = in_stream_group(st, sp, move |g, key| {
+        let now = now_ms();
+        let view = g.state.read(key, from, max, incarnation, now)?;
+        let rx = if view.data.is_empty() && !view.closed {
+            subscribe(g, key, now)
+        } else {
+            None
+        };
+        Ok::<_, Refusal>((view, rx))
+    })
+    .await??;
     let mut view = view;
     super::read::fill_cold(st, &mut view.cold, &mut view.data).await?;
     Ok((view, rx))
+}
+
+/// What every live read checks before it waits: an offset to start from (`mode` names the read
+/// in the refusal), a well-formed incarnation, this node leading the stream, and a waiter slot
+/// on its core.
+fn admit(
+    st: &AppState,
+    sp: &StreamPath,
+    q: &ReadQuery,
+    headers: &HeaderMap,
+    mode: &str,
+) -> Result<(Option<u64>, WaiterSlot), ApiError> {
+    if !q.offset_given {
+        return Err(ApiError::bad_request(format!("{mode} needs offset")));
+    }
+    let incarnation = request::incarnation(headers)?;
+    super::read::leader_only(st, sp)?;
+    Ok((incarnation, reserve(st, sp)?))
 }
 
 fn reserve(st: &AppState, sp: &StreamPath) -> Result<WaiterSlot, ApiError> {
@@ -97,16 +110,12 @@ async fn ended(
     registered: u64,
     sent_header: bool,
 ) -> ApiError {
-    let key = sp.key.clone();
-    let group = st.rt.group_of(&key);
-    let current = st
-        .rt
-        .with_group(group, move |g| {
-            g.state.get(&key, now_ms()).map(|s| s.incarnation)
-        })
-        .await;
+    let current = in_stream_group(st, sp, move |g, key| {
+        g.state.get(key, now_ms()).map(|s| s.incarnation)
+    })
+    .await;
     match current {
-        Err(e) => EngineError::from(e).into(),
+        Err(e) => e,
         Ok(None) => ApiError::not_found(),
         Ok(Some(inc)) if sent_header => Refusal::IncarnationMismatch { current: Some(inc) }.into(),
         Ok(Some(_)) => {
@@ -135,12 +144,7 @@ pub async fn long_poll(
     q: &ReadQuery,
     headers: &HeaderMap,
 ) -> Result<Reply, ApiError> {
-    if !q.offset_given {
-        return Err(ApiError::bad_request("a long-poll read needs offset"));
-    }
-    let incarnation = request::incarnation(headers)?;
-    super::read::leader_only(st, sp)?;
-    let _slot = reserve(st, sp)?;
+    let (incarnation, _slot) = admit(st, sp, q, headers, "a long-poll read")?;
     let (view, rx) = read_and_subscribe(st, sp, q.from, q.max_bytes, incarnation).await?;
     renew_if_due(st, sp, view.renew_due);
     let cursor = cursor_for(q.cursor.as_deref());
@@ -276,32 +280,22 @@ pub async fn sse(
     q: &ReadQuery,
     headers: &HeaderMap,
 ) -> Result<Reply, ApiError> {
-    if !q.offset_given {
-        return Err(ApiError::bad_request("an SSE read needs offset"));
-    }
-    let incarnation = request::incarnation(headers)?;
-    super::read::leader_only(st, sp)?;
-    let slot = reserve(st, sp)?;
+    let (incarnation, slot) = admit(st, sp, q, headers, "an SSE read")?;
     // Registration: the stream must exist and match; where to start is settled now.
-    let key = sp.key.clone();
-    let group = st.rt.group_of(&key);
+    let group = st.rt.group_of(&sp.key);
     let from = q.from;
-    let reg = st
-        .rt
-        .with_group(group, move |g| {
-            let now = now_ms();
-            let head = g.state.head(&key, incarnation, now)?;
-            let start = match g.state.resolve(&key, from, now) {
-                Ok(at) => Ok(at),
-                Err(Refusal::BeyondTail { tail }) => Err(tail),
-                Err(other) => return Err(other),
-            };
-            let rx = subscribe(g, &key, now);
-            Ok((head, start, rx))
-        })
-        .await
-        .map_err(EngineError::from)??;
-    let (head, start, rx) = reg;
+    let (head, start, rx) = in_stream_group(st, sp, move |g, key| {
+        let now = now_ms();
+        let head = g.state.head(key, incarnation, now)?;
+        let start = match g.state.resolve(key, from, now) {
+            Ok(at) => Ok(at),
+            Err(Refusal::BeyondTail { tail }) => Err(tail),
+            Err(other) => return Err(other),
+        };
+        let rx = subscribe(g, key, now);
+        Ok((head, start, rx))
+    })
+    .await??;
     renew_if_due(st, sp, true);
     let text = content_type::is_sse_text(&head.content_type);
     let json = content_type::is_json(&head.content_type);

@@ -20,6 +20,7 @@ use super::request;
 use super::request::StreamPath;
 use super::state::AppState;
 use crate::engine::LeaderRoute;
+use crate::runtime::Group;
 use crate::runtime::now_ms;
 use ursula_state::stream::Command;
 use ursula_state::stream::Lifetime;
@@ -151,6 +152,21 @@ pub fn served_type(view_type: &str, json: bool) -> String {
     }
 }
 
+/// Runs `f` on the stream's group, in its turn, with the stream's key.
+pub(super) async fn in_stream_group<R: Send + 'static>(
+    st: &AppState,
+    sp: &StreamPath,
+    f: impl FnOnce(&mut Group, &str) -> R + Send + 'static,
+) -> Result<R, ApiError> {
+    let key = sp.key.clone();
+    let group = st.rt.group_of(&key);
+    Ok(st
+        .rt
+        .with_group(group, move |g| f(g, &key))
+        .await
+        .map_err(crate::engine::EngineError::from)?)
+}
+
 /// Reads once and asks for a TTL renewal when due.
 pub async fn read_view(
     st: &AppState,
@@ -159,15 +175,10 @@ pub async fn read_view(
     max: u64,
     incarnation: Option<u64>,
 ) -> Result<ReadView, ApiError> {
-    let key = sp.key.clone();
-    let group = st.rt.group_of(&key);
-    let view = st
-        .rt
-        .with_group(group, move |g| {
-            g.state.read(&key, from, max, incarnation, now_ms())
-        })
-        .await
-        .map_err(crate::engine::EngineError::from)?;
+    let view = in_stream_group(st, sp, move |g, key| {
+        g.state.read(key, from, max, incarnation, now_ms())
+    })
+    .await?;
     renew_if_due(st, sp, view.as_ref().is_ok_and(|v| v.renew_due));
     let mut view = view?;
     fill_cold(st, &mut view.cold, &mut view.data).await?;
@@ -387,13 +398,10 @@ pub async fn catch_up(
 pub async fn head(st: &AppState, sp: &StreamPath, headers: &HeaderMap) -> Result<Reply, ApiError> {
     let incarnation = request::incarnation(headers)?;
     confirm_leadership(st, sp).await?;
-    let key = sp.key.clone();
-    let group = st.rt.group_of(&key);
-    let v = st
-        .rt
-        .with_group(group, move |g| g.state.head(&key, incarnation, now_ms()))
-        .await
-        .map_err(crate::engine::EngineError::from)??;
+    let v = in_stream_group(st, sp, move |g, key| {
+        g.state.head(key, incarnation, now_ms())
+    })
+    .await??;
     let mut reply = Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, &v.content_type)
         .offset(names::STREAM_NEXT_OFFSET, v.tail)
@@ -427,15 +435,10 @@ pub async fn read_snapshot(
         .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "no such snapshot"))?;
     let incarnation = request::incarnation(headers)?;
     confirm_leadership(st, sp).await?;
-    let key = sp.key.clone();
-    let group = st.rt.group_of(&key);
-    let v = st
-        .rt
-        .with_group(group, move |g| {
-            g.state.read_snapshot(&key, offset, incarnation, now_ms())
-        })
-        .await
-        .map_err(crate::engine::EngineError::from)??;
+    let v = in_stream_group(st, sp, move |g, key| {
+        g.state.read_snapshot(key, offset, incarnation, now_ms())
+    })
+    .await??;
     renew_if_due(st, sp, v.renew_due);
     let mut v = v;
     if let Some(object) = v.cold.take() {
@@ -462,16 +465,11 @@ pub async fn bootstrap(
     }
     let incarnation = request::incarnation(headers)?;
     confirm_leadership(st, sp).await?;
-    let key = sp.key.clone();
-    let group = st.rt.group_of(&key);
-    let v = st
-        .rt
-        .with_group(group, move |g| {
-            g.state
-                .bootstrap(&key, MAX_READ_BYTES, incarnation, now_ms())
-        })
-        .await
-        .map_err(crate::engine::EngineError::from)??;
+    let v = in_stream_group(st, sp, move |g, key| {
+        g.state
+            .bootstrap(key, MAX_READ_BYTES, incarnation, now_ms())
+    })
+    .await??;
     renew_if_due(st, sp, v.renew_due);
     let mut v = v;
     if let (Some(object), Some(snap)) = (v.snapshot_cold.take(), v.snapshot.as_mut()) {

@@ -13,12 +13,9 @@ pub async fn balance(node: std::sync::Weak<Replicas>, wal_disk: Option<DiskPress
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let Some(node) = node.upgrade() else {
+        let Some(node) = super::running(&node) else {
             return;
         };
-        if node.stopping() {
-            return;
-        }
         if let Some(pressured) = &wal_disk {
             shed_for_wal_disk(&node, pressured.now());
         }

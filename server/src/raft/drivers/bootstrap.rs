@@ -45,12 +45,9 @@ pub async fn run(engine: Weak<Replicas>, mut pending: BTreeSet<u32>) {
     // Groups this replica saw empty on every voter: a fresh install, never gated as lost.
     let mut seen_empty = BTreeSet::new();
     loop {
-        let Some(e) = engine.upgrade() else {
+        let Some(e) = super::running(&engine) else {
             return;
         };
-        if e.stopping() {
-            return;
-        }
         pending.retain(|g| {
             let holds = e.log_view(*g).holds();
             if holds {

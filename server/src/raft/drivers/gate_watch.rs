@@ -19,15 +19,12 @@ const APPLY_WAIT: Duration = Duration::from_secs(10);
 pub async fn watch(engine: Weak<Replicas>, group: u32) {
     loop {
         tokio::time::sleep(POLL).await;
-        let Some(e) = engine.upgrade() else {
+        let Some(e) = super::running(&engine) else {
             return;
         };
         let Some(raft) = e.raft(group).cloned() else {
             return;
         };
-        if e.stopping() {
-            return;
-        }
         if !e.gates.is_closed(group) {
             e.resume_elections(group);
             return;

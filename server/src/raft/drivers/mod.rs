@@ -15,3 +15,14 @@ pub mod gate_watch;
 pub mod snapshots;
 pub mod store_health;
 pub mod voter_keeper;
+
+use std::sync::Arc;
+use std::sync::Weak;
+
+use crate::raft::replicas::Replicas;
+
+/// The node a driver works for while it runs: `None` once it was dropped or began to stop,
+/// when the driver ends.
+fn running(node: &Weak<Replicas>) -> Option<Arc<Replicas>> {
+    node.upgrade().filter(|n| !n.stopping())
+}

@@ -108,12 +108,9 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(e) = engine.upgrade() else {
+        let Some(e) = super::running(&engine) else {
             return;
         };
-        if e.stopping() {
-            return;
-        }
         let started = Instant::now();
         settle(&e);
         let node_log = e.log_bytes.bytes();
@@ -165,12 +162,9 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
         for group in chosen {
             // Wait for a free slot, seeing builds end meanwhile.
             loop {
-                let Some(e) = engine.upgrade() else {
+                let Some(e) = super::running(&engine) else {
                     return;
                 };
-                if e.stopping() {
-                    return;
-                }
                 settle(&e);
                 if e.builds.in_flight() < allowed {
                     break;
@@ -265,12 +259,9 @@ fn release_step(
 /// follows at a later pass).
 async fn release(engine: &Weak<Replicas>, groups: impl Iterator<Item = u32>, allowed: u32) {
     for group in groups {
-        let Some(e) = engine.upgrade() else {
+        let Some(e) = super::running(engine) else {
             return;
         };
-        if e.stopping() {
-            return;
-        }
         let Some(raft) = e.raft(group).cloned() else {
             continue;
         };

@@ -40,12 +40,9 @@ pub async fn keep(node: Weak<Replicas>) {
     let mut tick = tokio::time::interval(KEEP_EVERY);
     loop {
         tick.tick().await;
-        let Some(node) = node.upgrade() else {
+        let Some(node) = super::running(&node) else {
             return;
         };
-        if node.stopping() {
-            return;
-        }
         let mut lost = node.lost.take();
         for group in 0..node.group_count() {
             if !node.is_leader(group) {

@@ -48,19 +48,20 @@ impl RpcKind {
         }
     }
 
+    /// Every kind, in declaration order.
+    pub const ALL: [RpcKind; 8] = [
+        RpcKind::Append,
+        RpcKind::Vote,
+        RpcKind::Snapshot,
+        RpcKind::Barrier,
+        RpcKind::Probe,
+        RpcKind::Elect,
+        RpcKind::Propose,
+        RpcKind::ReadIndex,
+    ];
+
     pub fn parse(s: &str) -> Option<RpcKind> {
-        [
-            RpcKind::Append,
-            RpcKind::Vote,
-            RpcKind::Snapshot,
-            RpcKind::Barrier,
-            RpcKind::Probe,
-            RpcKind::Elect,
-            RpcKind::Propose,
-            RpcKind::ReadIndex,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
+        RpcKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 
@@ -165,15 +166,7 @@ mod tests {
 
     #[test]
     fn rpc_kinds_round_trip_through_their_path_segment() {
-        for k in [
-            RpcKind::Append,
-            RpcKind::Vote,
-            RpcKind::Snapshot,
-            RpcKind::Barrier,
-            RpcKind::Probe,
-            RpcKind::Elect,
-            RpcKind::Propose,
-        ] {
+        for k in RpcKind::ALL {
             assert_eq!(RpcKind::parse(k.as_str()), Some(k));
         }
         assert_eq!(RpcKind::parse("install"), None);
