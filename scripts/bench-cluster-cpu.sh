@@ -13,6 +13,7 @@
 #      BENCH_PERF=0 skips the profile   BENCH_OUT=DIR keeps the raw files
 set -euo pipefail
 root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
+. "$root/scripts/lib.sh"
 cd "$root"
 if [[ -z ${URSULA_BIN:-} ]]; then
   cargo build --release -p ursula -p ursula-bench >&2
@@ -45,9 +46,6 @@ stop_all() {
 cleanup() { stop_all; [[ -n ${BENCH_OUT:-} ]] || rm -rf "$out"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 # threads PID...: "pid tid comm ticks" for every thread of the given processes.
 threads() {
   local p t

@@ -6,6 +6,7 @@
 # Prints the table of the "Cold tier" section of docs/benchmarks.md. PROFILE=ci reuses the CI build.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
+. scripts/lib.sh
 profile=${PROFILE:-release}
 cargo build --profile "$profile" -p ursula >&2
 bin=target/$profile/ursula
@@ -16,10 +17,9 @@ pids=()
 # Servers are started inside command substitutions (subshells), so their pids go to a file.
 stop_all() { for p in "${pids[@]}" $(cat "$work/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
 trap 'stop_all; rm -rf "$work"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 # SeaweedFS on ports of its own, loopback only.
-p=(); for _ in $(seq 10); do p+=("$(port)"); done
+p=(); for _ in $(seq 10); do p+=("$(free_port)"); done
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret
 mkdir -p "$work/weed"
 "$weed" -logdir="$work/weed" mini -dir="$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -webdav=false \
@@ -32,7 +32,7 @@ for _ in $(seq 300); do curl -s -o /dev/null "$s3/" && break; sleep 0.1; done
 sleep 2
 
 node() { # name flush_size
-  local np; np=$(port)
+  local np; np=$(free_port)
   cat >"$work/$1.toml" <<TOML
 [storage.cold]
 backend = "s3"

@@ -3,10 +3,11 @@
 # plain node:sqlite, same run, against a release single-node ursula. Prints a markdown table.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
+. scripts/lib.sh
 cargo build --release -p ursula >&2
 scripts/test-js.sh --build-only >&2
 node=$(scripts/install-node.sh)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+port=$(free_port)
 ./target/release/ursula server --listen "127.0.0.1:$port" --admin-listen off >/dev/null 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT

@@ -5,6 +5,7 @@
 # Replaces the "Raft engine" section of docs/benchmarks.md.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
+. scripts/lib.sh
 # PROFILE=ci reuses the CI build (release optimizations with debug assertions).
 profile=${PROFILE:-release}
 cargo build --profile "$profile" -p ursula -p ursula-bench >&2
@@ -14,7 +15,6 @@ work=$(mktemp -d)
 pids=()
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
 trap 'stop_all; rm -rf "$work"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_ready() { for _ in $(seq 300); do curl -sf "$1/__ursula/ready" >/dev/null && return; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
 only=append-1-c1,append-1-c32,append-1000-c1,append-1000-c32
 # Runs on two shared cores spread widely; ROUNDS fresh starts of every server, the median of each
@@ -26,14 +26,14 @@ run() { # label base pid
   rows+=("$work/$1.$round.json")
 }
 for round in $(seq "$rounds"); do
-p=$(port); "$bin" server --listen "127.0.0.1:$p" --admin-listen off >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
+p=$(free_port); "$bin" server --listen "127.0.0.1:$p" --admin-listen off >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
 run memory "http://127.0.0.1:$p" "${pids[0]}"; stop_all
 for fsync in never always; do
-  p=$(port); printf '[raft.wal]\npath = "%s/wal-%s"\nfsync = "%s"\n' "$work" "$fsync" "$fsync" > "$work/$fsync.toml"
+  p=$(free_port); printf '[raft.wal]\npath = "%s/wal-%s"\nfsync = "%s"\n' "$work" "$fsync" "$fsync" > "$work/$fsync.toml"
   "$bin" server --config "$work/$fsync.toml" --listen "127.0.0.1:$p" --admin-listen off >/dev/null 2>&1 & pids+=($!); wait_ready "http://127.0.0.1:$p"
   run "durable-fsync-$fsync" "http://127.0.0.1:$p" "${pids[0]}"; stop_all
 done
-ports=("$(port)" "$(port)" "$(port)")
+ports=("$(free_port)" "$(free_port)" "$(free_port)")
 # The cluster authenticates its peers (docs/security.md), from the environment here.
 export URSULA_PEER_SECRET="$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
 for i in 1 2 3; do
@@ -44,7 +44,7 @@ done
 wait_ready "http://127.0.0.1:${ports[0]}"
 run cluster-3 "http://127.0.0.1:${ports[0]}" "${pids[0]}"; stop_all
 conf=interop/conformance
-p=$(port); PORT=$p node "$conf/reference-server.mjs" >/dev/null 2>&1 & pids+=($!)
+p=$(free_port); PORT=$p node "$conf/reference-server.mjs" >/dev/null 2>&1 & pids+=($!)
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$p/" && break; sleep 0.1; done
 run reference "http://127.0.0.1:$p" "${pids[0]}"; stop_all
 done
@@ -86,13 +86,4 @@ section="## Raft engine
 the median of each figure. The cluster's three nodes and the client share the machine's two cores. Latencies in ms.
 
 $table"
-python3 - docs/benchmarks.md "$section" <<'PY'
-import sys
-path, section = sys.argv[1], sys.argv[2]
-text = open(path).read()
-start = text.find("## Raft engine")
-if start >= 0:
-    end = text.find("\n## ", start + 1)
-    text = text[:start] + (text[end + 1:] if end >= 0 else "")
-open(path, "w").write(text.rstrip("\n") + "\n\n" + section.strip() + "\n")
-PY
+replace_doc_section docs/benchmarks.md "Raft engine" "$section"

@@ -6,10 +6,11 @@
 # Usage: scripts/bench-replica.sh [MiB]   (default 100)
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
+. scripts/lib.sh
 cargo build --release -p ursula >&2
 scripts/test-js.sh --build-only >&2
 node=$(scripts/install-node.sh)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+port=$(free_port)
 data=$(mktemp -d)
 ./target/release/ursula server --listen "127.0.0.1:$port" --admin-listen off >/dev/null 2>&1 &
 pid=$!

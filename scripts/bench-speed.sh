@@ -27,6 +27,7 @@
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$script_dir/lib.sh"
 root=$(git -C "$script_dir" rev-parse --show-toplevel 2>/dev/null || (cd "$script_dir/.." && pwd))
 cd "$root"
 rounds=${BENCH_ROUNDS:-3}
@@ -53,24 +54,13 @@ else out=$(mktemp -d "${TMPDIR:-/tmp}/bench-speed.XXXXXX"); keep=0; fi
 points="$out/points.jsonl"
 : > "$points"
 server_pid=""
-stop_server() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  server_pid=""
-}
+stop_server() { stop_pid "$server_pid"; server_pid=""; }
 cleanup() { stop_server; [[ $keep == 1 ]] || rm -rf "$out"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # 1,024 client connections and as many on the server side.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 wait_up() { # URL ANY: until it answers 2xx (ANY=1: anything at all), 30 s at most
   local deadline=$((SECONDS + 30))
   while (( SECONDS < deadline )); do

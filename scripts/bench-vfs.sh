@@ -5,6 +5,7 @@
 # docs/benchmarks.md with the tables it prints.
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
+. scripts/lib.sh
 cargo build --release -p ursula -p sqlite-ursula-vfs >&2
 cargo build --release -p ursula-vfs-tests --bin vfs-bench >&2
 tables=$(./target/release/vfs-bench 2>/dev/null)
@@ -30,13 +31,4 @@ MD
 )
 doc=docs/benchmarks.md
 touch "$doc"
-python3 - "$doc" "$section" <<'PY'
-import sys
-path, section = sys.argv[1], sys.argv[2]
-text = open(path).read()
-start = text.find("## SQLite extension")
-if start >= 0:
-    end = text.find("\n## ", start + 1)
-    text = text[:start] + (text[end + 1:] if end >= 0 else "")
-open(path, "w").write(text.rstrip("\n") + "\n\n" + section.strip() + "\n")
-PY
+replace_doc_section "$doc" "SQLite extension" "$section"

@@ -18,6 +18,7 @@
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$script_dir/lib.sh"
 root=$(git -C "$script_dir" rev-parse --show-toplevel 2>/dev/null || (cd "$script_dir/.." && pwd))
 cd "$root"
 conf_dir="$root/interop/conformance"
@@ -35,16 +36,7 @@ ursula_bin="$root/target/release/ursula"
 bench_bin="$root/target/release/ursula-bench"
 
 # --- Node and the reference server (same rules as scripts/conformance.sh) -------------------------
-node_ok() {
-  "$1" -e 'const [a,b]=process.versions.node.split(".").map(Number);
-           process.exit((a===20&&b>=19)||(a===22&&b>=12)||a>=24?0:1)' 2>/dev/null
-}
-if command -v node >/dev/null && node_ok node; then
-  node_bin=$(command -v node)
-else
-  node_bin=$("$script_dir/install-node.sh")
-  export PATH="$(dirname "$node_bin"):$PATH"
-fi
+interop_node
 if [[ ! -f "$conf_dir/node_modules/@durable-streams/server/package.json" ]]; then
   echo "bench.sh: npm ci in interop/conformance" >&2
   (cd "$conf_dir" && npm ci --no-audit --no-fund >&2)
@@ -54,16 +46,7 @@ fi
 if [[ -n "${BENCH_OUT:-}" ]]; then out=$BENCH_OUT; mkdir -p "$out"; keep=1
 else out=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX"); keep=0; fi
 server_pid=""
-stop_server() {
-  # Stop the server we started (by pid only), escalating if it ignores SIGTERM.
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  server_pid=""
-}
+stop_server() { stop_pid "$server_pid"; server_pid=""; }
 cleanup() { stop_server; [[ $keep == 1 ]] || rm -rf "$out"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

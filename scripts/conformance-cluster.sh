@@ -5,6 +5,7 @@
 #   scripts/conformance-cluster.sh target/ci/ursula
 set -euo pipefail
 root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
+. "$root/scripts/lib.sh"
 binary=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 work=$(mktemp -d "${TMPDIR:-/tmp}/ursula-cluster.XXXXXX")
 pids=()
@@ -15,7 +16,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 ports=("$(free_port)" "$(free_port)" "$(free_port)")
 # The cluster authenticates its peers (docs/security.md), from the environment here.
 export URSULA_PEER_SECRET="$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"

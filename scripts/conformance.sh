@@ -22,6 +22,7 @@
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$script_dir/lib.sh"
 root=$(git -C "$script_dir" rev-parse --show-toplevel 2>/dev/null || (cd "$script_dir/.." && pwd))
 conf_dir="$root/interop/conformance"
 
@@ -48,17 +49,7 @@ default_expected=$conf_dir/expected-failures.txt
 expected="${CONFORMANCE_EXPECTED:-$default_expected}"
 
 # --- Node: vitest 4 / vite 8 need ^20.19 || >=22.12; else fetch Node 22 from npm ------------------
-node_ok() {
-  "$1" -e 'const [a,b]=process.versions.node.split(".").map(Number);
-           process.exit((a===20&&b>=19)||(a===22&&b>=12)||a>=24?0:1)' 2>/dev/null
-}
-if command -v node >/dev/null && node_ok node; then
-  node_bin=$(command -v node)
-else
-  node_bin=$("$script_dir/install-node.sh")
-  # Put it first on PATH so npm (a node script) and vitest's children use it too.
-  export PATH="$(dirname "$node_bin"):$PATH"
-fi
+interop_node
 
 # --- npm deps (pinned by package-lock.json) ------------------------------------------------------
 if [[ ! -f "$conf_dir/node_modules/vitest/vitest.mjs" ||
@@ -72,13 +63,7 @@ if [[ -n "${CONFORMANCE_OUT:-}" ]]; then out=$CONFORMANCE_OUT; mkdir -p "$out"; 
 else out=$(mktemp -d "${TMPDIR:-/tmp}/conformance.XXXXXX"); keep=0; fi
 server_pid=""
 cleanup() {
-  # Always stop the server we started (by pid only), escalating if it ignores SIGTERM.
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  stop_pid "$server_pid"
   [[ $keep == 1 ]] || rm -rf "$out"
 }
 trap cleanup EXIT

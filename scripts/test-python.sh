@@ -25,11 +25,8 @@ while (($#)); do
   shift
 done
 
-step() { printf '\n== %s\n' "$*" >&2; }
-
-URSULA_PROFILE_DIR=${URSULA_PROFILE_DIR:-target/ci}
-[[ "$URSULA_PROFILE_DIR" == /* ]] || URSULA_PROFILE_DIR="$PWD/$URSULA_PROFILE_DIR"
-export URSULA_PROFILE_DIR
+. scripts/lib.sh
+profile_dir
 if ((!no_build)); then
   step "cargo build --profile ci -p sqlite-ursula-vfs"
   cargo build --profile ci -p sqlite-ursula-vfs

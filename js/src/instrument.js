@@ -37,26 +37,13 @@ export function instrument(file, meter, options = {}) {
   // Throws now, as an UrsulaError, when the file is not attached.
   status(file);
   const attrs = { "sqlite.file": file, ...attributes };
-  const commitDuration = meter.createHistogram("sqlite_ursula.commit.duration", {
-    unit: "ms",
-    description: "Commits in the VFS: frame build, append, local WAL write",
-  });
-  const appendDuration = meter.createHistogram("sqlite_ursula.append.duration", {
-    unit: "ms",
-    description: "The append requests of a commit, retries included",
-  });
-  const retries = meter.createCounter("sqlite_ursula.append.retries", {
-    unit: "{attempt}",
-    description: "Append attempts beyond the first",
-  });
-  const streamBytes = meter.createCounter("sqlite_ursula.stream.bytes", {
-    unit: "By",
-    description: "Compressed commit frame bytes appended to the stream",
-  });
-  const unmeasured = meter.createCounter("sqlite_ursula.commit.unmeasured", {
-    unit: "{commit}",
-    description: "Commits dropped between drains: counted in the counters, not in the histograms",
-  });
+  const histogram = (name, unit, description) => meter.createHistogram(name, { unit, description });
+  const counter = (name, unit, description) => meter.createCounter(name, { unit, description });
+  const commitDuration = histogram("sqlite_ursula.commit.duration", "ms", "Commits in the VFS: frame build, append, local WAL write");
+  const appendDuration = histogram("sqlite_ursula.append.duration", "ms", "The append requests of a commit, retries included");
+  const retries = counter("sqlite_ursula.append.retries", "{attempt}", "Append attempts beyond the first");
+  const streamBytes = counter("sqlite_ursula.stream.bytes", "By", "Compressed commit frame bytes appended to the stream");
+  const unmeasured = counter("sqlite_ursula.commit.unmeasured", "{commit}", "Commits dropped between drains: counted in the counters, not in the histograms");
   const gauges = GAUGES.map(([name, unit, description, read]) => {
     const gauge = meter.createObservableGauge(name, { unit, description });
     const callback = (result) => {
