@@ -1,102 +1,83 @@
-//! A real `ursula server` child process on a loopback port.
+//! A real `ursula server` child process on a loopback port (the workspace harness's restartable
+//! node process, `ursula_testkit::cluster::Proc`), and plain HTTP checks against it.
 
-use std::process::Child;
-use std::process::Command;
-use std::process::Stdio;
 use std::time::Duration;
-use std::time::Instant;
 
+use ursula_testkit::cluster::Proc;
+use ursula_testkit::scratch::Scratch;
+
+/// A single in-memory node; killed on drop. Its log and config live in a scratch directory of
+/// its own, kept when the test fails.
 pub struct Server {
     pub port: u16,
-    child: Option<Child>,
-    /// The config file's directory, when the node runs with one.
-    config: Option<tempfile::TempDir>,
+    node: Proc,
+    /// After the node: it drops last.
+    _dir: Scratch,
 }
 
 impl Server {
     pub fn start() -> Server {
-        let mut s = Server {
-            port: crate::free_port(),
-            child: None,
-            config: None,
-        };
-        s.spawn();
-        s
+        Server::launch(None)
     }
 
     /// A node that runs with this config file (test hooks under `[testing]`, for example).
     pub fn start_with_config(toml: &str) -> Server {
-        let dir = tempfile::tempdir().expect("config dir");
-        std::fs::write(dir.path().join("ursula.toml"), toml).expect("config");
+        Server::launch(Some(toml))
+    }
+
+    fn launch(toml: Option<&str>) -> Server {
+        let dir = Scratch::new("vfs-server");
+        let port = crate::free_port();
+        let mut args: Vec<String> = vec!["server".into()];
+        if let Some(toml) = toml {
+            let config = dir.file("ursula.toml", toml);
+            args.extend(["--config".into(), config.display().to_string()]);
+        }
+        // Servers of one host need admin planes apart; these tests use none.
+        args.extend([
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--admin-listen".into(),
+            "off".into(),
+        ]);
+        let node = Proc::start(port, args, dir.join("ursula.log"));
         let mut s = Server {
-            port: crate::free_port(),
-            child: None,
-            config: Some(dir),
+            port,
+            node,
+            _dir: dir,
         };
-        s.spawn();
+        s.wait_ready();
         s
     }
 
-    fn spawn(&mut self) {
-        let bin = crate::target_dir().join("ursula");
-        assert!(
-            bin.exists(),
-            "build the server first: {} is missing",
-            bin.display()
-        );
-        let mut cmd = Command::new(bin);
-        cmd.arg("server");
-        if let Some(dir) = &self.config {
-            cmd.arg("--config").arg(dir.path().join("ursula.toml"));
-        }
-        let child = cmd
-            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
-            // Servers of one host need admin planes apart; these tests use none.
-            .args(["--admin-listen", "off"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn ursula");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if ureq::get(&format!("{}/__ursula/ready", self.base()))
-                .call()
-                .is_ok()
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("ursula did not become ready on port {}", self.port);
+    fn wait_ready(&mut self) {
+        self.node
+            .wait_ready_until(Duration::from_secs(20), |status, _| status == 200);
     }
 
     pub fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.node.base()
+    }
+
+    /// The URL of `path` on this node.
+    pub fn url(&self, path: &str) -> String {
+        self.node.url(path)
     }
 
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.node.kill9();
     }
 
     /// Stops the node and starts an empty one on the same port (the in-memory engine keeps nothing).
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
+        self.node.spawn();
+        self.wait_ready();
     }
 }
 
 /// Status, headers and body of an answer.
-pub type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+pub type Answer = ursula_testkit::http::Raw;
 
 /// A plain HTTP client for checks against the server, with statuses as values.
 pub fn http(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
@@ -112,6 +93,18 @@ pub fn try_http(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) 
         .build()
         .into();
     ursula_testkit::http::request(&agent, method, url, headers, body).ok()
+}
+
+/// Deletes the stream at `url` and creates it again, empty: another stream at the same URL.
+pub fn recreate(url: &str) {
+    assert_eq!(http("DELETE", url, &[], b"").0, 204, "delete {url}");
+    let created = http(
+        "PUT",
+        url,
+        &[("content-type", "application/octet-stream")],
+        b"",
+    );
+    assert_eq!(created.0, 201, "create {url}");
 }
 
 pub fn header<'a>(hs: &'a [(String, String)], name: &str) -> Option<&'a str> {

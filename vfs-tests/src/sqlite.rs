@@ -32,22 +32,70 @@ pub fn attach(ctl: &Connection, path: &Path, url: &str) -> rusqlite::Result<Stri
 }
 
 pub fn attach_read_only(ctl: &Connection, path: &Path, url: &str) -> rusqlite::Result<String> {
+    attach_mode(ctl, path, url, "read_only")
+}
+
+/// A live read replica of the stream (`'follow'`).
+pub fn follow(ctl: &Connection, path: &Path, url: &str) -> rusqlite::Result<String> {
+    attach_mode(ctl, path, url, "follow")
+}
+
+/// `ursula_attach(path, url, mode)`.
+pub fn attach_mode(
+    ctl: &Connection,
+    path: &Path,
+    url: &str,
+    mode: &str,
+) -> rusqlite::Result<String> {
     ctl.query_row(
-        "SELECT ursula_attach(?1, ?2, 'read_only')",
-        (path.to_str().expect("utf8 path"), url),
+        "SELECT ursula_attach(?1, ?2, ?3)",
+        (path.to_str().expect("utf8 path"), url, mode),
         |r| r.get(0),
     )
 }
 
+/// Attaches `path` as the owner of `url` and opens it, with the `notes` table (created once per
+/// stream).
+pub fn open_owner(ctl: &Connection, path: &Path, url: &str) -> Connection {
+    attach(ctl, path, url).expect("attach");
+    let db = Connection::open(path).expect("open");
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, body TEXT)",
+        [],
+    )
+    .expect("create");
+    db
+}
+
+/// Commits one row of `notes`.
+pub fn insert(db: &Connection, body: &str) -> rusqlite::Result<usize> {
+    db.execute("INSERT INTO notes(body) VALUES (?1)", [body])
+}
+
+/// `ursula_status(path)`.
 pub fn status(ctl: &Connection, path: &Path) -> serde_json::Value {
+    json_of(ctl, "ursula_status", path)
+}
+
+/// `ursula_stats(path)`: the measurements since the last call.
+pub fn stats(ctl: &Connection, path: &Path) -> serde_json::Value {
+    json_of(ctl, "ursula_stats", path)
+}
+
+fn json_of(ctl: &Connection, function: &str, path: &Path) -> serde_json::Value {
     let s: String = ctl
         .query_row(
-            "SELECT ursula_status(?1)",
+            &format!("SELECT {function}(?1)"),
             [path.to_str().expect("utf8 path")],
             |r| r.get(0),
         )
-        .expect("ursula_status");
-    serde_json::from_str(&s).expect("status JSON")
+        .expect(function);
+    serde_json::from_str(&s).expect("JSON")
+}
+
+/// The one value `sql` selects.
+pub fn one<T: rusqlite::types::FromSql>(conn: &Connection, sql: &str) -> T {
+    conn.query_row(sql, [], |r| r.get(0)).expect(sql)
 }
 
 /// The extended result code of a failed call, or 0.

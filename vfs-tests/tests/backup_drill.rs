@@ -11,7 +11,9 @@
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -20,16 +22,17 @@ use ursula_cold::testing::ACCESS_KEY_ID;
 use ursula_cold::testing::BUCKET;
 use ursula_cold::testing::SECRET_ACCESS_KEY;
 use ursula_cold::testing::SeaweedFs;
+use ursula_testkit::cluster::admin;
 use ursula_vfs_tests::cluster::Cluster;
 use ursula_vfs_tests::cluster::Options;
+use ursula_vfs_tests::owner::Owner;
 use ursula_vfs_tests::server::Answer;
 use ursula_vfs_tests::server::header;
 use ursula_vfs_tests::server::http;
-use ursula_vfs_tests::sqlite::attach;
 use ursula_vfs_tests::sqlite::attach_read_only;
 use ursula_vfs_tests::sqlite::bodies;
-use ursula_vfs_tests::sqlite::control;
 use ursula_vfs_tests::sqlite::integrity_ok;
+use ursula_vfs_tests::wait_until;
 
 const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
 
@@ -46,31 +49,31 @@ fn cold_toml(weed: &SeaweedFs, root: &str) -> String {
     )
 }
 
-fn cluster(weed: &SeaweedFs, root: &str) -> Cluster {
+/// An operable cluster with `extra_toml` in each node's config, ready by `ursulactl
+/// wait-ready`, and its manifest.
+fn cluster(weed: &SeaweedFs, extra_toml: String) -> (Cluster, String) {
     let c = Cluster::start_with(Options {
-        operable: true,
         fsync_always: false,
-        extra_toml: cold_toml(weed, root),
+        extra_toml,
     });
+    let manifest = c.manifest();
     let (code, out) = ursulactl(
         weed,
         &[
             "wait-ready",
             "--config",
-            c.manifest().to_str().expect("utf8"),
+            &manifest,
             "--expected-groups",
             "4",
         ],
     );
     assert_eq!(code, Some(0), "{out}");
-    c
+    (c, manifest)
 }
 
 /// Runs `ursulactl` with the S3 environment of the backup location.
 fn ursulactl(weed: &SeaweedFs, args: &[&str]) -> (Option<i32>, String) {
-    let bin = ursula_vfs_tests::target_dir().join("ursulactl");
-    assert!(bin.exists(), "build ursulactl first: {}", bin.display());
-    let out = Command::new(bin)
+    let out = Command::new(ursula_testkit::bins::ursulactl())
         .args(args)
         .env("AWS_ENDPOINT_URL", weed.endpoint())
         .env("AWS_REGION", "us-east-1")
@@ -127,31 +130,11 @@ fn observe(base: &str, path: &str) -> (Vec<Option<String>>, Vec<u8>) {
     (keep, bytes)
 }
 
-/// The admin plane of `cluster`'s node `i`, with its process incarnation.
-fn admin(c: &Cluster, i: usize, method: &str, path: &str) -> Answer {
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(c.manifest()).expect("manifest")).expect("json");
-    let url = manifest["nodes"][i]["admin_url"]
-        .as_str()
-        .expect("admin_url")
-        .to_owned();
-    let (_, _, m) = http("GET", &format!("{url}/__ursula/metrics"), &[], b"");
-    let m: serde_json::Value = serde_json::from_slice(&m).expect("metrics");
-    let inc = m["process_incarnation"].as_str().expect("incarnation");
-    http(
-        method,
-        &format!("{url}{path}"),
-        &[("x-ursula-process-incarnation", inc)],
-        b"",
-    )
-}
-
 /// Flushes `bucket/stream` to the cold tier now, through whichever node leads it.
 fn flush(c: &Cluster, bucket: &str, stream: &str) {
     let done = (0..3).any(|i| {
-        let (status, _, _) = admin(
-            c,
-            i,
+        let (status, _) = admin(
+            c.node(i),
             "POST",
             &format!("/__ursula/flush-cold/{bucket}/{stream}"),
         );
@@ -176,33 +159,46 @@ fn flush(c: &Cluster, bucket: &str, stream: &str) {
     }
 }
 
-/// A producer appending `n:` lines with Producer-Id `live` until stopped: the acknowledged seqs.
-fn producer(url: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+/// Appends the line of `seq` as producer `live`; the status.
+fn produce(url: &str, seq: u64) -> u16 {
+    let s = seq.to_string();
+    let headers = [
+        OCTET,
+        ("producer-id", "live"),
+        ("producer-epoch", "0"),
+        ("producer-seq", &s),
+    ];
+    http("POST", url, &headers, format!("{seq}\n").as_bytes()).0
+}
+
+/// A producer appending `n:` lines with Producer-Id `live` until stopped, counting the
+/// appends acknowledged in `acked`.
+fn producer(url: String, stop: Arc<AtomicBool>, acked: Arc<AtomicU64>) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut seq = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let s = seq.to_string();
-            let body = format!("{seq}\n");
-            let (status, _, _) = http(
-                "POST",
-                &url,
-                &[
-                    OCTET,
-                    ("producer-id", "live"),
-                    ("producer-epoch", "0"),
-                    ("producer-seq", &s),
-                ],
-                body.as_bytes(),
-            );
+            let status = produce(&url, seq);
             assert!(
                 status == 200 || status == 204,
                 "producer append {seq}: {status}"
             );
             seq += 1;
+            acked.store(seq, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(5));
         }
-        seq
     })
+}
+
+/// Node `i`'s usage document (`/__ursula/usage`).
+fn usage(c: &Cluster, i: usize) -> serde_json::Value {
+    let (status, _, body) = http(
+        "GET",
+        &format!("{}/__ursula/usage", c.node_base(i)),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 200, "usage");
+    serde_json::from_slice(&body).expect("usage")
 }
 
 #[tokio::test]
@@ -211,7 +207,7 @@ async fn backup_restore_drill_preserves_streams_and_allows_continued_appends() {
     let tag = std::process::id();
     let (src_root, dst_root) = (format!("drill-src-{tag}"), format!("drill-dst-{tag}"));
     let location = format!("s3://{BUCKET}/backups/drill-{tag}");
-    let mut source = cluster(&weed, &src_root);
+    let (mut source, manifest) = cluster(&weed, cold_toml(&weed, &src_root));
     let base = source.base();
 
     // The data set: bucket `drill` holds every kind of stream, bucket `live` the producer.
@@ -301,21 +297,14 @@ async fn backup_restore_drill_preserves_streams_and_allows_continued_appends() {
     );
 
     // A SQLite database replicated through the extension.
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db_url = format!("{base}/drill/db");
-    attach(&ctl, &dir.path().join("owner.db"), &db_url).expect("attach");
-    let db = Connection::open(dir.path().join("owner.db")).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create table");
+    let o = Owner::attach(&format!("{base}/drill/db"));
     let mut rows = Vec::new();
     for i in 0..40 {
         let body = format!("note {i}");
-        db.execute("INSERT INTO notes(body) VALUES (?1)", [&body])
-            .expect("insert");
+        o.insert(&body).expect("insert");
         rows.push(body);
     }
-    drop(db);
+    drop(o.db);
 
     ok(
         http("PUT", &format!("{base}/live/log"), &[OCTET], b""),
@@ -342,35 +331,35 @@ async fn backup_restore_drill_preserves_streams_and_allows_continued_appends() {
         "/drill/db",
     ];
     let before: Vec<_> = drill_streams.iter().map(|p| observe(&base, p)).collect();
-    let usage_before = http(
-        "GET",
-        &format!("{}/__ursula/usage", source.node_base(0)),
-        &[],
-        b"",
-    );
-    let usage_before: serde_json::Value = serde_json::from_slice(&usage_before.2).expect("usage");
+    let usage_before = usage(&source, 0);
 
     // Back up while the producer appends.
     let stop = Arc::new(AtomicBool::new(false));
-    let appends = producer(format!("{base}/live/log"), stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    let manifest = source.manifest();
+    let acked = Arc::new(AtomicU64::new(0));
+    let appends = producer(format!("{base}/live/log"), stop.clone(), acked.clone());
+    let acked_now = || acked.load(Ordering::Relaxed);
+    wait_until("the producer's first appends", || acked_now() > 0);
     let started = Instant::now();
     let (code, out) = ursulactl(
         &weed,
         &[
             "backup-create",
             "--config",
-            manifest.to_str().expect("utf8"),
+            &manifest,
             "--location",
             &location,
         ],
     );
     assert_eq!(code, Some(0), "backup-create: {out}");
     let backup_took = started.elapsed();
-    std::thread::sleep(Duration::from_millis(300));
+    // The producer keeps appending after the backup.
+    let at_backup = acked_now();
+    wait_until("10 appends after the backup", || {
+        acked_now() >= at_backup + 10
+    });
     stop.store(true, Ordering::Relaxed);
-    let acked = appends.join().expect("producer");
+    appends.join().expect("producer");
+    let acked = acked_now();
     assert!(acked > 10, "the producer kept appending: {acked}");
     let (code, out) = ursulactl(&weed, &["backup-verify", "--location", &location]);
     assert_eq!(code, Some(0), "backup-verify: {out}");
@@ -382,9 +371,8 @@ async fn backup_restore_drill_preserves_streams_and_allows_continued_appends() {
     drop(source);
 
     // A fresh cluster: the restore refuses, importing nothing, until the cold objects are there.
-    let target = cluster(&weed, &dst_root);
-    let tm = target.manifest();
-    let tm = tm.to_str().expect("utf8");
+    let (target, tm) = cluster(&weed, cold_toml(&weed, &dst_root));
+    let tm = tm.as_str();
     let (code, out) = ursulactl(&weed, &["restore", "--config", tm, "--location", &location]);
     assert_eq!(code, Some(1), "restore without the cold objects: {out}");
     assert!(
@@ -393,13 +381,7 @@ async fn backup_restore_drill_preserves_streams_and_allows_continued_appends() {
         ),
         "{out}"
     );
-    let empty = http(
-        "GET",
-        &format!("{}/__ursula/usage", target.node_base(0)),
-        &[],
-        b"",
-    );
-    let empty: serde_json::Value = serde_json::from_slice(&empty.2).expect("usage");
+    let empty = usage(&target, 0);
     assert_eq!(
         empty["buckets"],
         serde_json::json!({}),
@@ -443,13 +425,7 @@ async fn backup_restore_drill_preserves_streams_and_allows_continued_appends() {
         b"",
     );
     assert_eq!((status, snap.as_slice()), (200, &b"state at 10"[..]));
-    let usage_after = http(
-        "GET",
-        &format!("{}/__ursula/usage", target.node_base(1)),
-        &[],
-        b"",
-    );
-    let usage_after: serde_json::Value = serde_json::from_slice(&usage_after.2).expect("usage");
+    let usage_after = usage(&target, 1);
     assert_eq!(
         usage_after["buckets"]["drill"], usage_before["buckets"]["drill"],
         "usage"
@@ -470,40 +446,22 @@ async fn backup_restore_drill_preserves_streams_and_allows_continued_appends() {
         "a gapless prefix"
     );
     assert!((lines.len() as u64) <= acked);
-    let last = (lines.len() - 1).to_string();
-    let retry = http(
-        "POST",
-        &format!("{t}/live/log"),
-        &[
-            OCTET,
-            ("producer-id", "live"),
-            ("producer-epoch", "0"),
-            ("producer-seq", &last),
-        ],
-        format!("{last}\n").as_bytes(),
+    let log_url = format!("{t}/live/log");
+    let last = lines.len() as u64 - 1;
+    assert_eq!(
+        produce(&log_url, last),
+        204,
+        "a retry after the restore is deduplicated"
     );
-    assert_eq!(retry.0, 204, "a retry after the restore is deduplicated");
-    let next = lines.len().to_string();
-    let cont = http(
-        "POST",
-        &format!("{t}/live/log"),
-        &[
-            OCTET,
-            ("producer-id", "live"),
-            ("producer-epoch", "0"),
-            ("producer-seq", &next),
-        ],
-        format!("{next}\n").as_bytes(),
-    );
-    assert_eq!(cont.0, 200, "the producer continues");
+    assert_eq!(produce(&log_url, last + 1), 200, "the producer continues");
     ok(
         http("POST", &format!("{t}/drill/hot"), &[OCTET], b" and more"),
         "appends continue",
     );
 
     // The database rebuilds from its restored stream, whole.
-    let copy = dir.path().join("restored.db");
-    attach_read_only(&ctl, &copy, &format!("{t}/drill/db")).expect("rebuild");
+    let copy = o.dir.path().join("restored.db");
+    attach_read_only(&o.ctl, &copy, &format!("{t}/drill/db")).expect("rebuild");
     let restored = Connection::open(&copy).expect("open restored");
     assert!(integrity_ok(&restored));
     assert_eq!(bodies(&restored), rows);
@@ -513,8 +471,8 @@ async fn backup_restore_drill_preserves_streams_and_allows_continued_appends() {
     let live_objects = to.list("live").await.expect("list live");
     assert!(!live_objects.is_empty());
     assert!(!to.list("drill").await.expect("list drill").is_empty());
-    let (status, _, body) = admin(&target, 1, "DELETE", "/__ursula/purge/drill");
-    let report: serde_json::Value = serde_json::from_slice(&body).expect("report");
+    let (status, body) = admin(target.node(1), "DELETE", "/__ursula/purge/drill");
+    let report: serde_json::Value = serde_json::from_str(&body).expect("report");
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["removed_streams"], drill_streams.len(), "{report}");
     assert_eq!(report["cold_gc_complete"], true, "{report}");
@@ -566,18 +524,8 @@ fn mb_per_s(bytes: u64, took: Duration) -> f64 {
 #[ignore = "a benchmark: writes 1 GiB into a 3-voter cluster; run by hand"]
 async fn backup_and_restore_throughput_of_a_gibibyte() {
     let weed = SeaweedFs::start().await;
-    let source = Cluster::start_with(Options {
-        operable: true,
-        fsync_always: false,
-        extra_toml: String::new(),
-    });
-    let manifest = source.manifest();
-    let manifest = manifest.to_str().expect("utf8");
-    let (code, out) = ursulactl(
-        &weed,
-        &["wait-ready", "--config", manifest, "--expected-groups", "4"],
-    );
-    assert_eq!(code, Some(0), "{out}");
+    let (source, manifest) = cluster(&weed, String::new());
+    let manifest = manifest.as_str();
     let total = 1usize << 30;
     let started = Instant::now();
     fill(&source.base(), total);
@@ -617,18 +565,8 @@ async fn backup_and_restore_throughput_of_a_gibibyte() {
     let verify_dir = time(&["backup-verify", "--location", local]);
     let verify_s3 = time(&["backup-verify", "--location", &s3]);
     drop(source);
-    let target = Cluster::start_with(Options {
-        operable: true,
-        fsync_always: false,
-        extra_toml: String::new(),
-    });
-    let tm = target.manifest();
-    let tm = tm.to_str().expect("utf8");
-    let (code, out) = ursulactl(
-        &weed,
-        &["wait-ready", "--config", tm, "--expected-groups", "4"],
-    );
-    assert_eq!(code, Some(0), "{out}");
+    let (target, tm) = cluster(&weed, String::new());
+    let tm = tm.as_str();
     let restore = time(&[
         "restore",
         "--config",

@@ -1,35 +1,24 @@
 //! The rough edges a new user meets, through a real SQLite and server: a journal_mode change,
 //! EXCLUSIVE locking, URLs that name no stream, and which log lines print by default.
 
-use std::process::Command;
-
 use rusqlite::Connection;
+use ursula_vfs_tests::child;
+use ursula_vfs_tests::owner::Owner;
 use ursula_vfs_tests::server::Server;
 use ursula_vfs_tests::sqlite::attach;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
 use ursula_vfs_tests::sqlite::control;
-use ursula_vfs_tests::sqlite::status;
+use ursula_vfs_tests::sqlite::one;
 
 const SQLITE_ERROR: i32 = 1;
 const IOERR_AUTH: i32 = 7178;
 
-fn journal_mode(db: &Connection) -> String {
-    db.query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .expect("journal_mode")
-}
-
 #[test]
 fn leaving_wal_is_refused_before_it_runs_and_the_connection_stays_usable() {
     let server = Server::start();
-    let url = format!("{}/demo/journal", server.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
+    let o = Owner::attach(&server.url("/demo/journal"));
+    let db = &o.db;
     for mode in ["DELETE", "MEMORY", "OFF", "TRUNCATE", "PERSIST"] {
         let err = db
             .execute_batch(&format!("PRAGMA journal_mode={mode}"))
@@ -43,41 +32,32 @@ fn leaving_wal_is_refused_before_it_runs_and_the_connection_stays_usable() {
             "{mode}: {err}"
         );
         // The connection is as it was: it reads, it commits, and it is in WAL mode.
-        assert_eq!(journal_mode(&db), "wal", "{mode}");
-        db.execute("INSERT INTO notes(body) VALUES (?1)", [mode])
-            .expect("a commit after the refusal");
+        assert_eq!(one::<String>(db, "PRAGMA journal_mode"), "wal", "{mode}");
+        o.insert(mode).expect("a commit after the refusal");
     }
     assert_eq!(
-        bodies(&db),
+        bodies(db),
         vec!["DELETE", "MEMORY", "OFF", "TRUNCATE", "PERSIST"]
     );
-    let st = status(&ctl, &path);
+    let st = o.status();
     assert_eq!(st["error"], serde_json::Value::Null, "{st}");
     assert_eq!(st["commits"], 6, "{st}");
     // The rows are in the stream: a rebuild elsewhere holds them.
-    let other = dir.path().join("b.db");
-    attach(&ctl, &other, &url).expect("rebuild");
+    let other = o.file("b.db");
+    attach(&o.ctl, &other, &o.url).expect("rebuild");
     assert_eq!(bodies(&Connection::open(&other).expect("open b")).len(), 5);
 }
 
 #[test]
 fn exclusive_locking_is_unsupported_with_action_fix_and_no_refused_kind() {
     let server = Server::start();
-    let url = format!("{}/demo/exclusive", server.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
+    let o = Owner::attach(&server.url("/demo/exclusive"));
+    let db = &o.db;
     db.execute_batch("PRAGMA locking_mode=EXCLUSIVE")
         .expect("pragma");
-    let err = db
-        .execute("INSERT INTO notes(body) VALUES ('x')", [])
-        .expect_err("refused");
+    let err = o.insert("x").expect_err("refused");
     assert_eq!(code(&err), IOERR_AUTH, "{err}");
-    let st = status(&ctl, &path);
+    let st = o.status();
     assert_eq!(st["error"]["kind"], "unsupported", "{st}");
     assert_eq!(st["error"]["action"], "fix", "{st}");
     assert!(
@@ -89,10 +69,7 @@ fn exclusive_locking_is_unsupported_with_action_fix_and_no_refused_kind() {
     assert_eq!(st["writes_refused"], false, "{st}");
     assert_eq!(st["refused_kind"], serde_json::Value::Null, "{st}");
     assert_eq!(st["poisoned"], false, "{st}");
-    assert!(
-        bodies(&db).is_empty(),
-        "reads work, the row was rolled back"
-    );
+    assert!(bodies(db).is_empty(), "reads work, the row was rolled back");
 }
 
 #[test]
@@ -137,37 +114,20 @@ fn urls_that_name_no_stream_are_refused_before_any_request_naming_the_rule() {
     }
 }
 
-/// Runs this test binary's `child_attaches` with `env`, returning its stderr.
-fn child_stderr(env: &[(&str, &str)]) -> String {
-    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
-    cmd.args(["--exact", "child_attaches", "--nocapture"])
-        .env("URSULA_CHILD_ATTACH", "1")
-        .env_remove("URSULA_VFS_LOG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run child");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// Child side of the log test: one writable attach and a commit.
 #[test]
 fn child_attaches() {
-    if std::env::var("URSULA_CHILD_ATTACH").is_err() {
+    if !child::selected("child_attaches") {
         return;
     }
     let server = Server::start();
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &format!("{}/demo/logs", server.base())).expect("attach");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE t(x)", []).expect("create");
+    let _owner = Owner::attach(&server.url("/demo/logs"));
     eprintln!("child done");
 }
 
 #[test]
 fn events_outside_the_specs_list_print_only_at_debug() {
+    let child_stderr = |env: &[(&str, &str)]| child::stderr("child_attaches", env);
     let quiet = child_stderr(&[]);
     assert!(quiet.contains("child done"), "{quiet}");
     assert!(!quiet.contains("sqlite-ursula-vfs"), "{quiet}");

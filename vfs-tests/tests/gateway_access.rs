@@ -6,88 +6,73 @@
 //! gateway never answers a marked `403` (its policy conceals with `404`); the `forbidden` row is
 //! shown against the fault proxy in `refusals.rs`.
 
+use std::path::PathBuf;
+
 use rusqlite::Connection;
 use ursula_vfs_tests::access::AccessGateway;
+use ursula_vfs_tests::access::BUCKET;
 use ursula_vfs_tests::access::OWNER;
 use ursula_vfs_tests::access::STRANGER;
-use ursula_vfs_tests::server::Server;
-use ursula_vfs_tests::server::http;
+use ursula_vfs_tests::owner::Owner;
 use ursula_vfs_tests::sqlite::attach;
-use ursula_vfs_tests::sqlite::attach_read_only;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
 use ursula_vfs_tests::sqlite::control;
 use ursula_vfs_tests::sqlite::status;
 
 const IOERR_AUTH: i32 = 7178;
-const BUCKET: &str = "tenant-a";
 
-/// A node with the bucket, and an access-controlled gateway in front of it.
-fn rig(quotas: &str, dir: &std::path::Path) -> (Server, AccessGateway) {
-    let server = Server::start();
-    let (st, _, body) = http("PUT", &format!("{}/{BUCKET}", server.base()), &[], b"");
-    assert!(
-        matches!(st, 200 | 201 | 204),
-        "bucket: {st} {}",
-        String::from_utf8_lossy(&body)
-    );
-    let gw = AccessGateway::start(&server.base(), BUCKET, quotas, dir);
-    (server, gw)
-}
-
-fn insert(db: &Connection, body: &str) -> rusqlite::Result<usize> {
-    db.execute("INSERT INTO notes(body) VALUES (?1)", [body])
+/// A gateway with `quotas`, and the owner's token for `ttl_secs` in a file the extension reads
+/// its tokens from (`URSULA_VFS_TOKEN_FILE`) with a retry budget of `retry_ms`.
+fn with_token_file(
+    quotas: &str,
+    retry_ms: u64,
+    dir: &tempfile::TempDir,
+) -> (AccessGateway, PathBuf) {
+    let gw = AccessGateway::start(quotas);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, gw.token(OWNER, 600)).expect("token");
+    // SAFETY of set_var: each nextest test is its own process, set before any thread reads it.
+    unsafe {
+        std::env::set_var("URSULA_VFS_RETRY_MS", retry_ms.to_string());
+        std::env::set_var("URSULA_VFS_TOKEN_FILE", &token_file);
+    }
+    (gw, token_file)
 }
 
 #[test]
 fn an_owner_commits_through_the_gateway_while_its_token_file_rotates_and_expiry_fails_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let token_file = dir.path().join("token");
-    let (_server, gw) = rig("", dir.path());
-    std::fs::write(&token_file, gw.token(OWNER, 600)).expect("token");
-    // SAFETY of set_var: each nextest test is its own process, set before any thread reads it.
-    unsafe {
-        std::env::set_var("URSULA_VFS_RETRY_MS", "1500");
-        std::env::set_var("URSULA_VFS_TOKEN_FILE", &token_file);
-    }
-    let url = format!("{}/{BUCKET}/notes", gw.base());
-    let ctl = control();
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach with the owner's token");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
-    insert(&db, "one").expect("first token");
+    let (gw, token_file) = with_token_file("", 1500, &dir);
+    let o = Owner::attach(&format!("{}/{BUCKET}/notes", gw.base()));
+    o.insert("one").expect("first token");
 
     // Rotated: another token of the owner, read for the next request.
     std::fs::write(&token_file, gw.token(OWNER, 900)).expect("rotate");
-    insert(&db, "two").expect("rotated token");
+    o.insert("two").expect("rotated token");
 
     // Expired: 401 for the whole retry budget, the commit fails alone.
     std::fs::write(&token_file, gw.token(OWNER, -60)).expect("expire");
-    let e = insert(&db, "lost").expect_err("an expired token");
+    let e = o.insert("lost").expect_err("an expired token");
     assert_eq!(code(&e), IOERR_AUTH, "{e}");
-    let st = status(&ctl, &path);
+    let st = o.status();
     assert_eq!(st["refused_kind"], "unauthorized", "{st}");
     assert_eq!(st["writes_refused"], true);
 
     // A fresh token: the next commit goes through with no new attach.
     std::fs::write(&token_file, gw.token(OWNER, 600)).expect("fresh");
-    insert(&db, "three").expect("fresh token");
-    assert_eq!(bodies(&db), vec!["one", "two", "three"]);
+    o.insert("three").expect("fresh token");
+    assert_eq!(bodies(&o.db), vec!["one", "two", "three"]);
 
     // What reached the stream rebuilds elsewhere, read through the gateway.
-    let copy = dir.path().join("copy.db");
-    attach_read_only(&ctl, &copy, &url).expect("read-only attach");
-    let reader = Connection::open(&copy).expect("open copy");
-    assert_eq!(bodies(&reader), vec!["one", "two", "three"]);
+    assert_eq!(bodies(&o.rebuild("copy.db")), vec!["one", "two", "three"]);
 }
 
 #[test]
 fn ursula_set_token_switches_between_owner_and_stranger_and_the_stranger_meets_the_concealing_404()
 {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (_server, gw) = rig("", dir.path());
+    let gw = AccessGateway::start("");
     // SAFETY of set_var: each nextest test is its own process, set before any thread reads it.
     unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "1500") };
     let ctl = control();
@@ -109,35 +94,30 @@ fn ursula_set_token_switches_between_owner_and_stranger_and_the_stranger_meets_t
     let db = Connection::open(&path).expect("open");
     db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
         .expect("create");
-    insert(&db, "mine").expect("owner commit");
+    let insert = |body: &str| ursula_vfs_tests::sqlite::insert(&db, body);
+    insert("mine").expect("owner commit");
 
     set(&gw.token(STRANGER, 600));
-    let e = insert(&db, "theirs").expect_err("a stranger's commit");
+    let e = insert("theirs").expect_err("a stranger's commit");
     assert_eq!(code(&e), IOERR_AUTH, "{e}");
     let st = status(&ctl, &path);
     assert_eq!(st["refused_kind"], "not_applied", "{st}");
     assert_eq!(st["refused_reason"], "NotFound", "{st}");
 
     set(&gw.token(OWNER, 600));
-    insert(&db, "mine again").expect("owner again, no reattach");
+    insert("mine again").expect("owner again, no reattach");
     assert_eq!(bodies(&db), vec!["mine", "mine again"]);
 }
 
 #[test]
 fn a_bucket_past_its_request_rate_fails_a_commit_alone_as_rate_limited_with_the_reason() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let token_file = dir.path().join("token");
-    let (_server, gw) = rig(
-        &format!("[[bucket]]\nid = \"{BUCKET}\"\nrequests_per_sec = 6\n"),
-        dir.path(),
-    );
-    std::fs::write(&token_file, gw.token(OWNER, 600)).expect("token");
     // A budget shorter than the 1 s Retry-After: the refusal surfaces instead of waiting.
-    // SAFETY of set_var: each nextest test is its own process, set before any thread reads it.
-    unsafe {
-        std::env::set_var("URSULA_VFS_RETRY_MS", "300");
-        std::env::set_var("URSULA_VFS_TOKEN_FILE", &token_file);
-    }
+    let (gw, _token_file) = with_token_file(
+        &format!("[[bucket]]\nid = \"{BUCKET}\"\nrequests_per_sec = 6\n"),
+        300,
+        &dir,
+    );
     let url = format!("{}/{BUCKET}/rated", gw.base());
     let ctl = control();
     let path = dir.path().join("c.db");
@@ -168,7 +148,7 @@ fn a_bucket_past_its_request_rate_fails_a_commit_alone_as_rate_limited_with_the_
         st["refused_reason"], "tenant request rate limit exceeded",
         "{st}"
     );
-    // Not poisoned: once the rate allows, commits go on.
+    // Not poisoned: once the rate allows (a second later), commits go on.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     db.execute_batch("CREATE TABLE IF NOT EXISTS t(x); INSERT INTO t VALUES (100)")
         .expect("the next commit once the rate allows");

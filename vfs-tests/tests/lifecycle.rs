@@ -2,64 +2,60 @@
 
 use std::io::BufRead;
 use std::io::BufReader;
-use std::process::Command;
 use std::process::Stdio;
 use std::time::Duration;
-use std::time::Instant;
 
 use rusqlite::Connection;
+use ursula_vfs_tests::child;
+use ursula_vfs_tests::owner::Owner;
+use ursula_vfs_tests::proxy::Action;
+use ursula_vfs_tests::proxy::Canned;
+use ursula_vfs_tests::proxy::Proxy;
 use ursula_vfs_tests::server::Server;
 use ursula_vfs_tests::server::header;
 use ursula_vfs_tests::server::http;
+use ursula_vfs_tests::server::recreate;
 use ursula_vfs_tests::sqlite::attach;
 use ursula_vfs_tests::sqlite::attach_read_only;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
 use ursula_vfs_tests::sqlite::control;
 use ursula_vfs_tests::sqlite::integrity_ok;
+use ursula_vfs_tests::sqlite::one;
 use ursula_vfs_tests::sqlite::status;
+use ursula_vfs_tests::wait_until;
 
 /// Not a test on its own: the child process of the SIGKILL test. It commits rows and prints
 /// `ack N` after each commit returns, until killed.
 #[test]
 fn child_writer_process() {
-    let (Ok(path), Ok(url)) = (
-        std::env::var("URSULA_CHILD_DB"),
-        std::env::var("URSULA_CHILD_URL"),
-    ) else {
+    let Some((_ctl, db)) = child::attached("child_writer_process") else {
         return;
     };
-    let ctl = control();
-    attach(&ctl, std::path::Path::new(&path), &url).expect("child attach");
-    let db = Connection::open(&path).expect("child open");
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, body TEXT)",
-        [],
-    )
-    .expect("create");
     for i in 0.. {
         // Some transactions are large, so the kill can land mid-commit.
-        let body = if i % 7 == 0 {
-            "x".repeat(20_000)
-        } else {
-            format!("row {i}")
-        };
-        db.execute("INSERT INTO notes(body) VALUES (?1)", [&body])
+        db.execute("INSERT INTO notes(body) VALUES (?1)", [&child_row(i)])
             .expect("child insert");
         println!("ack {i}");
+    }
+}
+
+/// The `i`th row the child writes.
+fn child_row(i: usize) -> String {
+    if i.is_multiple_of(7) {
+        "x".repeat(20_000)
+    } else {
+        format!("row {i}")
     }
 }
 
 #[test]
 fn sigkill_mid_load_loses_no_acknowledged_commit_and_resumes_from_the_local_file() {
     let server = Server::start();
-    let url = format!("{}/demo/crash", server.base());
+    let url = server.url("/demo/crash");
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("a.db");
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "child_writer_process", "--nocapture"])
-        .env("URSULA_CHILD_DB", &path)
-        .env("URSULA_CHILD_URL", &url)
+    let mut child = child::owner_command("child_writer_process", &path, &url)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -93,12 +89,7 @@ fn sigkill_mid_load_loses_no_acknowledged_commit_and_resumes_from_the_local_file
         rows.len()
     );
     for (i, row) in rows.iter().take(acked).enumerate() {
-        let want = if i % 7 == 0 {
-            "x".repeat(20_000)
-        } else {
-            format!("row {i}")
-        };
-        assert_eq!(row, &want);
+        assert_eq!(row, &child_row(i));
     }
     assert!(integrity_ok(&db));
     let fresh = dir.path().join("fresh.db");
@@ -110,98 +101,71 @@ fn sigkill_mid_load_loses_no_acknowledged_commit_and_resumes_from_the_local_file
     );
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if f() {
-            return;
+/// Commits rows of 3 KB, 20 at a time with a pause between (the snapshot is taken in the
+/// background), until `done` holds; fails after `rounds` rounds.
+fn write_until(o: &Owner, rounds: usize, what: &str, mut done: impl FnMut() -> bool) {
+    let mut round = 0;
+    while !done() {
+        round += 1;
+        assert!(
+            round < rounds,
+            "{what} after {} rows: {}",
+            round * 20,
+            o.status()
+        );
+        for _ in 0..20 {
+            o.db.execute("INSERT INTO notes(body) VALUES (hex(randomblob(1500)))", [])
+                .expect("insert");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("timed out waiting for {what}");
+}
+
+/// The owner's latest snapshot offset (`-1`: none).
+fn snapshot_of(o: &Owner) -> String {
+    o.status()["snapshot"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[test]
 fn snapshots_are_published_retention_follows_and_a_new_host_starts_from_the_snapshot() {
     unsafe { std::env::set_var("URSULA_VFS_SNAPSHOT_MIN_BYTES", "65536") };
     let server = Server::start();
-    let url = format!("{}/demo/snap", server.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
-    let write = |count: usize| {
-        for _ in 0..count {
-            db.execute("INSERT INTO notes(body) VALUES (hex(randomblob(1500)))", [])
-                .expect("insert");
-        }
-    };
+    let o = Owner::attach(&server.url("/demo/snap"));
+    let url = &o.url;
     // Write until the log outgrows the database (and the 64 KiB minimum): a snapshot follows.
-    let snapshot_of = || {
-        status(&ctl, &path)["snapshot"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let mut rounds = 0;
-    while snapshot_of() == "-1" {
-        rounds += 1;
-        assert!(
-            rounds < 200,
-            "no snapshot after {} rows: {}",
-            rounds * 20,
-            status(&ctl, &path)
-        );
-        write(20);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let first = snapshot_of();
-    let (code_head, hs, _) = http("HEAD", &url, &[], b"");
+    write_until(&o, 200, "no snapshot", || snapshot_of(&o) != "-1");
+    let first = snapshot_of(&o);
+    let (code_head, hs, _) = http("HEAD", url, &[], b"");
     assert_eq!(code_head, 200);
     assert_eq!(header(&hs, "stream-snapshot-offset"), Some(first.as_str()));
-    assert!(status(&ctl, &path)["snapshot_age_ms"].is_u64());
-    let mut rounds = 0;
-    while snapshot_of() == first {
-        rounds += 1;
-        assert!(rounds < 400, "no second snapshot: {}", status(&ctl, &path));
-        write(20);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    wait_for("retention at the first snapshot", || {
-        header(&http("HEAD", &url, &[], b"").1, "stream-retained-offset") == Some(first.as_str())
+    assert!(o.status()["snapshot_age_ms"].is_u64());
+    write_until(&o, 400, "no second snapshot", || snapshot_of(&o) != first);
+    wait_until("retention at the first snapshot", || {
+        header(&http("HEAD", url, &[], b"").1, "stream-retained-offset") == Some(first.as_str())
     });
     assert_eq!(
         http("GET", &format!("{url}?offset=-1"), &[], b"").0,
         410,
         "history before retention is gone"
     );
-    let copy = dir.path().join("copy.db");
-    attach_read_only(&ctl, &copy, &url).expect("rebuild from the snapshot");
-    let st = status(&ctl, &copy);
+    let c = o.rebuild("copy.db");
+    let st = o.status_of("copy.db");
     assert_ne!(st["installed"], "-1", "{st}");
-    let c = Connection::open(&copy).expect("open copy");
-    assert_eq!(bodies(&c), bodies(&db));
+    assert_eq!(bodies(&c), bodies(&o.db));
     assert!(integrity_ok(&c));
 }
 
 #[test]
 fn a_foreign_append_with_a_higher_stream_seq_fences_the_owner() {
     let server = Server::start();
-    let url = format!("{}/demo/foreign", server.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
+    let o = Owner::attach(&server.url("/demo/foreign"));
     let seq = "9".repeat(40);
     let (c, _, _) = http(
         "POST",
-        &url,
+        &o.url,
         &[
             ("Content-Type", "application/octet-stream"),
             ("Stream-Seq", &seq),
@@ -209,49 +173,27 @@ fn a_foreign_append_with_a_higher_stream_seq_fences_the_owner() {
         b"junk",
     );
     assert_eq!(c, 204);
-    let err = db
-        .execute("INSERT INTO notes(body) VALUES ('x')", [])
-        .expect_err("fenced");
+    let err = o.insert("x").expect_err("fenced");
     assert_eq!(code(&err), 778);
-    assert_eq!(status(&ctl, &path)["fenced"], true);
+    assert_eq!(o.status()["fenced"], true);
 }
 
 #[test]
 fn a_deleted_and_recreated_stream_fences_the_owner_and_reattach_rebuilds_from_the_new_one() {
     let server = Server::start();
-    let url = format!("{}/demo/recreated", server.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
-    assert_eq!(http("DELETE", &url, &[], b"").0, 204);
-    assert_eq!(
-        http(
-            "PUT",
-            &url,
-            &[("Content-Type", "application/octet-stream")],
-            b""
-        )
-        .0,
-        201
-    );
-    let err = db
-        .execute("INSERT INTO notes(body) VALUES ('x')", [])
-        .expect_err("fenced by 412");
+    let o = Owner::attach(&server.url("/demo/recreated"));
+    let url = &o.url;
+    recreate(url);
+    let err = o.insert("x").expect_err("fenced by 412");
     assert_eq!(code(&err), 778);
-    let st = status(&ctl, &path);
+    let st = o.status();
     assert_eq!(st["fenced"], true, "{st}");
     let (_, hs, body) = http("GET", &format!("{url}?offset=-1"), &[], b"");
     assert!(body.is_empty() || header(&hs, "stream-next-offset").is_some());
-    drop(db);
-    attach(&ctl, &path, &url).expect("attach to the new stream");
-    let fresh = Connection::open(&path).expect("open");
-    let tables: i64 = fresh
-        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-        .expect("read");
+    drop(o.db);
+    attach(&o.ctl, &o.path, url).expect("attach to the new stream");
+    let fresh = Connection::open(&o.path).expect("open");
+    let tables: i64 = one(&fresh, "SELECT count(*) FROM sqlite_master");
     assert_eq!(tables, 0, "rebuilt from the new, empty stream");
 }
 
@@ -259,42 +201,17 @@ fn a_deleted_and_recreated_stream_fences_the_owner_and_reattach_rebuilds_from_th
 fn a_snapshot_replaced_during_catch_up_makes_attach_retry_from_a_fresh_head() {
     unsafe { std::env::set_var("URSULA_VFS_SNAPSHOT_MIN_BYTES", "65536") };
     let server = Server::start();
-    let proxy = ursula_vfs_tests::proxy::Proxy::start(server.port);
-    let url = format!("{}/demo/moving", proxy.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
-    let mut rounds = 0;
-    while status(&ctl, &path)["snapshot"] == "-1" {
-        rounds += 1;
-        assert!(rounds < 200, "no snapshot");
-        for _ in 0..20 {
-            db.execute("INSERT INTO notes(body) VALUES (hex(randomblob(1500)))", [])
-                .expect("insert");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let proxy = Proxy::start(server.port);
+    let o = Owner::attach(&format!("{}/demo/moving", proxy.base()));
+    write_until(&o, 200, "no snapshot", || snapshot_of(&o) != "-1");
     let gets_before = proxy.count("GET");
-    let gone = ursula_vfs_tests::proxy::Canned::new(404, &[], "no such snapshot");
-    proxy.add(
-        "GET",
-        "/snapshot/",
-        ursula_vfs_tests::proxy::Action::Respond(gone),
-        Some(1),
-    );
-    let copy = dir.path().join("copy.db");
-    attach_read_only(&ctl, &copy, &url).expect("the second round succeeds");
-    assert_ne!(status(&ctl, &copy)["installed"], "-1");
+    let gone = Canned::new(404, &[], "no such snapshot");
+    proxy.add("GET", "/snapshot/", Action::Respond(gone), Some(1));
+    let copy = o.rebuild("copy.db");
+    assert_ne!(o.status_of("copy.db")["installed"], "-1");
     assert!(
         proxy.count("GET") >= gets_before + 2,
         "the snapshot was fetched again"
     );
-    assert_eq!(
-        bodies(&Connection::open(&copy).expect("open copy")),
-        bodies(&db)
-    );
+    assert_eq!(bodies(&copy), bodies(&o.db));
 }

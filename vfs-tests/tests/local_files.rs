@@ -3,6 +3,7 @@
 
 use rusqlite::Connection;
 use serde_json::Value;
+use ursula_vfs_tests::owner::Owner;
 use ursula_vfs_tests::proxy::Action;
 use ursula_vfs_tests::proxy::Canned;
 use ursula_vfs_tests::proxy::Proxy;
@@ -13,7 +14,8 @@ use ursula_vfs_tests::sqlite::attach_read_only;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
 use ursula_vfs_tests::sqlite::control;
-use ursula_vfs_tests::sqlite::status;
+use ursula_vfs_tests::sqlite::insert;
+use ursula_vfs_tests::sqlite::one;
 
 fn message(e: &rusqlite::Error) -> String {
     e.to_string()
@@ -22,33 +24,20 @@ fn message(e: &rusqlite::Error) -> String {
 #[test]
 fn read_only_attach_claims_nothing_and_refuses_writes_with_sqlite_readonly() {
     let server = Server::start();
-    let url = format!("{}/demo/ro", server.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let owner = dir.path().join("owner.db");
-    attach(&ctl, &owner, &url).expect("attach owner");
-    let db = Connection::open(&owner).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
-    db.execute("INSERT INTO notes(body) VALUES ('a')", [])
-        .expect("insert");
-    let reader = dir.path().join("reader.db");
-    attach_read_only(&ctl, &reader, &url).expect("read-only attach");
-    let r = Connection::open(&reader).expect("open reader");
+    let o = Owner::attach(&server.url("/demo/ro"));
+    o.insert("a").expect("insert");
+    let r = o.rebuild("reader.db");
     assert_eq!(bodies(&r), vec!["a"]);
-    let err = r
-        .execute("INSERT INTO notes(body) VALUES ('no')", [])
-        .expect_err("read-only");
+    let err = insert(&r, "no").expect_err("read-only");
     assert_eq!(code(&err) & 0xff, 8, "SQLITE_READONLY: {err}");
-    db.execute("INSERT INTO notes(body) VALUES ('b')", [])
-        .expect("the owner is not fenced");
-    assert_eq!(status(&ctl, &reader)["read_only"], true);
+    o.insert("b").expect("the owner is not fenced");
+    assert_eq!(o.status_of("reader.db")["read_only"], true);
 }
 
 #[test]
 fn read_only_attach_of_a_missing_stream_is_not_found_and_creates_nothing() {
     let server = Server::start();
-    let url = format!("{}/demo/missing", server.base());
+    let url = server.url("/demo/missing");
     let ctl = control();
     let dir = tempfile::tempdir().expect("tempdir");
     let err = attach_read_only(&ctl, &dir.path().join("x.db"), &url).expect_err("missing");
@@ -64,16 +53,12 @@ fn read_only_attach_of_a_missing_stream_is_not_found_and_creates_nothing() {
 fn a_transaction_over_the_frame_limit_is_never_sent_and_fails_alone() {
     unsafe { std::env::set_var("URSULA_VFS_MAX_FRAME_BYTES", "65536") };
     let server = Server::start();
-    let url = format!("{}/demo/big", server.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
-    let db = Connection::open(&path).expect("open");
+    let o = Owner::attach(&server.url("/demo/big"));
+    let (db, url) = (&o.db, &o.url);
     db.execute("CREATE TABLE blobs(b BLOB)", [])
         .expect("create");
     let tail = || {
-        ursula_vfs_tests::server::header(&http("HEAD", &url, &[], b"").1, "stream-next-offset")
+        ursula_vfs_tests::server::header(&http("HEAD", url, &[], b"").1, "stream-next-offset")
             .map(str::to_owned)
     };
     let before = tail();
@@ -82,7 +67,7 @@ fn a_transaction_over_the_frame_limit_is_never_sent_and_fails_alone() {
         .expect_err("too large");
     assert_eq!(code(&err), 7178, "{err}");
     assert_eq!(tail(), before, "nothing was appended");
-    let st = status(&ctl, &path);
+    let st = o.status();
     assert_eq!(st["refused_kind"], "too_large", "{st}");
     let reason = st["refused_reason"].as_str().unwrap_or_default().to_owned();
     assert!(
@@ -92,24 +77,23 @@ fn a_transaction_over_the_frame_limit_is_never_sent_and_fails_alone() {
     assert_eq!(st["poisoned"], false);
     db.execute("INSERT INTO blobs VALUES (x'01')", [])
         .expect("a small commit succeeds");
-    assert_eq!(status(&ctl, &path)["writes_refused"], false);
+    assert_eq!(o.status()["writes_refused"], false);
 }
 
 #[test]
 fn a_missing_stream_over_a_file_with_data_is_not_found_and_the_file_is_kept() {
     let mut server = Server::start();
-    let url = format!("{}/demo/lost", server.base());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    let ctl = control();
-    attach(&ctl, &path, &url).expect("attach");
-    {
-        let db = Connection::open(&path).expect("open");
-        db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-            .expect("create");
-        db.execute("INSERT INTO notes(body) VALUES ('precious')", [])
-            .expect("insert");
-    }
+    let o = Owner::attach(&server.url("/demo/lost"));
+    o.insert("precious").expect("insert");
+    let Owner {
+        db,
+        ctl,
+        path,
+        url,
+        dir: _dir,
+    } = o;
+    // Closed: an open connection would make the attach `in_use`.
+    drop(db);
     server.restart();
     let size_before = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let err = attach(&ctl, &path, &url).expect_err("the stream is gone");
@@ -134,7 +118,7 @@ fn a_missing_stream_over_a_file_with_data_is_not_found_and_the_file_is_kept() {
 #[test]
 fn a_plain_file_with_data_is_unreplicated_and_still_opens() {
     let server = Server::start();
-    let url = format!("{}/demo/plain", server.base());
+    let url = server.url("/demo/plain");
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("plain.db");
     {
@@ -147,11 +131,7 @@ fn a_plain_file_with_data_is_unreplicated_and_still_opens() {
     let err = attach(&ctl, &path, &url).expect_err("never attached file with data");
     assert!(message(&err).contains("unreplicated_file"), "{err}");
     let db = Connection::open(&path).expect("still opens as a plain file");
-    assert_eq!(
-        db.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))
-            .expect("read"),
-        1
-    );
+    assert_eq!(one::<i64>(&db, "SELECT count(*) FROM t"), 1);
 }
 
 #[test]
@@ -160,9 +140,8 @@ fn a_file_attached_to_one_stream_refuses_another() {
     let ctl = control();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("a.db");
-    attach(&ctl, &path, &format!("{}/demo/one", server.base())).expect("attach");
-    let err =
-        attach(&ctl, &path, &format!("{}/demo/two", server.base())).expect_err("other stream");
+    attach(&ctl, &path, &server.url("/demo/one")).expect("attach");
+    let err = attach(&ctl, &path, &server.url("/demo/two")).expect_err("other stream");
     assert!(message(&err).contains("other_stream"), "{err}");
     Connection::open(&path).expect("the file still opens: no lock-out");
 }
@@ -170,13 +149,8 @@ fn a_file_attached_to_one_stream_refuses_another() {
 #[test]
 fn an_open_connection_makes_attach_in_use() {
     let server = Server::start();
-    let url = format!("{}/demo/inuse", server.base());
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
-    let _db = Connection::open(&path).expect("open");
-    let err = attach(&ctl, &path, &url).expect_err("open in this process");
+    let o = Owner::attach(&server.url("/demo/inuse"));
+    let err = attach(&o.ctl, &o.path, &o.url).expect_err("open in this process");
     assert!(message(&err).contains("in_use"), "{err}");
 }
 
@@ -204,7 +178,7 @@ fn a_failed_attach_locks_the_file_out_until_an_attach_succeeds() {
         message(&st_err).contains("ursula_status: attach_failed: unreachable:"),
         "{st_err}"
     );
-    attach(&ctl, &path, &format!("{}/demo/x", server.base())).expect("a good attach");
+    attach(&ctl, &path, &server.url("/demo/x")).expect("a good attach");
     Connection::open(&path)
         .and_then(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)))
         .expect("opens again");

@@ -4,40 +4,23 @@
 
 use std::path::Path;
 use std::time::Duration;
-use std::time::Instant;
 
 use rusqlite::Connection;
 use serde_json::Value;
+use ursula_vfs_tests::owner::Owner;
 use ursula_vfs_tests::server::Server;
 use ursula_vfs_tests::server::header;
 use ursula_vfs_tests::server::http;
-use ursula_vfs_tests::sqlite::attach;
+use ursula_vfs_tests::sqlite::attach_mode;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
-use ursula_vfs_tests::sqlite::control;
 use ursula_vfs_tests::sqlite::integrity_ok;
+use ursula_vfs_tests::sqlite::one;
 use ursula_vfs_tests::sqlite::status;
+use ursula_vfs_tests::wait_until;
 
 fn attach_at(ctl: &Connection, path: &Path, url: &str, at: &str) -> rusqlite::Result<String> {
-    ctl.query_row(
-        "SELECT ursula_attach(?1, ?2, 'at:' || ?3)",
-        (path.to_str().expect("utf8 path"), url, at),
-        |r| r.get(0),
-    )
-}
-
-fn commits(
-    ctl: &Connection,
-    url: &str,
-    from: Option<&str>,
-    limit: Option<i64>,
-) -> rusqlite::Result<Value> {
-    let text: String = ctl.query_row(
-        "SELECT ursula_commits(?1, ?2, ?3)",
-        (url, from, limit),
-        |r| r.get(0),
-    )?;
-    Ok(serde_json::from_str(&text).expect("listing JSON"))
+    attach_mode(ctl, path, url, &format!("at:{at}"))
 }
 
 fn offsets(listing: &Value) -> Vec<String> {
@@ -63,43 +46,53 @@ fn tail(url: &str) -> String {
 /// An owner that commits one row at a time; `points[k]` is the commit point (the status offset
 /// after the commit) at which the table holds `k` rows, `points[0]` being the CREATE TABLE.
 struct History {
-    ctl: Connection,
-    owner: Connection,
-    owner_path: std::path::PathBuf,
+    o: Owner,
     points: Vec<String>,
-    url: String,
 }
 
 impl History {
-    fn start(ctl: Connection, dir: &Path, url: String) -> History {
-        let owner_path = dir.join("owner.db");
-        attach(&ctl, &owner_path, &url).expect("attach the owner");
-        let owner = Connection::open(&owner_path).expect("open the owner");
-        owner
-            .execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-            .expect("create");
+    fn start(url: &str) -> History {
         let mut h = History {
-            ctl,
-            owner,
-            owner_path,
+            o: Owner::attach(url),
             points: Vec::new(),
-            url,
         };
         h.record();
         h
     }
 
     fn record(&mut self) {
-        let st = status(&self.ctl, &self.owner_path);
+        let st = self.o.status();
         self.points
             .push(st["offset"].as_str().expect("offset").to_owned());
     }
 
     fn insert(&mut self, body: &str) {
-        self.owner
-            .execute("INSERT INTO notes(body) VALUES (?1)", [body])
-            .expect("insert");
+        self.o.insert(body).expect("insert");
         self.record();
+    }
+
+    /// Attaches the file `at.db` beside the owner's at `at`.
+    fn attach_at(&self, at: &str) -> rusqlite::Result<String> {
+        attach_at(&self.o.ctl, &self.at_path(), &self.o.url, at)
+    }
+
+    fn at_path(&self) -> std::path::PathBuf {
+        self.o.file("at.db")
+    }
+
+    /// The status of the file `at.db`.
+    fn at_status(&self) -> Value {
+        status(&self.o.ctl, &self.at_path())
+    }
+
+    /// The owner's stream's commit listing (`ursula_commits`).
+    fn commits(&self, from: Option<&str>, limit: Option<i64>) -> rusqlite::Result<Value> {
+        let text: String = self.o.ctl.query_row(
+            "SELECT ursula_commits(?1, ?2, ?3)",
+            (&self.o.url, from, limit),
+            |r| r.get(0),
+        )?;
+        Ok(serde_json::from_str(&text).expect("listing JSON"))
     }
 
     /// The rows the owner had at `points[k]`.
@@ -108,37 +101,31 @@ impl History {
     }
 }
 
-fn five_notes(server: &Server, dir: &Path, name: &str) -> History {
-    let mut h = History::start(control(), dir, format!("{}/demo/{name}", server.base()));
+fn five_notes(server: &Server, name: &str) -> History {
+    let mut h = History::start(&server.url(&format!("/demo/{name}")));
     for i in 1..=5 {
         h.insert(&format!("note {i}"));
     }
     h
 }
 
-fn table_count(c: &Connection) -> i64 {
-    c.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-        .expect("sqlite_master")
-}
-
 #[test]
 fn an_attach_at_each_commit_point_holds_exactly_the_rows_of_that_point() {
     let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let h = five_notes(&server, dir.path(), "points");
-    assert_eq!(h.points.last().expect("points"), &tail(&h.url));
+    let h = five_notes(&server, "points");
+    assert_eq!(h.points.last().expect("points"), &tail(&h.o.url));
     // One file for every point, forwards then back: a file that holds another point (or the
     // latest state) is never trusted.
-    let path = dir.path().join("at.db");
+    let path = h.at_path();
     let order: Vec<usize> = (0..h.points.len()).chain([1, 0]).collect();
     for k in order {
         let p = &h.points[k];
-        let got = attach_at(&h.ctl, &path, &h.url, p).expect("attach at a commit point");
+        let got = h.attach_at(p).expect("attach at a commit point");
         assert_eq!(&got, p, "the attach answers the commit point it built");
         let c = Connection::open(&path).expect("open");
         assert_eq!(bodies(&c), History::rows_at(k), "rows at points[{k}]");
         assert!(integrity_ok(&c));
-        let st = status(&h.ctl, &path);
+        let st = h.at_status();
         assert_eq!(st["offset"], p.as_str(), "{st}");
         assert_eq!(st["at"], p.as_str(), "{st}");
         assert_eq!(st["read_only"], true);
@@ -147,41 +134,38 @@ fn an_attach_at_each_commit_point_holds_exactly_the_rows_of_that_point() {
     // Between two commit points (inside the frame of the third row): the point before it.
     let between = plus(&h.points[2], 5);
     assert_eq!(
-        attach_at(&h.ctl, &path, &h.url, &between).expect("attach between points"),
+        h.attach_at(&between).expect("attach between points"),
         h.points[2]
     );
     let c = Connection::open(&path).expect("open");
     assert_eq!(bodies(&c), History::rows_at(2));
-    let st = status(&h.ctl, &path);
+    let st = h.at_status();
     assert_eq!(st["offset"], h.points[2].as_str());
     assert_eq!(st["at"], between.as_str());
     drop(c);
     // Before any commit: the empty database, in WAL mode.
     for start in ["-1", "00000000000000000000"] {
-        assert_eq!(
-            attach_at(&h.ctl, &path, &h.url, start).expect("attach at the start"),
-            "-1"
-        );
+        assert_eq!(h.attach_at(start).expect("attach at the start"), "-1");
         let c = Connection::open(&path).expect("open");
-        assert_eq!(table_count(&c), 0, "at {start}: no table yet");
-        let mode: String = c
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-            .expect("journal_mode");
-        assert_eq!(mode, "wal");
-        assert_eq!(status(&h.ctl, &path)["at"], start);
+        assert_eq!(
+            one::<i64>(&c, "SELECT count(*) FROM sqlite_master"),
+            0,
+            "at {start}: no table yet"
+        );
+        assert_eq!(one::<String>(&c, "PRAGMA journal_mode"), "wal");
+        assert_eq!(h.at_status()["at"], start);
     }
 }
 
 #[test]
 fn writes_on_a_point_in_time_file_fail_with_sqlite_readonly_and_fence_nobody() {
     let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut h = five_notes(&server, dir.path(), "readonly");
-    let before = tail(&h.url);
-    let path = dir.path().join("at.db");
-    attach_at(&h.ctl, &path, &h.url, &h.points[1]).expect("attach at");
+    let mut h = five_notes(&server, "readonly");
+    let before = tail(&h.o.url);
+    let path = h.at_path();
+    h.attach_at(&h.points[1]).expect("attach at");
     assert_eq!(
-        tail(&h.url),
+        tail(&h.o.url),
         before,
         "an at: attach appends nothing, no claim"
     );
@@ -193,7 +177,7 @@ fn writes_on_a_point_in_time_file_fail_with_sqlite_readonly_and_fence_nobody() {
     assert_eq!(bodies(&c), History::rows_at(1));
     h.insert("note 6");
     assert_eq!(
-        bodies(&h.owner),
+        bodies(&h.o.db),
         History::rows_at(6),
         "the owner is not fenced"
     );
@@ -202,24 +186,23 @@ fn writes_on_a_point_in_time_file_fail_with_sqlite_readonly_and_fence_nobody() {
 #[test]
 fn an_offset_past_the_tail_or_not_an_offset_is_refused_before_any_file_changes() {
     let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let h = five_notes(&server, dir.path(), "past");
-    let end = tail(&h.url);
-    let path = dir.path().join("at.db");
-    let err = attach_at(&h.ctl, &path, &h.url, &plus(&end, 1)).expect_err("past the tail");
+    let h = five_notes(&server, "past");
+    let end = tail(&h.o.url);
+    let path = h.at_path();
+    let err = h.attach_at(&plus(&end, 1)).expect_err("past the tail");
     let m = err.to_string();
     assert!(m.contains("ursula_attach: invalid_argument:"), "{m}");
     assert!(m.contains(&format!("tail {end}")), "names the tail: {m}");
     assert!(!path.exists(), "nothing was created");
     for bad in ["42", "now", ""] {
-        let err = attach_at(&h.ctl, &path, &h.url, bad).expect_err("not an offset");
+        let err = h.attach_at(bad).expect_err("not an offset");
         assert!(
             err.to_string().contains("invalid_argument") && err.to_string().contains("20 digits"),
             "{err}"
         );
     }
     let missing = format!("{}/demo/nothing-here", server.base());
-    let err = attach_at(&h.ctl, &path, &missing, "-1").expect_err("missing stream");
+    let err = attach_at(&h.o.ctl, &path, &missing, "-1").expect_err("missing stream");
     assert!(
         err.to_string().contains("ursula_attach: not_found:"),
         "{err}"
@@ -234,13 +217,12 @@ fn an_offset_past_the_tail_or_not_an_offset_is_refused_before_any_file_changes()
 #[test]
 fn the_listing_names_every_commit_point_in_order_and_pages_by_from_and_limit() {
     let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let h = five_notes(&server, dir.path(), "listing");
-    let all = commits(&h.ctl, &h.url, None, None).expect("listing");
+    let h = five_notes(&server, "listing");
+    let all = h.commits(None, None).expect("listing");
     assert_eq!(offsets(&all), h.points, "{all}");
     assert_eq!(all["earliest"], "-1");
     assert_eq!(all["snapshot"], "-1");
-    assert_eq!(all["tail"], tail(&h.url).as_str());
+    assert_eq!(all["tail"], tail(&h.o.url).as_str());
     assert_eq!(all["more"], false);
     for c in all["commits"].as_array().expect("commits") {
         assert_eq!(c["epoch"], 1, "the owner's claim came first: {c}");
@@ -248,39 +230,41 @@ fn the_listing_names_every_commit_point_in_order_and_pages_by_from_and_limit() {
         assert!(c["db_pages"].as_u64().unwrap_or(0) >= 2, "{c}");
         assert!(c["bytes"].as_u64().unwrap_or(0) > 12, "{c}");
     }
-    let after = commits(&h.ctl, &h.url, Some(&h.points[1]), None).expect("from");
+    let after = h.commits(Some(&h.points[1]), None).expect("from");
     assert_eq!(offsets(&after), h.points[2..].to_vec());
     // `from` need not be a commit point.
-    let mid = commits(&h.ctl, &h.url, Some(&plus(&h.points[1], 3)), None).expect("from mid");
+    let mid = h
+        .commits(Some(&plus(&h.points[1], 3)), None)
+        .expect("from mid");
     assert_eq!(offsets(&mid), h.points[2..].to_vec());
-    let page = commits(&h.ctl, &h.url, None, Some(2)).expect("limit");
+    let page = h.commits(None, Some(2)).expect("limit");
     assert_eq!(offsets(&page), h.points[..2].to_vec());
     assert_eq!(page["more"], true);
-    let next = commits(&h.ctl, &h.url, Some(&h.points[1]), Some(2)).expect("next page");
+    let next = h.commits(Some(&h.points[1]), Some(2)).expect("next page");
     assert_eq!(offsets(&next), h.points[2..4].to_vec());
-    let last = commits(&h.ctl, &h.url, Some(&h.points[3]), Some(2)).expect("last page");
+    let last = h.commits(Some(&h.points[3]), Some(2)).expect("last page");
     assert_eq!(offsets(&last), h.points[4..].to_vec());
     assert_eq!(last["more"], false);
     // node:sqlite binds every JavaScript number as a REAL: a whole one is a limit too.
-    let text: String = h
-        .ctl
-        .query_row("SELECT ursula_commits(?1, NULL, 2.0)", [&h.url], |r| {
-            r.get(0)
-        })
-        .expect("a whole REAL limit");
+    let text: String =
+        h.o.ctl
+            .query_row("SELECT ursula_commits(?1, NULL, 2.0)", [&h.o.url], |r| {
+                r.get(0)
+            })
+            .expect("a whole REAL limit");
     assert_eq!(serde_json::from_str::<Value>(&text).expect("JSON"), page);
-    let err = h
-        .ctl
-        .query_row("SELECT ursula_commits(?1, NULL, 2.5)", [&h.url], |r| {
-            r.get::<_, String>(0)
-        })
-        .expect_err("a fraction is no limit");
+    let err =
+        h.o.ctl
+            .query_row("SELECT ursula_commits(?1, NULL, 2.5)", [&h.o.url], |r| {
+                r.get::<_, String>(0)
+            })
+            .expect_err("a fraction is no limit");
     assert!(
         err.to_string().contains("limit must be a positive integer"),
         "{err}"
     );
     for (from, limit) in [(Some("12"), None), (None, Some(0)), (None, Some(-3))] {
-        let err = commits(&h.ctl, &h.url, from, limit).expect_err("bad argument");
+        let err = h.commits(from, limit).expect_err("bad argument");
         assert!(
             err.to_string()
                 .contains("ursula_commits: invalid_argument:"),
@@ -289,69 +273,48 @@ fn the_listing_names_every_commit_point_in_order_and_pages_by_from_and_limit() {
     }
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[test]
 fn once_retention_moved_a_point_below_the_latest_snapshot_is_refused_naming_it_and_one_after_opens()
 {
     unsafe { std::env::set_var("URSULA_VFS_SNAPSHOT_MIN_BYTES", "65536") };
     let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("{}/demo/retained", server.base());
-    let mut h = History::start(control(), dir.path(), url.clone());
+    let mut h = History::start(&server.url("/demo/retained"));
+    let url = h.o.url.clone();
     let snapshot_of = |h: &History| {
-        status(&h.ctl, &h.owner_path)["snapshot"]
+        h.o.status()["snapshot"]
             .as_str()
             .unwrap_or_default()
             .to_owned()
     };
     let write = |h: &mut History, rows: usize| {
         for _ in 0..rows {
-            let body: String = h
-                .owner
-                .query_row("SELECT hex(randomblob(1500))", [], |r| r.get(0))
-                .expect("random");
+            let body: String = one(&h.o.db, "SELECT hex(randomblob(1500))");
             h.insert(&body);
         }
     };
     // The log outgrows the database (and the 64 KiB minimum): a first snapshot follows.
     while snapshot_of(&h) == "-1" {
-        assert!(
-            h.points.len() < 4000,
-            "no snapshot: {}",
-            status(&h.ctl, &h.owner_path)
-        );
+        assert!(h.points.len() < 4000, "no snapshot: {}", h.o.status());
         write(&mut h, 10);
         std::thread::sleep(Duration::from_millis(20));
     }
     let first = snapshot_of(&h);
-    let path = dir.path().join("at.db");
-    let count = |c: &Connection| -> usize {
-        c.query_row("SELECT count(*) FROM notes", [], |r| r.get::<_, i64>(0))
-            .expect("count") as usize
-    };
+    let path = h.at_path();
+    let count = |c: &Connection| one::<i64>(c, "SELECT count(*) FROM notes") as usize;
     // The start is still readable: a point before the snapshot replays from it, one after
     // starts from the snapshot.
-    attach_at(&h.ctl, &path, &url, &h.points[3]).expect("before the first snapshot");
+    h.attach_at(&h.points[3])
+        .expect("before the first snapshot");
     assert_eq!(count(&Connection::open(&path).expect("open")), 3);
-    assert_eq!(status(&h.ctl, &path)["installed"], "-1");
+    assert_eq!(h.at_status()["installed"], "-1");
     assert_eq!(
-        commits(&h.ctl, &url, None, Some(100_000)).expect("listing")["earliest"],
+        h.commits(None, Some(100_000)).expect("listing")["earliest"],
         "-1"
     );
     let k = h.points.len() - 1;
-    attach_at(&h.ctl, &path, &url, &h.points[k]).expect("after the first snapshot");
+    h.attach_at(&h.points[k]).expect("after the first snapshot");
     assert_eq!(count(&Connection::open(&path).expect("open")), k);
-    assert_eq!(status(&h.ctl, &path)["installed"], first.as_str());
+    assert_eq!(h.at_status()["installed"], first.as_str());
     // A second snapshot moves retention to the first: history before it is gone, and only the
     // latest snapshot is readable.
     while snapshot_of(&h) == first {
@@ -359,13 +322,13 @@ fn once_retention_moved_a_point_below_the_latest_snapshot_is_refused_naming_it_a
         write(&mut h, 10);
         std::thread::sleep(Duration::from_millis(20));
     }
-    wait_for("retention at the first snapshot", || {
+    wait_until("retention at the first snapshot", || {
         header(&http("HEAD", &url, &[], b"").1, "stream-retained-offset") == Some(first.as_str())
     });
     let latest = snapshot_of(&h);
     let (_, hs, _) = http("HEAD", &url, &[], b"");
     assert_eq!(header(&hs, "stream-snapshot-offset"), Some(latest.as_str()));
-    let err = attach_at(&h.ctl, &path, &url, &h.points[3]).expect_err("below the snapshot");
+    let err = h.attach_at(&h.points[3]).expect_err("below the snapshot");
     let m = err.to_string();
     assert!(m.contains("ursula_attach: retained:"), "{m}");
     assert!(
@@ -374,16 +337,16 @@ fn once_retention_moved_a_point_below_the_latest_snapshot_is_refused_naming_it_a
     );
     // Between the retained offset and the latest snapshot the bytes are readable, but no
     // snapshot is there to start from.
-    let err = attach_at(&h.ctl, &path, &url, &first).expect_err("at the old snapshot");
+    let err = h.attach_at(&first).expect_err("at the old snapshot");
     assert!(err.to_string().contains("retained"), "{err}");
     // At the snapshot: the rows of the last commit at or before it.
     let rows_at = |offset: &str| h.points.iter().filter(|p| p.as_str() <= offset).count() - 1;
-    attach_at(&h.ctl, &path, &url, &latest).expect("at the latest snapshot");
+    h.attach_at(&latest).expect("at the latest snapshot");
     let c = Connection::open(&path).expect("open");
     assert_eq!(count(&c), rows_at(&latest));
     assert!(integrity_ok(&c));
     drop(c);
-    let st = status(&h.ctl, &path);
+    let st = h.at_status();
     assert_eq!(st["offset"], latest.as_str(), "{st}");
     assert_eq!(st["installed"], latest.as_str(), "{st}");
     // Every commit point after the snapshot opens, and the listing names exactly those.
@@ -393,21 +356,18 @@ fn once_retention_moved_a_point_below_the_latest_snapshot_is_refused_naming_it_a
         .filter(|p| p.as_str() > latest.as_str())
         .cloned()
         .collect();
-    let listing = commits(&h.ctl, &url, None, Some(100_000)).expect("listing");
+    let listing = h.commits(None, Some(100_000)).expect("listing");
     assert_eq!(listing["earliest"], latest.as_str());
     assert_eq!(listing["snapshot"], latest.as_str());
     assert_eq!(offsets(&listing), after);
     assert!(!after.is_empty(), "commits came after the snapshot");
     for p in [&after[0], &after[after.len() - 1]] {
-        assert_eq!(
-            &attach_at(&h.ctl, &path, &url, p).expect("after the snapshot"),
-            p
-        );
+        assert_eq!(&h.attach_at(p).expect("after the snapshot"), p);
         let c = Connection::open(&path).expect("open");
         assert_eq!(count(&c), rows_at(p));
         assert_eq!(
             bodies(&c),
-            bodies(&h.owner)[..rows_at(p)].to_vec(),
+            bodies(&h.o.db)[..rows_at(p)].to_vec(),
             "the same rows as the owner had"
         );
     }

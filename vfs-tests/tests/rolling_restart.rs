@@ -7,8 +7,6 @@
 //! stream once, and the database is whole and equals a fresh rebuild. It prints how long the
 //! leader moves paused appends (the table in docs/benchmarks.md).
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
@@ -17,38 +15,25 @@ use std::time::Duration;
 use std::time::Instant;
 
 use rusqlite::Connection;
+use ursula_testkit::cluster::local_prefix;
+use ursula_testkit::cluster::metrics;
+use ursula_testkit::cluster::wait_for;
 use ursula_vfs_tests::cluster::Cluster;
-use ursula_vfs_tests::sqlite::attach;
+use ursula_vfs_tests::owner::Owner;
+use ursula_vfs_tests::server::http;
 use ursula_vfs_tests::sqlite::attach_read_only;
 use ursula_vfs_tests::sqlite::bodies;
-use ursula_vfs_tests::sqlite::control;
 use ursula_vfs_tests::sqlite::integrity_ok;
-
-fn ursulactl(args: &[&str]) -> (Option<i32>, String) {
-    let bin = ursula_vfs_tests::target_dir().join("ursulactl");
-    assert!(bin.exists(), "build ursulactl first: {}", bin.display());
-    let out = Command::new(bin)
-        .args(args)
-        .output()
-        .expect("run ursulactl");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), text)
-}
 
 static PHASES: std::sync::Mutex<Vec<(String, Instant)>> = std::sync::Mutex::new(Vec::new());
 
-fn ctl_ok(manifest: &Path, verb: &str, node: Option<usize>) {
+fn ctl_ok(manifest: &str, verb: &str, node: Option<usize>) {
     PHASES
         .lock()
         .expect("phases")
         .push((format!("{verb} {node:?}"), Instant::now()));
-    let m = manifest.to_str().expect("utf8");
     let id = node.map(|i| (i + 1).to_string());
-    let mut args = vec![verb, "--config", m];
+    let mut args = vec![verb, "--config", manifest];
     if let Some(id) = &id {
         args.extend(["--node", id.as_str()]);
     }
@@ -56,22 +41,13 @@ fn ctl_ok(manifest: &Path, verb: &str, node: Option<usize>) {
         args.extend(["--expected-groups", "4"]);
     }
     let started = Instant::now();
-    let (code, out) = ursulactl(&args);
+    let (code, out, err) = ursula_testkit::ctl::ctl(&args);
     assert_eq!(
         code,
         Some(0),
-        "ursulactl {args:?} after {:?}: {out}",
+        "ursulactl {args:?} after {:?}: {out}{err}",
         started.elapsed()
     );
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
 }
 
 /// One append of the producer: its seq, how long it took, and the status it got.
@@ -89,27 +65,31 @@ struct Sample {
 /// stays checkable either way.
 fn producer(url: String, stop: Arc<AtomicBool>) -> JoinHandle<Vec<Sample>> {
     std::thread::spawn(move || {
-        let agent = agent();
+        let agent = ursula_testkit::http::agent(Duration::from_secs(30));
         let mut samples = Vec::new();
         let mut seq = 0u64;
         while !stop.load(Ordering::Acquire) {
             let started = Instant::now();
-            let req = ureq::http::Request::builder()
-                .method("POST")
-                .uri(&url)
-                .header("content-type", "application/octet-stream")
-                .header("producer-id", "roll")
-                .header("producer-epoch", "0")
-                .header("producer-seq", seq.to_string())
-                .body(format!("r{seq:06}|").into_bytes())
-                .expect("request");
-            let (status, why) = match agent.run(req) {
-                Ok(mut r) if r.status().as_u16() >= 300 => {
-                    let hs = format!("{:?}", r.headers().get("x-ursula-not-applied"));
-                    let body = r.body_mut().read_to_string().unwrap_or_default();
-                    (r.status().as_u16(), format!("{hs} {body}"))
+            let s = seq.to_string();
+            let headers = [
+                ("content-type", "application/octet-stream"),
+                ("producer-id", "roll"),
+                ("producer-epoch", "0"),
+                ("producer-seq", s.as_str()),
+            ];
+            let body = format!("r{seq:06}|");
+            let answer =
+                ursula_testkit::http::request(&agent, "POST", &url, &headers, body.as_bytes());
+            let (status, why) = match answer {
+                Ok((status, hs, body)) if status >= 300 => {
+                    let marker = hs
+                        .iter()
+                        .find(|(k, _)| k == "x-ursula-not-applied")
+                        .map(|(_, v)| v);
+                    let body = String::from_utf8_lossy(&body);
+                    (status, format!("{marker:?} {body}"))
                 }
-                Ok(r) => (r.status().as_u16(), String::new()),
+                Ok((status, _, _)) => (status, String::new()),
                 Err(e) => (0, e.to_string()),
             };
             samples.push(Sample {
@@ -154,27 +134,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn metrics(base: &str) -> serde_json::Value {
-    let (status, _, body) =
-        ursula_vfs_tests::server::try_http("GET", &format!("{base}/__ursula/metrics"), &[], b"")
-            .expect("metrics");
-    assert_eq!(status, 200);
-    serde_json::from_slice(&body).expect("json")
-}
-
-/// The bytes a node holds itself of the stream, up to `len` (short of the tail).
-fn local(base: &str, path: &str, len: usize) -> Option<String> {
-    let (status, _, body) = ursula_vfs_tests::server::try_http(
-        "GET",
-        &format!("{base}{path}?offset=-1&max_bytes={len}"),
-        &[],
-        b"",
-    )?;
-    (status == 200)
-        .then(|| String::from_utf8(body).ok())
-        .flatten()
-}
-
 #[test]
 fn a_rolling_restart_and_a_wiped_node_lose_no_write_of_a_producer_or_a_sqlite_owner() {
     unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "20000") };
@@ -183,26 +142,19 @@ fn a_rolling_restart_and_a_wiped_node_lose_no_write_of_a_producer_or_a_sqlite_ow
     ctl_ok(&manifest, "wait-ready", None);
 
     let stream = "/demo/roll-log";
-    let (status, _, _) = ursula_vfs_tests::server::try_http(
+    let (status, _, _) = http(
         "PUT",
         &format!("{}{stream}", cluster.base()),
         &[("content-type", "application/octet-stream")],
         b"",
-    )
-    .expect("create");
+    );
     assert!(status == 201 || status == 200, "{status}");
-    let ctlc = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("roll.db");
-    let db_url = format!("{}/demo/roll-db", cluster.base());
-    attach(&ctlc, &path, &db_url).expect("attach");
-    let db = Connection::open(&path).expect("open");
-    db.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)", [])
-        .expect("create");
+    let o = Owner::attach(&format!("{}/demo/roll-db", cluster.base()));
 
     let stop = Arc::new(AtomicBool::new(false));
     let appends = producer(format!("{}{stream}", cluster.base()), stop.clone());
-    let commits = committer(db, stop.clone());
+    let commits = committer(o.db, stop.clone());
+    // The steady state the appends during the roll are measured against.
     std::thread::sleep(Duration::from_secs(2));
 
     let roll_started = Instant::now();
@@ -254,6 +206,7 @@ fn a_rolling_restart_and_a_wiped_node_lose_no_write_of_a_producer_or_a_sqlite_ow
     ctl_ok(&manifest, "undrain", Some(wiped));
     ctl_ok(&manifest, "verify-cluster", None);
 
+    // The clients go on against the whole cluster a while before they stop.
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Release);
     let samples = appends.join().expect("producer");
@@ -296,13 +249,12 @@ fn a_rolling_restart_and_a_wiped_node_lose_no_write_of_a_producer_or_a_sqlite_ow
 
     // Each append once, in order, in the stream; every node holds the same bytes.
     let want: String = (0..sent).map(|s| format!("r{s:06}|")).collect();
-    let (status, _, body) = ursula_vfs_tests::server::try_http(
+    let (status, _, body) = http(
         "GET",
         &format!("{}{stream}?offset=-1", cluster.base()),
         &[],
         b"",
-    )
-    .expect("read");
+    );
     assert_eq!(status, 200);
     assert_eq!(
         String::from_utf8(body).expect("utf8"),
@@ -312,22 +264,17 @@ fn a_rolling_restart_and_a_wiped_node_lose_no_write_of_a_producer_or_a_sqlite_ow
     let short = &want[..want.len() - 1];
     for i in 0..3 {
         let base = cluster.node_base(i);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while local(&base, stream, short.len()).as_deref() != Some(short) {
-            assert!(
-                Instant::now() < deadline,
-                "node {} does not hold the stream",
-                i + 1
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for(30, &format!("node {} to hold the stream", i + 1), || {
+            (local_prefix(&base, stream, short.len()).as_deref() == Some(short)).then_some(())
+        });
     }
 
     // The database: whole, every acknowledged commit once, and equal to a fresh rebuild.
     assert!(integrity_ok(&db));
     assert_eq!(bodies(&db), acked);
-    let copy = dir.path().join("copy.db");
-    attach_read_only(&ctlc, &copy, &db_url).expect("rebuild");
+    // (The owner's connection moved to the committer: its fields are used one by one.)
+    let copy = o.dir.path().join("copy.db");
+    attach_read_only(&o.ctl, &copy, &o.url).expect("rebuild");
     let c = Connection::open(&copy).expect("open copy");
     assert!(integrity_ok(&c));
     assert_eq!(bodies(&c), acked, "a fresh rebuild equals the owner");
