@@ -238,22 +238,14 @@ pub fn markdown(
         "| memory per idle stream | {} B | {} B | {:.2} |",
         fmt_int(our_idle.bytes_per_stream),
         fmt_int(ref_idle.bytes_per_stream),
-        if ref_idle.bytes_per_stream > 0.0 {
-            our_idle.bytes_per_stream / ref_idle.bytes_per_stream
-        } else {
-            0.0
-        },
+        ratio(our_idle.bytes_per_stream, ref_idle.bytes_per_stream),
     );
     let _ = writeln!(
         s,
         "| stream creation rate (32 connections) | {}/s | {}/s | {:.1}× |\n",
         fmt_int(our_idle.creates_per_s),
         fmt_int(ref_idle.creates_per_s),
-        if ref_idle.creates_per_s > 0.0 {
-            our_idle.creates_per_s / ref_idle.creates_per_s
-        } else {
-            0.0
-        },
+        ratio(our_idle.creates_per_s, ref_idle.creates_per_s),
     );
 
     let _ = writeln!(s, "## Aims (tracker point 8)\n");
@@ -365,7 +357,7 @@ fn aims(ours: &LoadRun, reference: &LoadRun, idle: &IdleRun) -> Vec<String> {
             .iter()
             .find(|s| s.key == key && usable(s));
         if let (Some(a), Some(b)) = (a, b) {
-            let r = if b.rate > 0.0 { a.rate / b.rate } else { 0.0 };
+            let r = ratio(a.rate, b.rate);
             out.push(format!(
                 "{}: {:.1}× the reference's throughput (aim ≥ {AIM_RATIO}×) — {}",
                 a.title,
@@ -393,6 +385,15 @@ fn aims(ours: &LoadRun, reference: &LoadRun, idle: &IdleRun) -> Vec<String> {
         verdict(idle.bytes_per_stream < AIM_IDLE_BYTES)
     ));
     out
+}
+
+/// `ours` over `reference`; 0 when the reference measured nothing.
+fn ratio(ours: f64, reference: f64) -> f64 {
+    if reference > 0.0 {
+        ours / reference
+    } else {
+        0.0
+    }
 }
 
 fn fmt_ms(us: f64) -> String {

@@ -79,6 +79,13 @@ pub struct Recorded {
     pub odd: Vec<String>,
 }
 
+impl Recorded {
+    /// A read answer that is not a read nor a refusal the reader expects.
+    fn odd_read(&mut self, reader: &str, a: &Answer) {
+        self.odd.push(format!("read {reader}: {}", describe(a)));
+    }
+}
+
 /// Starts every client; each runs until `setup.stop` is set. Join the handles for the history.
 pub fn spawn_all(setup: &Setup) -> Vec<std::thread::JoinHandle<Recorded>> {
     let mut handles = Vec::new();
@@ -290,7 +297,7 @@ fn catchup_reader(s: &Setup, i: usize) -> Recorded {
                     invoke_ns: invoke,
                     from: cursor,
                 }),
-                None if a.status != 503 => out.odd.push(format!("read {name}: {}", describe(&a))),
+                None if a.status != 503 => out.odd_read(&name, &a),
                 None => {}
             }
         }
@@ -316,7 +323,7 @@ fn leader_reader(s: &Setup) -> Recorded {
         if let Some(a) = client::send(&agent, "GET", &url, &[], b"") {
             match record(s, "l0", ReadKind::Leader, 0, invoke, &a) {
                 Some(r) => out.reads.push(r),
-                None if a.status != 503 => out.odd.push(format!("read l0: {}", describe(&a))),
+                None if a.status != 503 => out.odd_read("l0", &a),
                 None => {}
             }
         }
@@ -346,7 +353,7 @@ fn long_poll_tail(s: &Setup) -> Recorded {
                 }
                 None => {
                     if a.status != 503 && a.status != 504 {
-                        out.odd.push(format!("read lp: {}", describe(&a)));
+                        out.odd_read("lp", &a);
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }

@@ -51,30 +51,11 @@ async fn describe_names_bucket_and_root() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_bucket_is_named_by_open_probe_and_put() {
     let weed = SeaweedFs::start().await;
-    let backend = match weed.backend() {
-        BackendConfig::S3 {
-            region,
-            endpoint,
-            access_key_id,
-            secret_access_key,
-            session_token,
-            sse,
-            timeout,
-            max_retries,
-            ..
-        } => BackendConfig::S3 {
-            bucket: "no-such-bucket".into(),
-            region,
-            endpoint,
-            access_key_id,
-            secret_access_key,
-            session_token,
-            sse,
-            timeout,
-            max_retries,
-        },
+    let mut backend = weed.backend();
+    match &mut backend {
+        BackendConfig::S3 { bucket, .. } => *bucket = "no-such-bucket".into(),
         other => panic!("not s3: {other:?}"),
-    };
+    }
     let store = store_with(backend, "root");
     for result in [
         store.open_checked().await,

@@ -61,6 +61,17 @@ pub struct NodeArg {
     pub node: u64,
 }
 
+/// The files a reservation proposal is made of, and its acknowledgement checked against.
+#[derive(Debug, Clone, Args)]
+pub struct ReservationFiles {
+    #[arg(long, value_name = "FILE")]
+    pub cell: PathBuf,
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: PathBuf,
+    #[arg(long, value_name = "FILE")]
+    pub request: PathBuf,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Verb {
     /// Per-node group counts and leadership distribution, and each group's leader.
@@ -202,21 +213,13 @@ pub enum Verb {
     },
     /// Produce an offline ConfigMap CAS proposal (not supported by this build yet).
     ReservationPropose {
-        #[arg(long, value_name = "FILE")]
-        cell: PathBuf,
-        #[arg(long, value_name = "FILE")]
-        snapshot: PathBuf,
-        #[arg(long, value_name = "FILE")]
-        request: PathBuf,
+        #[command(flatten)]
+        files: ReservationFiles,
     },
     /// Validate a CAS update receipt (not supported by this build yet).
     ReservationAcknowledge {
-        #[arg(long, value_name = "FILE")]
-        cell: PathBuf,
-        #[arg(long, value_name = "FILE")]
-        snapshot: PathBuf,
-        #[arg(long, value_name = "FILE")]
-        request: PathBuf,
+        #[command(flatten)]
+        files: ReservationFiles,
         #[arg(long, value_name = "FILE")]
         response: PathBuf,
     },

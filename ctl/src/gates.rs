@@ -19,8 +19,13 @@ use std::time::Instant;
 
 use crate::CtlError;
 use crate::Outcome;
+use crate::findings::configured_voters;
+use crate::findings::group_count;
+use crate::findings::group_voters;
+use crate::findings::report_issues;
 use crate::observe::Metrics;
 use crate::observe::Readiness;
+use crate::plan::leader_of;
 use crate::plan::view;
 use crate::session::Session;
 
@@ -75,29 +80,12 @@ pub fn ready_findings(expected_groups: u64, poll: &Poll) -> Vec<String> {
             findings.push(format!("node {id}: no raft_maintenance report"));
             continue;
         };
-        for issue in &rm.node_issues {
-            findings.push(format!("node {id}: {issue}"));
-        }
-        for gi in &rm.group_issues {
-            findings.push(format!(
-                "node {id}: group {}: {}",
-                gi.raft_group_id, gi.issue
-            ));
-        }
-        let mut voters = rm.configured_voter_ids.clone();
-        voters.sort_unstable();
+        findings.extend(report_issues(*id, rm, &[]));
+        let (voters, differs) = configured_voters(*id, rm, &mut configured);
         if voters.is_empty() {
             findings.push(format!("node {id}: no configured voters"));
         }
-        match &configured {
-            Some(c) if *c != voters => {
-                findings.push(format!(
-                    "node {id}: configured voters {voters:?}, others {c:?}"
-                ));
-            }
-            Some(_) => {}
-            None => configured = Some(voters.clone()),
-        }
+        findings.extend(differs);
         for g in 0..expected_groups {
             let Ok(g) = u32::try_from(g) else { break };
             let Some(v) = view(m, g) else {
@@ -107,21 +95,9 @@ pub fn ready_findings(expected_groups: u64, poll: &Poll) -> Vec<String> {
             if v.current_leader.is_none() {
                 findings.push(format!("node {id}: group {g} has no leader"));
             }
-            let mut gv = v.voter_ids.clone();
-            gv.sort_unstable();
-            if gv != voters || !v.learner_ids.is_empty() {
-                findings.push(format!(
-                    "node {id}: group {g} voters {gv:?} learners {:?}, configured {voters:?}",
-                    v.learner_ids
-                ));
-            }
+            findings.extend(group_voters(*id, g, v, &voters));
         }
-        if m.raft_groups.len() as u64 != expected_groups {
-            findings.push(format!(
-                "node {id}: {} groups, expected {expected_groups}",
-                m.raft_groups.len()
-            ));
-        }
+        findings.extend(group_count(*id, m, expected_groups));
     }
     findings
 }
@@ -177,12 +153,7 @@ pub fn cluster_findings(
             None => findings.push(format!("node {id}: no raft_maintenance report")),
             Some(rm) => {
                 configured.extend(rm.configured_voter_ids.iter().copied());
-                findings.extend(rm.node_issues.iter().map(|i| format!("node {id}: {i}")));
-                findings.extend(
-                    rm.group_issues
-                        .iter()
-                        .map(|gi| format!("node {id}: group {}: {}", gi.raft_group_id, gi.issue)),
-                );
+                findings.extend(report_issues(*id, rm, &[]));
             }
         }
     }
@@ -199,11 +170,7 @@ pub fn cluster_findings(
         .collect();
     let mut committed = BTreeMap::new();
     for g in groups {
-        let leader = ok.iter().find_map(|(id, m)| {
-            view(m, g)
-                .filter(|v| v.current_leader == Some(*id))
-                .map(|v| (*id, v))
-        });
+        let leader = leader_of(g, ok.iter().map(|(id, m)| (*id, *m)));
         let Some((leader, lv)) = leader else {
             findings.push(format!("group {g}: no leader"));
             continue;

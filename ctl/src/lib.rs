@@ -9,6 +9,7 @@
 //!   pinned to, enforced on every observation and sent on every mutation.
 //! - [`fence`]: `activate-maintenance-fence` and `retire-maintenance-fence`.
 //! - [`plan`]: drain planning, pure: which voter takes each group a node leads.
+//! - [`findings`]: the lines about a node's Raft report that several checks give alike.
 //! - [`drain`]: `drain` and `undrain`.
 //! - [`wait`]: `wait`, the progress-gated catch-up of one node.
 //! - [`gates`]: `wait-ready` and `verify-cluster`, whole-cluster checks.
@@ -32,6 +33,7 @@ pub mod backup;
 pub mod cli;
 pub mod drain;
 pub mod fence;
+pub mod findings;
 pub mod gates;
 pub mod location;
 pub mod manifest;

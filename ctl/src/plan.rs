@@ -40,6 +40,18 @@ pub fn view(m: &Metrics, group: u32) -> Option<&RaftGroupView> {
     m.raft_groups.iter().find(|g| g.raft_group_id == group)
 }
 
+/// The leader of `group` by its own account among `nodes`, and its view of the group.
+pub fn leader_of<'a>(
+    group: u32,
+    nodes: impl IntoIterator<Item = (u64, &'a Metrics)>,
+) -> Option<(u64, &'a RaftGroupView)> {
+    nodes.into_iter().find_map(|(id, m)| {
+        view(m, group)
+            .filter(|v| v.current_leader == Some(id))
+            .map(|v| (id, v))
+    })
+}
+
 /// The groups `node` leads by its own account.
 pub fn led_by(node: u64, m: &Metrics) -> Vec<u32> {
     m.raft_groups

@@ -33,6 +33,10 @@ use ursula_protocol::admin::QuorumProof;
 use crate::CtlError;
 use crate::Outcome;
 use crate::fence;
+use crate::findings::configured_voters;
+use crate::findings::group_count;
+use crate::findings::group_voters;
+use crate::findings::report_issues;
 use crate::observe::Metrics;
 use crate::plan::view;
 use crate::session;
@@ -96,43 +100,14 @@ pub fn structure(
             findings.push(format!("node {id}: no raft_maintenance report"));
             continue;
         };
-        findings.extend(rm.node_issues.iter().map(|i| format!("node {id}: {i}")));
-        findings.extend(
-            rm.group_issues
-                .iter()
-                .filter(|gi| !MEASURED.contains(&gi.issue.as_str()))
-                .map(|gi| format!("node {id}: group {}: {}", gi.raft_group_id, gi.issue)),
-        );
-        let mut voters = rm.configured_voter_ids.clone();
-        voters.sort_unstable();
-        match &configured {
-            Some(c) if *c != voters => {
-                findings.push(format!(
-                    "node {id}: configured voters {voters:?}, others {c:?}"
-                ));
-            }
-            Some(_) => {}
-            None => configured = Some(voters.clone()),
-        }
-        if m.raft_groups.len() as u64 != expected_groups {
-            findings.push(format!(
-                "node {id}: {} groups, expected {expected_groups}",
-                m.raft_groups.len()
-            ));
-        }
+        findings.extend(report_issues(*id, rm, MEASURED));
+        let (voters, differs) = configured_voters(*id, rm, &mut configured);
+        findings.extend(differs);
+        findings.extend(group_count(*id, m, expected_groups));
         for g in 0..u32::try_from(expected_groups).unwrap_or(u32::MAX) {
             match view(m, g) {
                 None => findings.push(format!("node {id}: group {g} missing")),
-                Some(v) => {
-                    let mut gv = v.voter_ids.clone();
-                    gv.sort_unstable();
-                    if gv != voters || !v.learner_ids.is_empty() {
-                        findings.push(format!(
-                            "node {id}: group {g} voters {gv:?} learners {:?}, configured {voters:?}",
-                            v.learner_ids
-                        ));
-                    }
-                }
+                Some(v) => findings.extend(group_voters(*id, g, v, &voters)),
             }
         }
     }

@@ -26,20 +26,13 @@ pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `verb`, writing its report to `out`.
 pub fn run(verb: Verb, out: &mut dyn Write) -> Result<Outcome, CtlError> {
-    let session =
-        |config: &str, forget: Option<u64>| -> Result<(manifest::Manifest, Session), CtlError> {
-            let m = manifest::load(config)?;
-            let s = Session::new(&m, HTTP_TIMEOUT, forget);
-            Ok((m, s))
-        };
     match verb {
         Verb::Status {
             config,
             http_timeout_secs,
         } => {
             let m = manifest::load(&config.config)?;
-            let observations =
-                observe::observe_all(&m.nodes, Duration::from_secs(http_timeout_secs.max(1)));
+            let observations = observe::observe_all(&m.nodes, http_timeout(http_timeout_secs));
             let report = status::report(&observations);
             write!(out, "{}", report.text)?;
             Ok(if report.ok() {
@@ -52,7 +45,7 @@ pub fn run(verb: Verb, out: &mut dyn Write) -> Result<Outcome, CtlError> {
             url,
             http_timeout_secs,
         } => {
-            let agent = observe::agent(Duration::from_secs(http_timeout_secs.max(1)));
+            let agent = observe::agent(http_timeout(http_timeout_secs));
             match observe::readiness(&agent, &url)? {
                 observe::Readiness::Ready => {
                     writeln!(out, "ready")?;
@@ -119,29 +112,19 @@ pub fn run(verb: Verb, out: &mut dyn Write) -> Result<Outcome, CtlError> {
             config,
             expected_groups,
             timeout_secs,
-        } => {
-            let (_, s) = session(&config.config, None)?;
-            let o = quorum::QuorumOptions {
-                expected_groups,
-                timeout: Duration::from_secs(timeout_secs),
-                excluded: None,
-            };
-            quorum::verify(&s, &o, out)
-        }
+        } => verify_quorum(&config.config, expected_groups, timeout_secs, None, out),
         Verb::VerifySurvivors {
             config,
             excluded_node_id,
             expected_groups,
             timeout_secs,
-        } => {
-            let (_, s) = session(&config.config, None)?;
-            let o = quorum::QuorumOptions {
-                expected_groups,
-                timeout: Duration::from_secs(timeout_secs),
-                excluded: Some(excluded_node_id),
-            };
-            quorum::verify(&s, &o, out)
-        }
+        } => verify_quorum(
+            &config.config,
+            expected_groups,
+            timeout_secs,
+            Some(excluded_node_id),
+            out,
+        ),
         Verb::PinIncarnations {
             config,
             replace_node,
@@ -165,9 +148,7 @@ pub fn run(verb: Verb, out: &mut dyn Write) -> Result<Outcome, CtlError> {
             created_unix_ms,
             http_timeout_secs,
         } => {
-            let m = manifest::load(&config.config)?;
-            let s = Session::new(&m, Duration::from_secs(http_timeout_secs.max(1)), None);
-            let loc = Location::open(&location)?;
+            let (s, loc) = with_location(&config.config, http_timeout_secs, &location)?;
             backup::create(&s, &loc, created_unix_ms, out)
         }
         Verb::BackupVerify { location } => backup::verify_verb(&Location::open(&location)?, out),
@@ -176,9 +157,7 @@ pub fn run(verb: Verb, out: &mut dyn Write) -> Result<Outcome, CtlError> {
             location,
             http_timeout_secs,
         } => {
-            let m = manifest::load(&config.config)?;
-            let s = Session::new(&m, Duration::from_secs(http_timeout_secs.max(1)), None);
-            let loc = Location::open(&location)?;
+            let (s, loc) = with_location(&config.config, http_timeout_secs, &location)?;
             restore::restore(&s, &loc, out)
         }
         other => Err(CtlError::Unsupported {
@@ -186,6 +165,46 @@ pub fn run(verb: Verb, out: &mut dyn Write) -> Result<Outcome, CtlError> {
             why: "this verb is parsed but not run by this build; nothing was changed".into(),
         }),
     }
+}
+
+/// The manifest at `config` and a session over its nodes, forgetting `forget`'s saved process.
+fn session(config: &str, forget: Option<u64>) -> Result<(manifest::Manifest, Session), CtlError> {
+    let m = manifest::load(config)?;
+    let s = Session::new(&m, HTTP_TIMEOUT, forget);
+    Ok((m, s))
+}
+
+/// A `--http-timeout-secs` flag's timeout: one second at the least.
+fn http_timeout(secs: u64) -> Duration {
+    Duration::from_secs(secs.max(1))
+}
+
+/// `backup-create` and `restore`: a session with their own HTTP timeout, and the location.
+fn with_location(
+    config: &str,
+    http_timeout_secs: u64,
+    location: &str,
+) -> Result<(Session, Location), CtlError> {
+    let m = manifest::load(config)?;
+    let s = Session::new(&m, http_timeout(http_timeout_secs), None);
+    Ok((s, Location::open(location)?))
+}
+
+/// `verify-quorum`, or with `excluded` `verify-survivors`.
+fn verify_quorum(
+    config: &str,
+    expected_groups: u64,
+    timeout_secs: u64,
+    excluded: Option<u64>,
+    out: &mut dyn Write,
+) -> Result<Outcome, CtlError> {
+    let (_, s) = session(config, None)?;
+    let o = quorum::QuorumOptions {
+        expected_groups,
+        timeout: Duration::from_secs(timeout_secs),
+        excluded,
+    };
+    quorum::verify(&s, &o, out)
 }
 
 /// `pin-incarnations`: every node's current process into `expected_process_incarnation`.

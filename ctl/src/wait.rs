@@ -18,6 +18,7 @@ use std::time::Instant;
 use crate::CtlError;
 use crate::Outcome;
 use crate::observe::Metrics;
+use crate::plan::leader_of;
 use crate::plan::view;
 use crate::session::Session;
 
@@ -66,11 +67,7 @@ pub fn judge(
     let (mut voter, mut caught_up) = (0, 0);
     for &g in &groups {
         // The leader by its own account: only it knows the committed index and membership.
-        let leader = all.iter().find_map(|(id, m)| {
-            view(m, g)
-                .filter(|v| v.current_leader == Some(*id))
-                .map(|v| (*id, v))
-        });
+        let leader = leader_of(g, all.iter().map(|(id, m)| (*id, m)));
         let Some((leader, lv)) = leader else {
             pending.push(format!("group {g}: no leader"));
             continue;

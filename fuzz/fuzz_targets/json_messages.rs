@@ -61,19 +61,9 @@ fuzz_target!(|data: &[u8]| {
 
 /// The deepest bracket nesting of `data`, outside strings.
 fn nesting(data: &[u8]) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for &b in data {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in outside_strings(data) {
         match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 deepest = deepest.max(depth);
@@ -87,8 +77,13 @@ fn nesting(data: &[u8]) -> usize {
 
 /// Whether `line` has whitespace outside its strings.
 fn has_insignificant_space(line: &[u8]) -> bool {
+    outside_strings(line).any(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+}
+
+/// The bytes of `data` outside its JSON strings, the strings' quotes left out too.
+fn outside_strings(data: &[u8]) -> impl Iterator<Item = u8> + '_ {
     let (mut in_string, mut escaped) = (false, false);
-    for &b in line {
+    data.iter().copied().filter(move |&b| {
         if in_string {
             match (escaped, b) {
                 (true, _) => escaped = false,
@@ -96,11 +91,12 @@ fn has_insignificant_space(line: &[u8]) -> bool {
                 (false, b'"') => in_string = false,
                 _ => {}
             }
+            false
         } else if b == b'"' {
             in_string = true;
-        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-            return true;
+            false
+        } else {
+            true
         }
-    }
-    false
+    })
 }

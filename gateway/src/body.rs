@@ -307,6 +307,17 @@ mod tests {
         (tx, Fed(rx))
     }
 
+    /// A body of `piece` `times` over, sent by a task as fast as the reader takes it.
+    fn fed_with(piece: Bytes, times: usize) -> Fed {
+        let (tx, body) = fed();
+        tokio::spawn(async move {
+            for _ in 0..times {
+                let _ = tx.send(piece.clone()).await;
+            }
+        });
+        body
+    }
+
     fn limits(stall_ms: u64, min_rate: u64) -> UploadLimits {
         UploadLimits::try_from(UploadLimitsSpec {
             body_stall_timeout: Duration::from_millis(stall_ms),
@@ -323,13 +334,7 @@ mod tests {
     async fn a_body_is_read_whole_into_its_declared_share() {
         let l = limits(1_000, 0);
         let budget = Budget::new(&l);
-        let (tx, body) = fed();
-        let mut body = std::pin::pin!(body);
-        tokio::spawn(async move {
-            for _ in 0..4 {
-                let _ = tx.send(Bytes::from_static(&[7; 1000])).await;
-            }
-        });
+        let mut body = std::pin::pin!(fed_with(Bytes::from_static(&[7; 1000]), 4));
         let (bytes, share) = read_body(body.as_mut(), Some(4000), &l, &budget)
             .await
             .expect("read");
@@ -344,13 +349,7 @@ mod tests {
     async fn a_body_without_a_length_grows_its_share_as_it_arrives() {
         let l = limits(1_000, 0);
         let budget = Budget::new(&l);
-        let (tx, body) = fed();
-        let mut body = std::pin::pin!(body);
-        tokio::spawn(async move {
-            for _ in 0..3 {
-                let _ = tx.send(Bytes::from(vec![1; 1024 * 1024])).await;
-            }
-        });
+        let mut body = std::pin::pin!(fed_with(Bytes::from(vec![1; 1024 * 1024]), 3));
         let (bytes, share) = read_body(body.as_mut(), None, &l, &budget)
             .await
             .expect("read");

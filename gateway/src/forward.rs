@@ -75,6 +75,7 @@ use crate::uploads::Budget;
 use crate::uploads::Reservation;
 use crate::uploads::UploadCounters;
 use crate::upstreams::Counters;
+use crate::upstreams::Taken;
 use crate::upstreams::Upstreams;
 use crate::upstreams::route_key;
 
@@ -129,6 +130,13 @@ enum Attempt {
     Broken(String),
     /// The request went out and no response headers came within `--response-header-timeout`.
     TimedOut,
+}
+
+/// How one hop ended: the upstream's answer, or the reply that ends the forward and whether
+/// the request reached any node.
+enum Hop {
+    Answer(Response<Incoming>),
+    End(Response<GatewayBody>, bool),
 }
 
 /// The request as every hop resends it.
@@ -254,44 +262,41 @@ impl Inner {
         let addr = parts.extensions.get::<ClientAddr>().map(|c| c.0);
         let mut admitted: Option<Admitted> = None;
         let mut conceal = false;
-        if let Some(auth) = &self.auth {
+        // A refusal from the head, and the client address its body's reading counts against.
+        let refused = if let Some(auth) = &self.auth {
             match guard::admit(auth, &self.auth_counters, &parts).await {
                 Gate::Metrics => return self.metrics(&parts.method),
-                Gate::Forward(a) => admitted = Some(a),
-                Gate::Conceal => conceal = true,
-                Gate::Answer(resp) => {
-                    // Refused from its head, so admitted for no principal: untrusted.
-                    return self
-                        .refuse_after_drain(
-                            incoming.as_mut(),
-                            declared,
-                            0,
-                            resp,
-                            Pace::HEAD_REFUSAL,
-                            addr,
-                        )
-                        .await;
+                Gate::Forward(a) => {
+                    admitted = Some(a);
+                    None
                 }
+                Gate::Conceal => {
+                    conceal = true;
+                    None
+                }
+                // Refused from its head, so admitted for no principal: untrusted.
+                Gate::Answer(resp) => Some((resp, addr)),
             }
+        } else if parts.uri.path() == METRICS_PATH {
+            return self.metrics(&parts.method);
+        } else if parts.uri.path().starts_with("/__ursula/")
+            && !internal_forwarded(&parts.method, parts.uri.path())
+        {
+            Some((reply::not_found("no such route on the gateway"), None))
         } else {
-            if parts.uri.path() == METRICS_PATH {
-                return self.metrics(&parts.method);
-            }
-            if parts.uri.path().starts_with("/__ursula/")
-                && !internal_forwarded(&parts.method, parts.uri.path())
-            {
-                let resp = reply::not_found("no such route on the gateway");
-                return self
-                    .refuse_after_drain(
-                        incoming.as_mut(),
-                        declared,
-                        0,
-                        resp,
-                        Pace::HEAD_REFUSAL,
-                        None,
-                    )
-                    .await;
-            }
+            None
+        };
+        if let Some((resp, untrusted)) = refused {
+            return self
+                .refuse_after_drain(
+                    incoming.as_mut(),
+                    declared,
+                    0,
+                    resp,
+                    Pace::HEAD_REFUSAL,
+                    untrusted,
+                )
+                .await;
         }
         // With access control, a request admitted for no principal is untrusted: its body is
         // never buffered, and its reading counts against its client address.
@@ -431,25 +436,10 @@ impl Inner {
         // The hold gives a probe slot back if this future is dropped before an outcome.
         let held = ups.first(route.as_deref(), Instant::now());
         let first = held.i;
-        let resp = match self.send(first, &out.target, out).await {
-            Attempt::Answer(r) => r,
-            Attempt::ConnectFailed(why) => {
-                Counters::bump(&ups.counters.upstream_unreachable);
-                ups.failed(first, Instant::now());
-                let base = &ups.list[first].url.base;
-                tracing::warn!(upstream = %base, error = %why, "cannot connect to the upstream");
-                let resp = reply::refusal(
-                    GatewayRefusal::UpstreamUnreachable,
-                    Mark::Marked,
-                    &format!("cannot connect to {base}: {why}"),
-                );
-                return (resp, false);
-            }
-            Attempt::Broken(why) => return (self.broken(first, &why), true),
-            Attempt::TimedOut => return (self.timed_out(first), true),
+        let resp = match self.hop(held, &out.target, out, None).await {
+            Hop::Answer(r) => r,
+            Hop::End(resp, sent) => return (resp, sent),
         };
-        ups.answered(first);
-        drop(held);
         let Some(location) = leader_location(&resp) else {
             return (pass_through(resp, true), true);
         };
@@ -485,25 +475,13 @@ impl Inner {
             let next = held.i;
             tried[next] = true;
             Counters::bump(&ups.counters.leader_redirects);
-            let resp = match self.send(next, &target, out).await {
-                Attempt::Answer(r) => r,
-                Attempt::ConnectFailed(why) => {
-                    Counters::bump(&ups.counters.upstream_unreachable);
-                    ups.failed(next, Instant::now());
-                    let base = &ups.list[next].url.base;
-                    tracing::warn!(upstream = %base, error = %why, "cannot connect to the redirect target");
-                    let resp = reply::refusal(
-                        GatewayRefusal::UpstreamUnreachable,
-                        mark_if(all_marked),
-                        &format!("cannot connect to {base} after a leader redirect: {why}"),
-                    );
-                    return (resp, true);
-                }
-                Attempt::Broken(why) => return (self.broken(next, &why), true),
-                Attempt::TimedOut => return (self.timed_out(next), true),
+            let resp = match self
+                .hop(held, &target, out, Some(mark_if(all_marked)))
+                .await
+            {
+                Hop::Answer(r) => r,
+                Hop::End(resp, sent) => return (resp, sent),
             };
-            ups.answered(next);
-            drop(held);
             match leader_location(&resp) {
                 Some(loc) => {
                     all_marked &= resp.headers().contains_key(h::NOT_APPLIED);
@@ -527,6 +505,52 @@ impl Inner {
             "no upstream answered without a leader redirect",
         );
         (resp, true)
+    }
+
+    /// One exchange with the upstream `held` names, held until its outcome is recorded.
+    /// `redirect`: `None` on the first hop; after a leader redirect, the mark a failed connect
+    /// gets (an earlier hop reached a node then, so the request counts as sent).
+    async fn hop(
+        &self,
+        held: Taken<'_>,
+        target: &str,
+        out: &Outgoing,
+        redirect: Option<Mark>,
+    ) -> Hop {
+        let i = held.i;
+        let hop = match self.send(i, target, out).await {
+            Attempt::Answer(r) => {
+                self.upstreams.answered(i);
+                Hop::Answer(r)
+            }
+            Attempt::ConnectFailed(why) => {
+                Hop::End(self.unreachable(i, &why, redirect), redirect.is_some())
+            }
+            Attempt::Broken(why) => Hop::End(self.broken(i, &why), true),
+            Attempt::TimedOut => Hop::End(self.timed_out(i), true),
+        };
+        drop(held);
+        hop
+    }
+
+    /// No connection to upstream `i`: it is ejected, and the refusal is marked as
+    /// [`Gateway::hop`]'s `redirect` says.
+    fn unreachable(&self, i: usize, why: &str, redirect: Option<Mark>) -> Response<GatewayBody> {
+        Counters::bump(&self.upstreams.counters.upstream_unreachable);
+        self.upstreams.failed(i, Instant::now());
+        let base = &self.upstreams.list[i].url.base;
+        let (mark, detail) = match redirect {
+            None => {
+                tracing::warn!(upstream = %base, error = %why, "cannot connect to the upstream");
+                (Mark::Marked, format!("cannot connect to {base}: {why}"))
+            }
+            Some(mark) => {
+                tracing::warn!(upstream = %base, error = %why, "cannot connect to the redirect target");
+                let detail = format!("cannot connect to {base} after a leader redirect: {why}");
+                (mark, detail)
+            }
+        };
+        reply::refusal(GatewayRefusal::UpstreamUnreachable, mark, &detail)
     }
 
     fn broken(&self, i: usize, why: &str) -> Response<GatewayBody> {

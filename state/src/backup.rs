@@ -208,28 +208,17 @@ mod tests {
         let mut st = GroupState::default();
         st.apply(
             Command::Create(Create {
-                key: "demo/a".into(),
-                content_type: "application/octet-stream".into(),
-                lifetime: None,
-                closed: false,
-                stream_seq: None,
-                producer: None,
-                incarnation: None,
                 body: Some(Body::Raw(bytes::Bytes::from_static(b"hello"))),
+                ..Create::octet_stream("demo/a")
             }),
             1_000,
         )
         .expect("create");
         st.apply(
-            Command::Append(Append {
-                key: "demo/a".into(),
-                content_type: Some("application/octet-stream".into()),
-                close: false,
-                stream_seq: None,
-                producer: None,
-                incarnation: None,
-                body: Body::Raw(bytes::Bytes::from(vec![7u8; 20_000])),
-            }),
+            Command::Append(Append::octet_stream(
+                "demo/a",
+                bytes::Bytes::from(vec![7u8; 20_000]),
+            )),
             2_000,
         )
         .expect("append");

@@ -2,7 +2,6 @@
 //! acknowledged, fails alone (nothing reached the stream), or poisons the file.
 
 use std::time::Duration;
-use std::time::Instant;
 
 use ursula_protocol::content_type::OCTET_STREAM;
 use ursula_protocol::headers as h;
@@ -17,7 +16,7 @@ use crate::db::Db;
 use crate::error::Kind;
 use crate::format::Sidecar;
 use crate::log;
-use crate::settings;
+use crate::retry::Retry;
 
 pub const PRODUCER_PREFIX: &str = "sqlite-ursula-vfs/";
 
@@ -279,19 +278,15 @@ fn send(
     frame: &[u8],
     classify: impl Fn(&Answer, bool) -> Step,
 ) -> Result {
-    let budget = Duration::from_millis(settings::get().retry_ms);
-    let start = Instant::now();
+    let mut retry = Retry::start();
     let mut attempts = 0u64;
     let mut had_unknown = false;
-    let mut backoff = Duration::from_millis(50);
     loop {
         attempts += 1;
         let req = Request {
-            method: Method::Post,
-            url: &db.url,
             headers: headers.clone(),
             body: frame,
-            long: false,
+            ..Request::new(Method::Post, &db.url)
         };
         let step = match Client::global().send(&req) {
             Attempt::Answered(a) => classify(&a, had_unknown),
@@ -318,12 +313,12 @@ fn send(
                 reason,
             } => {
                 had_unknown |= unknown;
-                let elapsed = start.elapsed();
-                let pause = wait.max(backoff);
-                if elapsed + pause > budget {
+                let elapsed = retry.elapsed();
+                let pause = retry.pause(wait);
+                let event = |level, name| {
                     log::event(
-                        log::Level::Warn,
-                        "append_gave_up",
+                        level,
+                        name,
                         &[
                             ("file", &db.file()),
                             ("attempt", &attempts.to_string()),
@@ -331,6 +326,9 @@ fn send(
                             ("reason", &reason),
                         ],
                     );
+                };
+                if retry.over(elapsed, pause) {
+                    event(log::Level::Warn, "append_gave_up");
                     let outcome = match (had_unknown, refusal) {
                         (false, Some((kind, reason))) => Outcome::Refused { kind, reason },
                         _ => Outcome::Poisoned {
@@ -342,18 +340,8 @@ fn send(
                     };
                     return Result { outcome, attempts };
                 }
-                log::event(
-                    log::Level::Info,
-                    "append_retry",
-                    &[
-                        ("file", &db.file()),
-                        ("attempt", &attempts.to_string()),
-                        ("elapsed_ms", &elapsed.as_millis().to_string()),
-                        ("reason", &reason),
-                    ],
-                );
-                std::thread::sleep(pause);
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                event(log::Level::Info, "append_retry");
+                retry.sleep(pause);
             }
         }
     }

@@ -239,16 +239,22 @@ mod tests {
         vec![s.parse().expect("socket address")]
     }
 
-    #[test]
-    fn looks_up_at_most_every_refresh() {
+    /// A cache whose first lookup of `h:80`, at `t0`, found 10.0.0.1.
+    fn looked_up_at(t0: Instant) -> DnsCache {
         let c = DnsCache::new(DnsPolicy::default());
-        let t0 = Instant::now();
         assert_eq!(c.plan("h:80", t0), Plan::Lookup);
         assert_eq!(
             c.finish::<String>("h:80", t0, Ok(addr("10.0.0.1:80")))
                 .expect("looked up"),
             addr("10.0.0.1:80")
         );
+        c
+    }
+
+    #[test]
+    fn looks_up_at_most_every_refresh() {
+        let t0 = Instant::now();
+        let c = looked_up_at(t0);
         assert_eq!(
             c.plan("h:80", t0 + Duration::from_secs(29)),
             Plan::Serve(addr("10.0.0.1:80"))
@@ -263,11 +269,8 @@ mod tests {
 
     #[test]
     fn failed_lookup_serves_last_addresses_for_ten_minutes() {
-        let c = DnsCache::new(DnsPolicy::default());
         let t0 = Instant::now();
-        assert_eq!(c.plan("h:80", t0), Plan::Lookup);
-        c.finish::<String>("h:80", t0, Ok(addr("10.0.0.1:80")))
-            .expect("looked up");
+        let c = looked_up_at(t0);
         let t1 = t0 + Duration::from_secs(40);
         assert_eq!(c.plan("h:80", t1), Plan::Lookup);
         assert_eq!(
@@ -302,11 +305,8 @@ mod tests {
 
     #[test]
     fn failed_connection_makes_lookup_due() {
-        let c = DnsCache::new(DnsPolicy::default());
         let t0 = Instant::now();
-        assert_eq!(c.plan("h:80", t0), Plan::Lookup);
-        c.finish::<String>("h:80", t0, Ok(addr("10.0.0.1:80")))
-            .expect("looked up");
+        let c = looked_up_at(t0);
         c.connect_failed_at("h:80", t0 + Duration::from_secs(1));
         assert_eq!(
             c.plan("h:80", t0 + Duration::from_secs(4)),

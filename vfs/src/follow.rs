@@ -127,11 +127,9 @@ impl Follower<'_> {
             offset_text::to_text(self.read_at)
         );
         let req = Request {
-            method: Method::Get,
-            url: &url,
             headers: vec![(h::STREAM_INCARNATION, self.incarnation.to_string())],
-            body: &[],
             long: true,
+            ..Request::new(Method::Get, &url)
         };
         let a = match Client::global().send(&req) {
             Attempt::Answered(a) => a,
@@ -177,12 +175,7 @@ impl Follower<'_> {
 
     /// Applies the whole commits of a read, in one pass of the gate.
     fn apply(&mut self, a: &Answer) -> Result<(), VfsError> {
-        let next = a.offset(h::STREAM_NEXT_OFFSET)?.ok_or_else(|| {
-            VfsError::new(
-                Kind::StreamState,
-                "a read answered without Stream-Next-Offset",
-            )
-        })?;
+        let next = replay::next_offset(a)?;
         let up_to_date = a.header(h::STREAM_UP_TO_DATE).is_some();
         self.frames.push(&a.body);
         let mut commits = Vec::new();
@@ -321,13 +314,7 @@ struct StreamState {
 }
 
 fn stream_state(url: &str) -> Result<Option<StreamState>, VfsError> {
-    let req = Request {
-        method: Method::Head,
-        url,
-        headers: Vec::new(),
-        body: &[],
-        long: false,
-    };
+    let req = Request::new(Method::Head, url);
     match Client::global().send(&req) {
         Attempt::Answered(a) if a.status == 404 => Ok(None),
         Attempt::Answered(a) if a.status == 200 => Ok(Some(StreamState {

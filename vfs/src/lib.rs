@@ -27,6 +27,7 @@
 //! - [`format`]: frame, snapshot and sidecar layouts (see `docs/sqlite-vfs.md`).
 //! - [`pragma`]: PRAGMAs refused before they run (`journal_mode` away from WAL).
 //! - [`naming`]: the local file a stream URL names (`<label>-<hash>.db`), for the packages.
+//! - [`retry`]: the retry budget and backoff of the requests to the stream.
 //! - [`settings`], [`log`], [`error`]: env vars, logfmt events, failure kinds.
 //! - [`ordered`]: JSON objects whose keys keep the order written (`ursula_status`).
 //! - [`package_errors`]: the error table the npm and Python packages classify failures by.
@@ -56,6 +57,7 @@ pub mod pragma;
 pub mod reclaim;
 pub mod registry;
 pub mod replay;
+pub mod retry;
 pub mod settings;
 #[allow(unsafe_code)]
 pub mod shim;

@@ -5,13 +5,12 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::Duration;
-use std::time::Instant;
 
 use ursula_protocol::headers as h;
 use ursula_protocol::incarnation::Incarnation;
 use ursula_protocol::offset::Offset;
 
+use crate::client::Answer;
 use crate::client::Attempt;
 use crate::client::Client;
 use crate::client::Method;
@@ -23,7 +22,7 @@ use crate::format::FrameReader;
 use crate::format::PAGE_SIZE;
 use crate::format::Record;
 use crate::format::offset_text;
-use crate::settings;
+use crate::retry::Retry;
 
 /// Prefix of errors that a fresh HEAD may cure: retention moved, or the snapshot was replaced.
 pub const MOVED: &str = "the stream moved on during catch-up";
@@ -77,25 +76,17 @@ pub fn apply_commit(f: &File, db_pages: u32, pages: &[(u32, Vec<u8>)]) -> Result
 
 /// One read request, retried within the budget for answers that may clear (no answer, 429,
 /// 5xx, 307); a refused connection fails at once.
-pub fn get(
-    url: &str,
-    incarnation: Option<Incarnation>,
-    long: bool,
-) -> Result<crate::client::Answer, VfsError> {
-    let budget = Duration::from_millis(settings::get().retry_ms);
-    let start = Instant::now();
-    let mut backoff = Duration::from_millis(50);
+pub fn get(url: &str, incarnation: Option<Incarnation>, long: bool) -> Result<Answer, VfsError> {
+    let mut retry = Retry::start();
     let mut headers = Vec::new();
     if let Some(inc) = incarnation {
         headers.push((h::STREAM_INCARNATION, inc.to_string()));
     }
     loop {
         let req = Request {
-            method: Method::Get,
-            url,
             headers: headers.clone(),
-            body: &[],
             long,
+            ..Request::new(Method::Get, url)
         };
         let why = match Client::global().send(&req) {
             Attempt::Answered(a) if !(a.status == 429 || a.status == 307 || a.status >= 500) => {
@@ -110,14 +101,13 @@ pub fn get(
             }
             Attempt::NoAnswer(r) => r,
         };
-        if start.elapsed() + backoff > budget {
+        if retry.spent() {
             return Err(VfsError::new(
                 Kind::Unavailable,
                 format!("the stream did not answer a read: {why}"),
             ));
         }
-        std::thread::sleep(backoff);
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        retry.back_off();
     }
 }
 
@@ -171,12 +161,7 @@ pub fn replay(
                 ));
             }
         }
-        let next = a.offset(h::STREAM_NEXT_OFFSET)?.ok_or_else(|| {
-            VfsError::new(
-                Kind::StreamState,
-                "a read answered without Stream-Next-Offset",
-            )
-        })?;
+        let next = next_offset(&a)?;
         let up_to_date = a.header(h::STREAM_UP_TO_DATE).is_some();
         frames.push(&a.body);
         while let Some((record, len)) = frames
@@ -217,6 +202,16 @@ pub fn replay(
             ));
         }
     }
+}
+
+/// A read's `Stream-Next-Offset`, which every read answer carries.
+pub fn next_offset(a: &Answer) -> Result<Offset, VfsError> {
+    a.offset(h::STREAM_NEXT_OFFSET)?.ok_or_else(|| {
+        VfsError::new(
+            Kind::StreamState,
+            "a read answered without Stream-Next-Offset",
+        )
+    })
 }
 
 pub fn format_err(e: format::FormatError) -> VfsError {
@@ -263,42 +258,38 @@ pub fn fetch_snapshot(
 /// Checks a snapshot body whole (header, image size and checksum) without writing anything:
 /// a replica that is read from checks before it overwrites.
 pub fn check_snapshot(body: &[u8]) -> Result<(), VfsError> {
-    let mut r = body;
-    let h = format::read_snapshot_header(&mut r).map_err(format_err)?;
-    let mut dec = zstd::stream::read::Decoder::new(r)
-        .map_err(|e| VfsError::new(Kind::StreamState, format!("snapshot: {e}")))?;
-    let mut hasher = crc32fast::Hasher::new();
-    let mut page = vec![0u8; PAGE_SIZE];
-    for _ in 0..h.pages {
-        dec.read_exact(&mut page).map_err(|e| {
-            VfsError::new(Kind::StreamState, format!("snapshot image is short: {e}"))
-        })?;
-        hasher.update(&page);
-    }
-    if hasher.finalize() != h.crc {
-        return Err(VfsError::new(
-            Kind::StreamState,
-            "snapshot image checksum mismatch",
-        ));
-    }
-    Ok(())
+    each_snapshot_page(body, |_, _| Ok(())).map(|_| ())
 }
 
 /// Writes a snapshot body's image over the file; returns its header.
 pub fn write_snapshot(db: &File, body: &[u8]) -> Result<format::SnapshotHeader, VfsError> {
+    let h = each_snapshot_page(body, |pgno, page| {
+        db.write_all_at(page, u64::from(pgno) * PAGE_SIZE as u64)
+            .map_err(local_err)
+    })?;
+    db.set_len(u64::from(h.pages) * PAGE_SIZE as u64)
+        .map_err(local_err)?;
+    Ok(h)
+}
+
+/// Decodes a snapshot body's image page by page, handing each to `page` with its index, and
+/// checks the image's size and checksum; returns the body's header.
+fn each_snapshot_page(
+    body: &[u8],
+    mut page: impl FnMut(u32, &[u8]) -> Result<(), VfsError>,
+) -> Result<format::SnapshotHeader, VfsError> {
     let mut r = body;
     let h = format::read_snapshot_header(&mut r).map_err(format_err)?;
     let mut dec = zstd::stream::read::Decoder::new(r)
         .map_err(|e| VfsError::new(Kind::StreamState, format!("snapshot: {e}")))?;
     let mut hasher = crc32fast::Hasher::new();
-    let mut page = vec![0u8; PAGE_SIZE];
+    let mut buf = vec![0u8; PAGE_SIZE];
     for pgno in 0..h.pages {
-        dec.read_exact(&mut page).map_err(|e| {
+        dec.read_exact(&mut buf).map_err(|e| {
             VfsError::new(Kind::StreamState, format!("snapshot image is short: {e}"))
         })?;
-        hasher.update(&page);
-        db.write_all_at(&page, u64::from(pgno) * PAGE_SIZE as u64)
-            .map_err(local_err)?;
+        hasher.update(&buf);
+        page(pgno, &buf)?;
     }
     if hasher.finalize() != h.crc {
         return Err(VfsError::new(
@@ -306,7 +297,5 @@ pub fn write_snapshot(db: &File, body: &[u8]) -> Result<format::SnapshotHeader, 
             "snapshot image checksum mismatch",
         ));
     }
-    db.set_len(u64::from(h.pages) * PAGE_SIZE as u64)
-        .map_err(local_err)?;
     Ok(h)
 }

@@ -673,116 +673,39 @@ unsafe extern "C" fn x_delete(
     })
 }
 
-unsafe extern "C" fn x_access(
-    _vfs: *mut ffi::sqlite3_vfs,
-    name: *const c_char,
-    flags: c_int,
-    out: *mut c_int,
-) -> c_int {
-    unsafe {
-        let real = real_vfs();
-        (*real)
-            .xAccess
-            .map_or(ffi::SQLITE_IOERR_ACCESS, |a| a(real, name, flags, out))
-    }
-}
-
-unsafe extern "C" fn x_full_pathname(
-    _vfs: *mut ffi::sqlite3_vfs,
-    name: *const c_char,
-    n: c_int,
-    out: *mut c_char,
-) -> c_int {
-    unsafe {
-        let real = real_vfs();
-        (*real)
-            .xFullPathname
-            .map_or(ffi::SQLITE_ERROR, |x| x(real, name, n, out))
-    }
-}
-
-unsafe extern "C" fn x_dl_open(_vfs: *mut ffi::sqlite3_vfs, name: *const c_char) -> *mut c_void {
-    unsafe {
-        let real = real_vfs();
-        (*real).xDlOpen.map_or(ptr::null_mut(), |x| x(real, name))
-    }
-}
-
-unsafe extern "C" fn x_dl_error(_vfs: *mut ffi::sqlite3_vfs, n: c_int, out: *mut c_char) {
-    unsafe {
-        let real = real_vfs();
-        if let Some(x) = (*real).xDlError {
-            x(real, n, out);
+/// VFS methods that only pass the call to the same method of the `unix` VFS, or answer
+/// `absent` when it has none.
+macro_rules! pass_to_real {
+    ($(fn $name:ident => $method:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty, absent $absent:expr)?;)*) => {$(
+        unsafe extern "C" fn $name(_vfs: *mut ffi::sqlite3_vfs, $($arg: $ty),*) $(-> $ret)? {
+            // SAFETY: SQLite calls the shim only after `register` found the real VFS, which
+            // lives for the process; the arguments are SQLite's own, passed on unchanged.
+            unsafe {
+                let real = real_vfs();
+                match (*real).$method {
+                    Some(x) => x(real, $($arg),*),
+                    None => { $($absent)? }
+                }
+            }
         }
-    }
+    )*};
 }
 
-unsafe extern "C" fn x_dl_sym(
-    _vfs: *mut ffi::sqlite3_vfs,
-    handle: *mut c_void,
-    name: *const c_char,
-) -> Option<unsafe extern "C" fn(*mut ffi::sqlite3_vfs, *mut c_void, *const c_char)> {
-    unsafe {
-        let real = real_vfs();
-        (*real).xDlSym.and_then(|x| x(real, handle, name))
-    }
-}
-
-unsafe extern "C" fn x_dl_close(_vfs: *mut ffi::sqlite3_vfs, handle: *mut c_void) {
-    unsafe {
-        let real = real_vfs();
-        if let Some(x) = (*real).xDlClose {
-            x(real, handle);
-        }
-    }
-}
-
-unsafe extern "C" fn x_randomness(
-    _vfs: *mut ffi::sqlite3_vfs,
-    n: c_int,
-    out: *mut c_char,
-) -> c_int {
-    unsafe {
-        let real = real_vfs();
-        (*real).xRandomness.map_or(0, |x| x(real, n, out))
-    }
-}
-
-unsafe extern "C" fn x_sleep(_vfs: *mut ffi::sqlite3_vfs, us: c_int) -> c_int {
-    unsafe {
-        let real = real_vfs();
-        (*real).xSleep.map_or(0, |x| x(real, us))
-    }
-}
-
-unsafe extern "C" fn x_current_time(_vfs: *mut ffi::sqlite3_vfs, out: *mut f64) -> c_int {
-    unsafe {
-        let real = real_vfs();
-        (*real)
-            .xCurrentTime
-            .map_or(ffi::SQLITE_ERROR, |x| x(real, out))
-    }
-}
-
-unsafe extern "C" fn x_get_last_error(
-    _vfs: *mut ffi::sqlite3_vfs,
-    n: c_int,
-    out: *mut c_char,
-) -> c_int {
-    unsafe {
-        let real = real_vfs();
-        (*real).xGetLastError.map_or(0, |x| x(real, n, out))
-    }
-}
-
-unsafe extern "C" fn x_current_time_int64(
-    _vfs: *mut ffi::sqlite3_vfs,
-    out: *mut ffi::sqlite3_int64,
-) -> c_int {
-    unsafe {
-        let real = real_vfs();
-        (*real)
-            .xCurrentTimeInt64
-            .map_or(ffi::SQLITE_ERROR, |x| x(real, out))
-    }
+pass_to_real! {
+    fn x_access => xAccess(name: *const c_char, flags: c_int, out: *mut c_int)
+        -> c_int, absent ffi::SQLITE_IOERR_ACCESS;
+    fn x_full_pathname => xFullPathname(name: *const c_char, n: c_int, out: *mut c_char)
+        -> c_int, absent ffi::SQLITE_ERROR;
+    fn x_dl_open => xDlOpen(name: *const c_char) -> *mut c_void, absent ptr::null_mut();
+    fn x_dl_error => xDlError(n: c_int, out: *mut c_char);
+    fn x_dl_sym => xDlSym(handle: *mut c_void, name: *const c_char)
+        -> Option<unsafe extern "C" fn(*mut ffi::sqlite3_vfs, *mut c_void, *const c_char)>,
+        absent None;
+    fn x_dl_close => xDlClose(handle: *mut c_void);
+    fn x_randomness => xRandomness(n: c_int, out: *mut c_char) -> c_int, absent 0;
+    fn x_sleep => xSleep(us: c_int) -> c_int, absent 0;
+    fn x_current_time => xCurrentTime(out: *mut f64) -> c_int, absent ffi::SQLITE_ERROR;
+    fn x_get_last_error => xGetLastError(n: c_int, out: *mut c_char) -> c_int, absent 0;
+    fn x_current_time_int64 => xCurrentTimeInt64(out: *mut ffi::sqlite3_int64)
+        -> c_int, absent ffi::SQLITE_ERROR;
 }

@@ -216,11 +216,10 @@ fn publish(db: &Db) -> Result<Offset, Failure> {
         (h::STREAM_INCARNATION, incarnation.clone()),
     ];
     let put = Request {
-        method: Method::Put,
-        url: &url,
         headers,
         body: &body,
         long: true,
+        ..Request::new(Method::Put, &url)
     };
     match Client::global().send(&put) {
         Attempt::Answered(a) if a.status == 204 || a.status == 200 => {}
@@ -253,11 +252,9 @@ fn publish(db: &Db) -> Result<Offset, Failure> {
         }
     }
     let get = Request {
-        method: Method::Get,
-        url: &url,
         headers: vec![(h::STREAM_INCARNATION, incarnation)],
-        body: &[],
         long: true,
+        ..Request::new(Method::Get, &url)
     };
     match Client::global().send(&get) {
         Attempt::Answered(a) if a.status == 200 && a.body == body => {}
@@ -302,11 +299,8 @@ fn retain(db: &Db, offset: Offset) {
     let incarnation = db.commit_state().sidecar.incarnation.to_string();
     let url = format!("{}/retention/{offset}", db.url);
     let req = Request {
-        method: Method::Put,
-        url: &url,
         headers: vec![(h::STREAM_INCARNATION, incarnation)],
-        body: &[],
-        long: false,
+        ..Request::new(Method::Put, &url)
     };
     match Client::global().send(&req) {
         Attempt::Answered(a) if a.status == 204 || a.status == 200 => {

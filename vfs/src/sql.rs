@@ -1,9 +1,13 @@
 //! SQL functions, registered on the connection that loaded the extension. Direct-only: a
 //! trigger or view cannot call them.
 
+use std::ops::RangeInclusive;
+use std::os::raw::c_int;
+
 use rusqlite::Connection;
 use rusqlite::functions::Context;
 use rusqlite::functions::FunctionFlags;
+use rusqlite::functions::SqlFnOutput;
 use rusqlite::types::ValueRef;
 
 use ursula_protocol::offset::Offset;
@@ -131,95 +135,96 @@ fn commits_args(ctx: &Context<'_>) -> Result<(Option<Offset>, u64), VfsError> {
     Ok((from, limit))
 }
 
-pub fn register(conn: &Connection) -> rusqlite::Result<()> {
+/// Registers the SQL function `name`, direct-only, its body run under [`guard`] and given
+/// `name` for its error messages.
+fn scalar<T: SqlFnOutput>(
+    conn: &Connection,
+    name: &'static str,
+    n_arg: c_int,
+    body: impl Fn(&Context<'_>, &str) -> rusqlite::Result<T> + Send + 'static,
+) -> rusqlite::Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DIRECTONLY;
-    conn.create_scalar_function("ursula_attach", -1, flags, |ctx| {
-        guard("ursula_attach", || {
-            let f = "ursula_attach";
-            if !(2..=3).contains(&ctx.len()) {
-                return Err(fail(
-                    f,
-                    &VfsError::new(Kind::InvalidArgument, "takes (path, url[, mode])"),
-                ));
-            }
-            let path = text_arg(ctx, 0, f)?;
-            let url = text_arg(ctx, 1, f)?;
-            let mode = match ctx.len() {
-                3 => Mode::parse(&text_arg(ctx, 2, f)?).map_err(|e| fail(f, &e))?,
-                _ => Mode::Owner,
-            };
-            attach::attach(&path, &url, mode).map_err(|e| fail(f, &e))
-        })
+    conn.create_scalar_function(name, n_arg, flags, move |ctx| {
+        guard(name, || body(ctx, name))
+    })
+}
+
+/// Refuses a call with a count of arguments outside `counts`; `takes` names the arguments.
+fn arity(
+    ctx: &Context<'_>,
+    counts: RangeInclusive<usize>,
+    function: &str,
+    takes: &str,
+) -> rusqlite::Result<()> {
+    if counts.contains(&ctx.len()) {
+        return Ok(());
+    }
+    Err(fail(function, &VfsError::new(Kind::InvalidArgument, takes)))
+}
+
+pub fn register(conn: &Connection) -> rusqlite::Result<()> {
+    scalar(conn, "ursula_attach", -1, |ctx, f| {
+        arity(ctx, 2..=3, f, "takes (path, url[, mode])")?;
+        let path = text_arg(ctx, 0, f)?;
+        let url = text_arg(ctx, 1, f)?;
+        let mode = match ctx.len() {
+            3 => Mode::parse(&text_arg(ctx, 2, f)?).map_err(|e| fail(f, &e))?,
+            _ => Mode::Owner,
+        };
+        attach::attach(&path, &url, mode).map_err(|e| fail(f, &e))
     })?;
-    conn.create_scalar_function("ursula_status", 1, flags, |ctx| {
-        guard("ursula_status", || {
-            let path = text_arg(ctx, 0, "ursula_status")?;
-            let db = attached("ursula_status", &path)?;
-            Ok(db
-                .status_json(settings::get().snapshot_min_bytes)
-                .to_string())
-        })
+    scalar(conn, "ursula_status", 1, |ctx, f| {
+        let path = text_arg(ctx, 0, f)?;
+        let db = attached(f, &path)?;
+        Ok(db
+            .status_json(settings::get().snapshot_min_bytes)
+            .to_string())
     })?;
-    conn.create_scalar_function("ursula_stats", 1, flags, |ctx| {
-        guard("ursula_stats", || {
-            let path = text_arg(ctx, 0, "ursula_stats")?;
-            let db = attached("ursula_stats", &path)?;
-            Ok(db.drain_stats_json().to_string())
-        })
+    scalar(conn, "ursula_stats", 1, |ctx, f| {
+        let path = text_arg(ctx, 0, f)?;
+        let db = attached(f, &path)?;
+        Ok(db.drain_stats_json().to_string())
     })?;
-    conn.create_scalar_function("ursula_commits", -1, flags, |ctx| {
-        guard("ursula_commits", || {
-            let f = "ursula_commits";
-            if !(1..=3).contains(&ctx.len()) {
-                return Err(fail(
-                    f,
-                    &VfsError::new(Kind::InvalidArgument, "takes (url[, from[, limit]])"),
-                ));
-            }
-            let url = text_arg(ctx, 0, f)?;
-            let (from, limit) = commits_args(ctx).map_err(|e| fail(f, &e))?;
-            attach::commits(&url, from, limit)
-                .map(|v| v.to_string())
-                .map_err(|e| fail(f, &e))
-        })
+    scalar(conn, "ursula_commits", -1, |ctx, f| {
+        arity(ctx, 1..=3, f, "takes (url[, from[, limit]])")?;
+        let url = text_arg(ctx, 0, f)?;
+        let (from, limit) = commits_args(ctx).map_err(|e| fail(f, &e))?;
+        attach::commits(&url, from, limit)
+            .map(|v| v.to_string())
+            .map_err(|e| fail(f, &e))
     })?;
-    conn.create_scalar_function("ursula_file_name", -1, flags, |ctx| {
-        guard("ursula_file_name", || {
-            let f = "ursula_file_name";
-            let reader = match ctx.len() {
-                1 => 0,
-                2 => match whole_number(ctx.get_raw(1)).and_then(|n| u32::try_from(n).ok()) {
-                    Some(n) => n,
-                    None => {
-                        let e = VfsError::new(
-                            Kind::InvalidArgument,
-                            "the reader index is an integer from 0 (the owner) up",
-                        );
-                        return Err(fail(f, &e));
-                    }
-                },
-                _ => {
-                    let e = VfsError::new(Kind::InvalidArgument, "takes (url[, reader])");
+    scalar(conn, "ursula_file_name", -1, |ctx, f| {
+        let reader = match ctx.len() {
+            1 => 0,
+            2 => match whole_number(ctx.get_raw(1)).and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => n,
+                None => {
+                    let e = VfsError::new(
+                        Kind::InvalidArgument,
+                        "the reader index is an integer from 0 (the owner) up",
+                    );
                     return Err(fail(f, &e));
                 }
-            };
-            let url = text_arg(ctx, 0, f)?;
-            let n = naming::name_stream(&url)
-                .map_err(|e| fail(f, &VfsError::new(Kind::InvalidUrl, e.to_string())))?;
-            let answer = serde_json::json!({
-                "identity": n.identity,
-                "url": n.url,
-                "file": n.file_name(reader),
-            });
-            Ok(answer.to_string())
-        })
+            },
+            _ => {
+                let e = VfsError::new(Kind::InvalidArgument, "takes (url[, reader])");
+                return Err(fail(f, &e));
+            }
+        };
+        let url = text_arg(ctx, 0, f)?;
+        let n = naming::name_stream(&url)
+            .map_err(|e| fail(f, &VfsError::new(Kind::InvalidUrl, e.to_string())))?;
+        let answer = serde_json::json!({
+            "identity": n.identity,
+            "url": n.url,
+            "file": n.file_name(reader),
+        });
+        Ok(answer.to_string())
     })?;
-    conn.create_scalar_function("ursula_set_token", 1, flags, |ctx| {
-        guard("ursula_set_token", || {
-            let t: Option<String> = ctx.get(0)?;
-            token::set_token(t.filter(|t| !t.is_empty()));
-            Ok(true)
-        })
+    scalar(conn, "ursula_set_token", 1, |ctx, _| {
+        let t: Option<String> = ctx.get(0)?;
+        token::set_token(t.filter(|t| !t.is_empty()));
+        Ok(true)
     })?;
     Ok(())
 }

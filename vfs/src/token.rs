@@ -223,6 +223,14 @@ pub(crate) mod tests {
         pub(crate) fn write(&self, text: &str) {
             std::fs::write(&self.0, text).expect("write temp file");
         }
+        fn set_modified(&self, at: SystemTime) {
+            std::fs::File::options()
+                .write(true)
+                .open(&self.0)
+                .expect("open")
+                .set_modified(at)
+                .expect("set mtime");
+        }
     }
 
     impl Drop for TempFile {
@@ -273,22 +281,12 @@ pub(crate) mod tests {
         let f = TempFile::new("tok");
         f.write("old");
         let old = SystemTime::now() - Duration::from_secs(60);
-        std::fs::File::options()
-            .write(true)
-            .open(&f.0)
-            .expect("open")
-            .set_modified(old)
-            .expect("set mtime");
+        f.set_modified(old);
         let t = Tokens::new(Some(f.0.clone()));
         assert_eq!(t.current().as_deref(), Some("old"));
         // Rewritten in place with the same length and mtime: invisible to a stat...
         f.write("new");
-        std::fs::File::options()
-            .write(true)
-            .open(&f.0)
-            .expect("open")
-            .set_modified(old)
-            .expect("set mtime");
+        f.set_modified(old);
         assert_eq!(t.current().as_deref(), Some("old"));
         // ...but read after a 401.
         assert_eq!(t.current_after_refusal().as_deref(), Some("new"));

@@ -67,6 +67,40 @@ pub struct Append {
     pub body: Body,
 }
 
+#[cfg(test)]
+impl Create {
+    /// A test's create of the `application/octet-stream` stream `key`, with nothing else set.
+    pub(crate) fn octet_stream(key: &str) -> Create {
+        Create {
+            key: key.into(),
+            content_type: "application/octet-stream".into(),
+            lifetime: None,
+            closed: false,
+            stream_seq: None,
+            producer: None,
+            incarnation: None,
+            body: None,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Append {
+    /// A test's append of `body` to the `application/octet-stream` stream `key`, with nothing
+    /// else set.
+    pub(crate) fn octet_stream(key: &str, body: Bytes) -> Append {
+        Append {
+            key: key.into(),
+            content_type: Some("application/octet-stream".into()),
+            close: false,
+            stream_seq: None,
+            producer: None,
+            incarnation: None,
+            body: Body::Raw(body),
+        }
+    }
+}
+
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PublishSnapshot {
     pub key: String,

@@ -191,22 +191,13 @@ mod tests {
         p.record("a", 3, 0, 0, r(10));
         assert_eq!(p.check("a", 3, 1, 0), Verdict::Accept);
         p.record("a", 3, 1, 0, r(20));
-        assert_eq!(
-            p.check("a", 3, 0, 0),
-            Verdict::Duplicate {
-                epoch: 3,
-                last_seq: 1,
-                receipt: Some(r(10))
-            }
-        );
-        assert_eq!(
-            p.check("a", 3, 1, 0),
-            Verdict::Duplicate {
-                epoch: 3,
-                last_seq: 1,
-                receipt: Some(r(20))
-            }
-        );
+        let duplicate_of = |next_offset| Verdict::Duplicate {
+            epoch: 3,
+            last_seq: 1,
+            receipt: Some(r(next_offset)),
+        };
+        assert_eq!(p.check("a", 3, 0, 0), duplicate_of(10));
+        assert_eq!(p.check("a", 3, 1, 0), duplicate_of(20));
         assert_eq!(p.check("a", 3, 3, 0), Verdict::Gap { expected: 2 });
         assert_eq!(p.check("a", 2, 2, 0), Verdict::StaleEpoch { current: 3 });
         assert_eq!(p.check("a", 4, 1, 0), Verdict::NewEpochNotZero);

@@ -219,7 +219,7 @@ impl GroupState {
             .as_ref()
             .map_or(s.retained, |snap| snap.offset.max(s.retained));
         let available = s.tail() - start;
-        if start < s.data.hot_start() && available > 0 {
+        let (cold, updates) = if start < s.data.hot_start() && available > 0 {
             // Part of the updates is cold: fetch the window (to the end of the first chunk
             // at least, which ends on an append boundary) and let the caller cut it.
             let first_end = s
@@ -230,44 +230,30 @@ impl GroupState {
                 .map_or(s.tail(), |c| c.end);
             let window = max.max(first_end - start).min(available);
             let plan = s.data.plan(start, window);
-            return Ok(BootstrapView {
-                incarnation: s.incarnation,
-                content_type: s.content_type.to_string(),
-                json: s.json,
-                snapshot: s
-                    .snapshot
-                    .as_ref()
-                    .map(|snap| (snap.offset, snap.content_type.clone(), snap.body.clone())),
-                snapshot_cold: s.snapshot.as_ref().and_then(|snap| snap.cold.clone()),
-                start,
-                cold: plan.cold,
-                max,
-                updates: Bytes::from(plan.hot),
-                tail: s.tail(),
-                closed: s.closed,
-                renew_due: renew_due(s, now_ms),
-            });
-        }
-        let updates = if available == 0 {
-            Vec::new()
-        } else if available <= max {
-            s.data.read(start, available)
-        } else if s.json {
-            // Stop at the last message boundary within the cap, but always send one message.
-            let window = s.data.read(start, max);
-            match window.iter().rposition(|b| *b == b'\n') {
-                Some(last_lf) => window[..=last_lf].to_vec(),
-                None => {
-                    let rest = s.data.read(start, available);
-                    let end = rest
-                        .iter()
-                        .position(|b| *b == b'\n')
-                        .map_or(rest.len(), |p| p + 1);
-                    rest[..end].to_vec()
-                }
-            }
+            (plan.cold, plan.hot)
         } else {
-            Vec::new()
+            let updates = if available == 0 {
+                Vec::new()
+            } else if available <= max {
+                s.data.read(start, available)
+            } else if s.json {
+                // Stop at the last message boundary within the cap, but always send one message.
+                let window = s.data.read(start, max);
+                match window.iter().rposition(|b| *b == b'\n') {
+                    Some(last_lf) => window[..=last_lf].to_vec(),
+                    None => {
+                        let rest = s.data.read(start, available);
+                        let end = rest
+                            .iter()
+                            .position(|b| *b == b'\n')
+                            .map_or(rest.len(), |p| p + 1);
+                        rest[..end].to_vec()
+                    }
+                }
+            } else {
+                Vec::new()
+            };
+            (Vec::new(), updates)
         };
         Ok(BootstrapView {
             incarnation: s.incarnation,
@@ -279,7 +265,7 @@ impl GroupState {
                 .map(|snap| (snap.offset, snap.content_type.clone(), snap.body.clone())),
             snapshot_cold: s.snapshot.as_ref().and_then(|snap| snap.cold.clone()),
             start,
-            cold: Vec::new(),
+            cold,
             max,
             updates: Bytes::from(updates),
             tail: s.tail(),

@@ -118,14 +118,8 @@ mod tests {
     fn create(st: &mut GroupState, key: &str, body: &[u8]) {
         st.apply(
             Command::Create(Create {
-                key: key.into(),
-                content_type: "application/octet-stream".into(),
-                lifetime: None,
-                closed: false,
-                stream_seq: None,
-                producer: None,
-                incarnation: None,
                 body: Some(Body::Raw(Bytes::copy_from_slice(body))),
+                ..Create::octet_stream(key)
             }),
             1_000,
         )
@@ -134,15 +128,7 @@ mod tests {
 
     fn append(st: &mut GroupState, key: &str, body: &[u8]) -> Result<Applied, Refusal> {
         st.apply(
-            Command::Append(Append {
-                key: key.into(),
-                content_type: Some("application/octet-stream".into()),
-                close: false,
-                stream_seq: None,
-                producer: None,
-                incarnation: None,
-                body: Body::Raw(Bytes::copy_from_slice(body)),
-            }),
+            Command::Append(Append::octet_stream(key, Bytes::copy_from_slice(body))),
             2_000,
         )
     }
@@ -187,19 +173,7 @@ mod tests {
             ),
             "{again:?}"
         );
-        let recreate = st.apply(
-            Command::Create(Create {
-                key: "tenant-a/x".into(),
-                content_type: "application/octet-stream".into(),
-                lifetime: None,
-                closed: false,
-                stream_seq: None,
-                producer: None,
-                incarnation: None,
-                body: None,
-            }),
-            3_000,
-        );
+        let recreate = st.apply(Command::Create(Create::octet_stream("tenant-a/x")), 3_000);
         assert_eq!(recreate, Err(Refusal::NotFound));
         assert_eq!(
             append(&mut st, "tenant-a/x", b"more"),

@@ -19,27 +19,13 @@ fn create(lifetime: Option<Lifetime>) -> Command {
 
 fn create_key(key: &str, lifetime: Option<Lifetime>) -> Command {
     Command::Create(Create {
-        key: key.into(),
-        content_type: "application/octet-stream".into(),
         lifetime,
-        closed: false,
-        stream_seq: None,
-        producer: None,
-        incarnation: None,
-        body: None,
+        ..Create::octet_stream(key)
     })
 }
 
 fn append(body: &'static [u8]) -> Append {
-    Append {
-        key: KEY.into(),
-        content_type: Some("application/octet-stream".into()),
-        close: false,
-        stream_seq: None,
-        producer: None,
-        incarnation: None,
-        body: Body::Raw(Bytes::from_static(body)),
-    }
+    Append::octet_stream(KEY, Bytes::from_static(body))
 }
 
 fn with_producer(mut a: Append, id: &str, epoch: u64, seq: u64) -> Append {

@@ -1,9 +1,6 @@
 //! The attach's requests to the stream: the HEAD that reads its state, the PUT that creates it,
 //! and the claim's append, each with its own retry rule.
 
-use std::time::Duration;
-use std::time::Instant;
-
 use ursula_protocol::content_type::OCTET_STREAM;
 use ursula_protocol::headers as h;
 use ursula_protocol::incarnation::Incarnation;
@@ -20,7 +17,7 @@ use crate::error::SQLITE_AUTH;
 use crate::error::SQLITE_IOERR_AUTH;
 use crate::error::VfsError;
 use crate::format::Sidecar;
-use crate::settings;
+use crate::retry::Retry;
 
 pub(super) struct Head {
     pub(super) incarnation: Incarnation,
@@ -34,17 +31,9 @@ pub(super) struct Head {
 /// (resolving, a connect timeout, TLS) are retried within URSULA_VFS_RETRY_MS; a refused
 /// connection fails at once.
 pub(super) fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
-    let budget = Duration::from_millis(settings::get().retry_ms);
-    let start = Instant::now();
-    let mut backoff = Duration::from_millis(50);
+    let mut budget = Retry::start();
     loop {
-        let req = Request {
-            method: Method::Head,
-            url,
-            headers: Vec::new(),
-            body: &[],
-            long: false,
-        };
+        let req = Request::new(Method::Head, url);
         let (retry, err) = match Client::global().send(&req) {
             Attempt::Answered(a) => match a.status {
                 200 => {
@@ -115,21 +104,17 @@ pub(super) fn head_answer(url: &str) -> Result<Option<Head>, VfsError> {
                 VfsError::new(Kind::Unreachable, format!("the stream did not answer: {r}")),
             ),
         };
-        if !retry || start.elapsed() + backoff > budget {
+        if !retry || budget.spent() {
             return Err(err);
         }
-        std::thread::sleep(backoff);
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        budget.back_off();
     }
 }
 
 pub(super) fn create_stream(url: &str) -> Result<(), VfsError> {
     let req = Request {
-        method: Method::Put,
-        url,
         headers: vec![(h::CONTENT_TYPE, OCTET_STREAM.to_owned())],
-        body: &[],
-        long: false,
+        ..Request::new(Method::Put, url)
     };
     match Client::global().send(&req) {
         Attempt::Answered(a) if a.status == 201 || a.status == 200 => Ok(()),
@@ -169,18 +154,14 @@ pub(super) fn send_claim(
     epoch: u64,
     frame: &[u8],
 ) -> Result<Claimed, VfsError> {
-    let budget = Duration::from_millis(settings::get().retry_ms);
-    let start = Instant::now();
-    let mut backoff = Duration::from_millis(50);
+    let mut retry = Retry::start();
     let mut unknown = false;
     let headers = append::frame_headers(sidecar, epoch, 0);
     loop {
         let req = Request {
-            method: Method::Post,
-            url,
             headers: headers.clone(),
             body: frame,
-            long: false,
+            ..Request::new(Method::Post, url)
         };
         let refusal = |a: &Answer, kind: Kind| {
             let code = if a.status == 402 {
@@ -239,7 +220,7 @@ pub(super) fn send_claim(
             },
             // The claim is a write: a refused connection is retried like the commits' own.
             Attempt::NeverSent(r) | Attempt::Refused(r) if !unknown => {
-                if start.elapsed() + backoff > budget {
+                if retry.spent() {
                     return Err(VfsError::new(
                         Kind::Unreachable,
                         format!("cannot reach the stream: {r}"),
@@ -253,13 +234,12 @@ pub(super) fn send_claim(
                 r
             }
         };
-        if start.elapsed() + backoff > budget {
+        if retry.spent() {
             return Err(VfsError::new(
                 Kind::OutcomeUnknown,
                 format!("the claim's outcome is unknown: {why}"),
             ));
         }
-        std::thread::sleep(backoff);
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        retry.back_off();
     }
 }
