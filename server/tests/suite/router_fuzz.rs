@@ -449,7 +449,7 @@ async fn fire(s: &Server, c: &Case) -> Result<Option<StatusCode>, TestCaseError>
 /// What the control stream looks like: its bytes and the metadata HEAD reports.
 async fn control_state(s: &Server) -> (Vec<u8>, Vec<Option<String>>) {
     let bytes = s.read_all(CONTROL).await;
-    let h = s.head(CONTROL).send().await.expect(200);
+    let h = s.head(CONTROL).expect(200).await;
     let meta = [
         "content-type",
         "stream-next-offset",
@@ -542,9 +542,8 @@ fn random_requests_never_5xx_always_explain_4xx_and_leave_committed_data_alone()
             .ctype("application/json")
             .header("stream-ttl", "3600")
             .body(r#"[{"n":1},{"n":2}]"#)
-            .send()
-            .await
-            .expect(201);
+            .expect(201)
+            .await;
         s.post(CONTROL)
             .ctype("application/json")
             .header("producer-id", "c")
@@ -552,29 +551,25 @@ fn random_requests_never_5xx_always_explain_4xx_and_leave_committed_data_alone()
             .header("producer-seq", "0")
             .header("stream-seq", "m")
             .body("3")
-            .send()
-            .await
-            .expect(200);
+            .expect(200)
+            .await;
         s.put(&format!("{CONTROL}/snapshot/{}", off(8)))
             .body("snap")
-            .send()
-            .await
-            .expect(204);
-        s.put("/fuzz/s1").send().await.expect(201);
+            .expect(204)
+            .await;
+        s.put("/fuzz/s1").expect(201).await;
         s.append("/fuzz/s1", "application/octet-stream", "seed")
             .await;
         s.put("/fuzz/j1")
             .ctype("application/json")
             .body("[1,2,3]")
-            .send()
-            .await
-            .expect(201);
+            .expect(201)
+            .await;
         s.put("/v1/stream/s1")
             .ctype("text/plain")
             .body("compat")
-            .send()
-            .await
-            .expect(201);
+            .expect(201)
+            .await;
         control_state(&s).await
     });
     let config = ProptestConfig {

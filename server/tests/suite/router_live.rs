@@ -4,10 +4,12 @@
 use std::time::Duration;
 use std::time::Instant;
 
+use crate::harness::router::Req;
 use crate::harness::router::Resp;
 use crate::harness::router::Server;
 use crate::harness::router::off;
 use axum::body::Body;
+use axum::http::response::Parts;
 use base64::Engine as _;
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -40,7 +42,7 @@ async fn wait_for_live_readers(s: &Server, n: usize) {
     }
 }
 
-fn spawn_send(req: crate::harness::router::Req) -> tokio::task::JoinHandle<Resp> {
+fn spawn_send(req: Req) -> tokio::task::JoinHandle<Resp> {
     tokio::spawn(async move { req.send().await })
 }
 
@@ -51,34 +53,35 @@ async fn joined(h: tokio::task::JoinHandle<Resp>) -> Resp {
         .expect("the reader task did not panic")
 }
 
+/// The decimal `Stream-Cursor` of a live answer.
+fn cursor_of(r: &Resp) -> u64 {
+    r.header("stream-cursor")
+        .expect("cursor")
+        .parse()
+        .expect("decimal cursor")
+}
+
 // ---------------------------------------------------------------------------------------------
 // Long-poll
 
 #[tokio::test]
 async fn a_long_poll_without_offset_answers_400() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
-    s.get("/demo/s?live=long-poll")
-        .send()
-        .await
-        .refused_with(400, "offset");
-    s.get("/demo/s?live=sse")
-        .send()
-        .await
-        .refused_with(400, "offset");
+    let s = Server::with_stream("/demo/s", OCTET, "").await;
+    for live in ["long-poll", "sse"] {
+        s.get(&format!("/demo/s?live={live}"))
+            .refused_with(400, "offset")
+            .await;
+    }
 }
 
 #[tokio::test]
 async fn a_long_poll_with_data_answers_200_at_once_with_a_cursor() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
-    s.append("/demo/s", OCTET, "abc").await;
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
     let started = Instant::now();
     let r = s
         .get("/demo/s?offset=-1&live=long-poll&timeout_ms=60000")
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert!(started.elapsed() < SOON);
     assert_eq!(&r.body[..], b"abc");
     r.expect_header("stream-next-offset", &off(3))
@@ -103,9 +106,8 @@ async fn a_long_poll_timeout_answers_204_at_the_requested_offset_with_cursor_and
             "/demo/s?offset={}&live=long-poll&timeout_ms=50",
             off(3)
         ))
-        .send()
-        .await
-        .expect(204);
+        .expect(204)
+        .await;
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_millis(40) && waited < SOON,
@@ -122,23 +124,18 @@ async fn a_long_poll_timeout_answers_204_at_the_requested_offset_with_cursor_and
 
 #[tokio::test]
 async fn a_long_poll_at_now_returns_no_existing_data() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
-    s.append("/demo/s", OCTET, "old").await;
+    let s = Server::with_stream("/demo/s", OCTET, "old").await;
     let r = s
         .get("/demo/s?offset=now&live=long-poll&timeout_ms=20")
-        .send()
-        .await
-        .expect(204);
+        .expect(204)
+        .await;
     r.expect_header("stream-next-offset", &off(3))
         .expect_header("stream-up-to-date", "true");
 }
 
 #[tokio::test]
 async fn a_waiting_long_poll_wakes_with_the_appended_data() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
-    s.append("/demo/s", TEXT, "ab").await;
+    let s = Server::with_stream("/demo/s", TEXT, "ab").await;
     let waiting = spawn_send(s.get(&format!(
         "/demo/s?offset={}&live=long-poll&timeout_ms=20000",
         off(2)
@@ -154,24 +151,16 @@ async fn a_waiting_long_poll_wakes_with_the_appended_data() {
 
 #[tokio::test]
 async fn a_long_poll_on_a_closed_stream_at_its_tail_answers_204_closed_without_waiting() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
-    s.post("/demo/s")
-        .ctype(OCTET)
-        .header("stream-closed", "true")
-        .body("x")
-        .send()
-        .await
-        .expect(204);
+    let s = Server::with_stream("/demo/s", OCTET, "").await;
+    s.close_with("/demo/s", OCTET, "x").await;
     for offset in [off(1), "now".to_owned()] {
         let started = Instant::now();
         let r = s
             .get(&format!(
                 "/demo/s?offset={offset}&live=long-poll&timeout_ms=60000"
             ))
-            .send()
-            .await
-            .expect(204);
+            .expect(204)
+            .await;
         assert!(started.elapsed() < SOON);
         r.expect_header("stream-closed", "true")
             .expect_header("stream-up-to-date", "true");
@@ -181,15 +170,10 @@ async fn a_long_poll_on_a_closed_stream_at_its_tail_answers_204_closed_without_w
 
 #[tokio::test]
 async fn closing_a_stream_ends_a_waiting_long_poll_with_204_closed() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
+    let s = Server::with_stream("/demo/s", OCTET, "").await;
     let waiting = spawn_send(s.get("/demo/s?offset=now&live=long-poll&timeout_ms=20000"));
     wait_for_live_readers(&s, 1).await;
-    s.post("/demo/s")
-        .header("stream-closed", "true")
-        .send()
-        .await
-        .expect(204);
+    s.close("/demo/s").await;
     let r = joined(waiting).await.expect(204);
     r.expect_header("stream-closed", "true")
         .expect_header("stream-next-offset", &off(0));
@@ -197,18 +181,15 @@ async fn closing_a_stream_ends_a_waiting_long_poll_with_204_closed() {
 
 #[tokio::test]
 async fn a_long_poll_past_the_tail_answers_416_with_the_tail() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
+    let s = Server::with_stream("/demo/s", OCTET, "").await;
     let r = s
         .get(&format!("/demo/s?offset={}&live=long-poll", off(1)))
-        .send()
-        .await
-        .refused(416);
+        .refused(416)
+        .await;
     r.expect_header("stream-next-offset", &off(0));
     s.get("/demo/missing?offset=-1&live=long-poll")
-        .send()
-        .await
-        .refused(404);
+        .refused(404)
+        .await;
 }
 
 #[tokio::test]
@@ -221,7 +202,7 @@ async fn deleting_the_stream_ends_a_waiting_long_poll_with_404() {
             .header("stream-incarnation", &inc),
     );
     wait_for_live_readers(&s, 2).await;
-    s.delete("/demo/s").send().await.expect(204);
+    s.delete("/demo/s").expect(204).await;
     joined(plain).await.refused(404);
     joined(with).await.refused(404);
 }
@@ -236,7 +217,7 @@ async fn a_delete_and_recreate_ends_a_waiting_long_poll_with_404_or_the_recreate
     let plain = spawn_send(s.get(&uri));
     let guarded = spawn_send(s.get(&uri).header("stream-incarnation", &inc));
     wait_for_live_readers(&s, 2).await;
-    s.delete("/demo/s").send().await.expect(204);
+    s.delete("/demo/s").expect(204).await;
     s.create("/demo/s", OCTET).await;
     let r = joined(plain).await;
     assert!(
@@ -262,9 +243,8 @@ async fn a_recreate_after_expiry_ends_a_waiting_long_poll_with_416_or_412_with_t
     let r = s
         .put("/demo/s")
         .header("stream-expires-at", &expires)
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     let inc = r.header("stream-incarnation").expect("token").to_owned();
     s.append("/demo/s", OCTET, "abc").await;
     let uri = |o: u64| format!("/demo/s?offset={}&live=long-poll&timeout_ms=20000", off(o));
@@ -291,9 +271,7 @@ async fn a_recreate_after_expiry_ends_a_waiting_long_poll_with_416_or_412_with_t
 
 #[tokio::test]
 async fn a_live_cursor_moves_past_the_clients_cursor() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
-    s.append("/demo/s", OCTET, "x").await;
+    let s = Server::with_stream("/demo/s", OCTET, "x").await;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -302,14 +280,9 @@ async fn a_live_cursor_moves_past_the_clients_cursor() {
     for client in [current, current + 500] {
         let r = s
             .get(&format!("/demo/s?offset=-1&live=long-poll&cursor={client}"))
-            .send()
-            .await
-            .expect(200);
-        let cursor: u64 = r
-            .header("stream-cursor")
-            .expect("cursor")
-            .parse()
-            .expect("decimal cursor");
+            .expect(200)
+            .await;
+        let cursor = cursor_of(&r);
         assert!(
             cursor > client,
             "cursor {cursor} is not past the client's {client}"
@@ -318,14 +291,9 @@ async fn a_live_cursor_moves_past_the_clients_cursor() {
     // An old or junk client cursor gets the current interval.
     let r = s
         .get("/demo/s?offset=-1&live=long-poll&cursor=junk")
-        .send()
-        .await
-        .expect(200);
-    let cursor: u64 = r
-        .header("stream-cursor")
-        .expect("cursor")
-        .parse()
-        .expect("decimal cursor");
+        .expect(200)
+        .await;
+    let cursor = cursor_of(&r);
     assert!(cursor >= current && cursor <= current + 1);
 }
 
@@ -344,9 +312,8 @@ async fn timeout_ms_is_clamped_up_to_1_and_an_unparseable_one_means_the_default(
     ] {
         let started = Instant::now();
         s.get(&format!("/demo/s?offset=now&live=long-poll&{q}"))
-            .send()
-            .await
-            .expect(204);
+            .expect(204)
+            .await;
         assert!(started.elapsed() < SOON, "{q}");
     }
 }
@@ -361,19 +328,18 @@ async fn the_live_reader_cap_answers_503_with_retry_after_and_no_marker() {
     let waiting = spawn_send(s.get("/demo/s?offset=now&live=long-poll&timeout_ms=20000"));
     wait_for_live_readers(&s, 1).await;
     for q in ["offset=now&live=long-poll", "offset=now&live=sse"] {
-        let r = s.get(&format!("/demo/s?{q}")).send().await.refused(503);
+        let r = s.get(&format!("/demo/s?{q}")).refused(503).await;
         r.expect_header("retry-after", "1")
             .expect_no_header("x-ursula-not-applied");
     }
     // Catch-up reads do not count against the cap.
-    s.get("/demo/s?offset=-1").send().await.expect(200);
+    s.get("/demo/s?offset=-1").expect(200).await;
     s.append("/demo/s", OCTET, "x").await;
     joined(waiting).await.expect(200);
     // The slot is free again.
     s.get("/demo/s?offset=now&live=long-poll&timeout_ms=1")
-        .send()
-        .await
-        .expect(204);
+        .expect(204)
+        .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,6 +365,11 @@ impl Event {
     }
 }
 
+/// A header of an SSE response, if it is visible ASCII.
+fn header<'a>(parts: &'a Parts, name: &str) -> Option<&'a str> {
+    parts.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
 /// An SSE response body read incrementally.
 struct Sse {
     body: Body,
@@ -407,9 +378,13 @@ struct Sse {
 }
 
 impl Sse {
-    async fn open(s: &Server, uri: &str) -> (axum::http::response::Parts, Sse) {
-        let resp = s.get(uri).send_streaming().await;
-        let (parts, body) = resp.into_parts();
+    async fn open(s: &Server, uri: &str) -> (Parts, Sse) {
+        Sse::open_req(s.get(uri)).await
+    }
+
+    /// Sends `req`, a live SSE read, and reads its body as it comes.
+    async fn open_req(req: Req) -> (Parts, Sse) {
+        let (parts, body) = req.send_streaming().await.into_parts();
         (
             parts,
             Sse {
@@ -496,16 +471,10 @@ async fn sse_on_a_text_stream_sends_headers_data_then_control_and_then_live_appe
     s.append("/demo/s", TEXT, "hello").await;
     let (parts, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
     assert_eq!(parts.status, 200);
-    let h = |n: &str| {
-        parts
-            .headers
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    assert_eq!(h("content-type").as_deref(), Some("text/event-stream"));
-    assert_eq!(h("stream-data-content-type").as_deref(), Some(TEXT));
-    assert_eq!(h("stream-incarnation").as_deref(), Some(inc.as_str()));
+    let h = |n: &str| header(&parts, n);
+    assert_eq!(h("content-type"), Some("text/event-stream"));
+    assert_eq!(h("stream-data-content-type"), Some(TEXT));
+    assert_eq!(h("stream-incarnation"), Some(inc.as_str()));
     assert!(h("cache-control").is_some_and(|c| c.contains("no-cache")));
     assert_eq!(h("stream-sse-data-encoding"), None);
     assert_eq!(sse.expect_event("data").await.data, vec!["hello"]);
@@ -522,8 +491,7 @@ async fn sse_on_a_text_stream_sends_headers_data_then_control_and_then_live_appe
 
 #[tokio::test]
 async fn sse_on_an_empty_stream_sends_a_control_event_at_once() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
+    let s = Server::with_stream("/demo/s", TEXT, "").await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
     let c = sse.expect_control().await;
     assert_eq!(c["streamNextOffset"], off(0));
@@ -533,9 +501,7 @@ async fn sse_on_an_empty_stream_sends_a_control_event_at_once() {
 
 #[tokio::test]
 async fn sse_at_now_sends_no_history() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
-    s.append("/demo/s", TEXT, "old").await;
+    let s = Server::with_stream("/demo/s", TEXT, "old").await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=now&live=sse").await;
     let c = sse.expect_control().await;
     assert_eq!(c["streamNextOffset"], off(3));
@@ -546,25 +512,12 @@ async fn sse_at_now_sends_no_history() {
 
 #[tokio::test]
 async fn sse_on_a_binary_stream_sends_base64() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
+    let s = Server::with_stream("/demo/s", OCTET, "").await;
     let bytes: Vec<u8> = vec![0, 1, 2, 0xff, b'\n', b'\r', 0x80];
     s.append("/demo/s", OCTET, bytes.clone()).await;
     let (parts, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
-    assert_eq!(
-        parts
-            .headers
-            .get("stream-sse-data-encoding")
-            .map(|v| v.as_bytes()),
-        Some(&b"base64"[..])
-    );
-    assert_eq!(
-        parts
-            .headers
-            .get("stream-data-content-type")
-            .map(|v| v.as_bytes()),
-        Some(OCTET.as_bytes())
-    );
+    assert_eq!(header(&parts, "stream-sse-data-encoding"), Some("base64"));
+    assert_eq!(header(&parts, "stream-data-content-type"), Some(OCTET));
     let data = sse.expect_event("data").await.data.concat();
     assert_eq!(data.len() % 4, 0);
     assert_eq!(
@@ -578,16 +531,11 @@ async fn sse_on_a_binary_stream_sends_base64() {
 
 #[tokio::test]
 async fn sse_on_a_json_stream_sends_each_record_with_its_line_feed() {
-    let s = Server::new().await;
-    s.create("/demo/s", JSON).await;
-    s.append("/demo/s", JSON, r#"[{"a":1},{"b":"x\ny"}]"#).await;
+    let s = Server::with_stream("/demo/s", JSON, r#"[{"a":1},{"b":"x\ny"}]"#).await;
     let (parts, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
     assert_eq!(
-        parts
-            .headers
-            .get("stream-data-content-type")
-            .map(|v| v.as_bytes()),
-        Some(&b"application/x-ndjson"[..])
+        header(&parts, "stream-data-content-type"),
+        Some("application/x-ndjson")
     );
     assert!(parts.headers.get("stream-sse-data-encoding").is_none());
     let ev = sse.expect_event("data").await;
@@ -601,8 +549,7 @@ async fn sse_on_a_json_stream_sends_each_record_with_its_line_feed() {
 async fn a_live_json_tail_delivers_each_append_as_whole_records_ending_in_a_line_feed() {
     // The browser's rule in the spec: buffer until a newline, then parse. Without the last
     // record's LF a live tail would glue the next append's first record onto it.
-    let s = Server::new().await;
-    s.create("/demo/s", JSON).await;
+    let s = Server::with_stream("/demo/s", JSON, "").await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=now&live=sse").await;
     sse.expect_control().await;
     s.append("/demo/s", JSON, r#"{"msg":"hello"}"#).await;
@@ -621,9 +568,7 @@ async fn a_live_json_tail_delivers_each_append_as_whole_records_ending_in_a_line
 
 #[tokio::test]
 async fn sse_on_a_text_stream_keeps_every_line_feed_the_writer_sent() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
-    s.append("/demo/s", TEXT, "one\ntwo\n").await;
+    let s = Server::with_stream("/demo/s", TEXT, "one\ntwo\n").await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
     assert_eq!(sse.expect_event("data").await.payload(), "one\ntwo\n");
     sse.expect_control().await;
@@ -633,8 +578,7 @@ async fn sse_on_a_text_stream_keeps_every_line_feed_the_writer_sent() {
 
 #[tokio::test]
 async fn sse_text_line_breaks_cannot_inject_sse_fields() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
+    let s = Server::with_stream("/demo/s", TEXT, "").await;
     s.append("/demo/s", TEXT, "a\r\nevent: control\rdata: x\n\nb")
         .await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
@@ -645,8 +589,7 @@ async fn sse_text_line_breaks_cannot_inject_sse_fields() {
 
 #[tokio::test]
 async fn sse_data_events_respect_max_bytes_and_never_split_a_utf8_character() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
+    let s = Server::with_stream("/demo/s", TEXT, "").await;
     s.append("/demo/s", TEXT, "ab\u{20ac}cd").await; // the euro sign is 3 bytes
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse&max_bytes=4").await;
     let mut text = String::new();
@@ -673,15 +616,8 @@ async fn sse_data_events_respect_max_bytes_and_never_split_a_utf8_character() {
 
 #[tokio::test]
 async fn sse_on_a_closed_stream_at_its_tail_sends_one_closing_control_and_ends() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
-    s.post("/demo/s")
-        .ctype(TEXT)
-        .header("stream-closed", "true")
-        .body("fin")
-        .send()
-        .await
-        .expect(204);
+    let s = Server::with_stream("/demo/s", TEXT, "").await;
+    s.close_with("/demo/s", TEXT, "fin").await;
     let (_, mut sse) = Sse::open(&s, &format!("/demo/s?offset={}&live=sse", off(3))).await;
     let c = sse.expect_control().await;
     assert_eq!(c["streamClosed"], true);
@@ -693,17 +629,10 @@ async fn sse_on_a_closed_stream_at_its_tail_sends_one_closing_control_and_ends()
 
 #[tokio::test]
 async fn closing_the_stream_ends_an_open_sse_read_after_the_final_data() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
+    let s = Server::with_stream("/demo/s", TEXT, "").await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
     sse.expect_control().await;
-    s.post("/demo/s")
-        .ctype(TEXT)
-        .header("stream-closed", "true")
-        .body("last")
-        .send()
-        .await
-        .expect(204);
+    s.close_with("/demo/s", TEXT, "last").await;
     assert_eq!(sse.expect_event("data").await.data, vec!["last"]);
     let c = sse.expect_control().await;
     assert_eq!(c["streamClosed"], true);
@@ -713,8 +642,7 @@ async fn closing_the_stream_ends_an_open_sse_read_after_the_final_data() {
 
 #[tokio::test]
 async fn sse_past_the_tail_reports_an_error_event_not_a_status() {
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
+    let s = Server::with_stream("/demo/s", TEXT, "").await;
     let (parts, mut sse) = Sse::open(&s, &format!("/demo/s?offset={}&live=sse", off(9))).await;
     assert_eq!(parts.status, 200);
     let e = sse.expect_event("error").await.json();
@@ -727,19 +655,13 @@ async fn sse_past_the_tail_reports_an_error_event_not_a_status() {
 async fn deleting_the_stream_ends_an_sse_read_with_an_error_event() {
     let s = Server::new().await;
     let inc = s.create("/demo/s", TEXT).await.incarnation();
-    let resp = s
-        .get("/demo/s?offset=-1&live=sse")
-        .header("stream-incarnation", &inc)
-        .send_streaming()
-        .await;
-    let (_, body) = resp.into_parts();
-    let mut sse = Sse {
-        body,
-        buf: String::new(),
-        ended: false,
-    };
+    let (_, mut sse) = Sse::open_req(
+        s.get("/demo/s?offset=-1&live=sse")
+            .header("stream-incarnation", &inc),
+    )
+    .await;
     sse.expect_control().await;
-    s.delete("/demo/s").send().await.expect(204);
+    s.delete("/demo/s").expect(204).await;
     let e = sse.expect_event("error").await.json();
     assert_eq!(e["status"], 404);
     sse.expect_end().await;
@@ -748,32 +670,27 @@ async fn deleting_the_stream_ends_an_sse_read_with_an_error_event() {
 #[tokio::test]
 async fn sse_refusals_before_the_stream_opens_are_statuses() {
     let s = Server::new().await;
-    s.get("/demo/missing?offset=-1&live=sse")
-        .send()
-        .await
-        .refused(404);
+    s.get("/demo/missing?offset=-1&live=sse").refused(404).await;
     s.create("/demo/s", TEXT).await;
-    s.get("/demo/s?offset=-1&live=sse")
-        .header("stream-incarnation", "0000000000000001")
-        .send()
-        .await
-        .refused(412);
-    s.get("/demo/s?offset=-1&live=sse")
-        .header("stream-incarnation", "zzz")
-        .send()
-        .await
-        .refused(400);
-    s.get("/demo/s?offset=bad&live=sse")
-        .send()
-        .await
-        .refused(400);
+    for (offset, incarnation, status) in [
+        ("-1", Some("0000000000000001"), 412),
+        ("-1", Some("zzz"), 400),
+        ("bad", None, 400),
+    ] {
+        let req = s.get(&format!("/demo/s?offset={offset}&live=sse"));
+        match incarnation {
+            Some(token) => req.header("stream-incarnation", token),
+            None => req,
+        }
+        .refused(status)
+        .await;
+    }
 }
 
 #[tokio::test]
 async fn sse_on_a_json_stream_prefers_to_end_an_event_at_a_complete_record() {
     // The spec: NDJSON SSE payloads SHOULD end at the last complete record when there is one.
-    let s = Server::new().await;
-    s.create("/demo/s", JSON).await;
+    let s = Server::with_stream("/demo/s", JSON, "").await;
     s.append(
         "/demo/s",
         JSON,
@@ -807,9 +724,7 @@ async fn sse_on_a_json_stream_prefers_to_end_an_event_at_a_complete_record() {
 #[tokio::test]
 async fn sse_data_events_are_capped_at_8_mib() {
     const CAP: usize = 8 * 1024 * 1024;
-    let s = Server::new().await;
-    s.create("/demo/s", TEXT).await;
-    s.append("/demo/s", TEXT, "a".repeat(CAP + 10)).await;
+    let s = Server::with_stream("/demo/s", TEXT, "a".repeat(CAP + 10)).await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse&max_bytes=99999999").await;
     assert_eq!(sse.expect_event("data").await.data.concat().len(), CAP);
     let c = sse.expect_control().await;

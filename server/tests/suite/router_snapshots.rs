@@ -16,12 +16,12 @@ fn retain(offset: u64) -> String {
     format!("/demo/s/retention/{}", off(offset))
 }
 
-/// A stream `/demo/s` holding `body`.
-async fn stream_with(s: &Server, ctype: &str, body: &str) {
-    s.create("/demo/s", ctype).await;
-    if !body.is_empty() {
-        s.append("/demo/s", ctype, body.to_owned()).await;
-    }
+/// Asserts that HEAD on `/demo/s` reports `header` at the byte offset `at`.
+async fn head_reports(s: &Server, header: &str, at: u64) {
+    s.head("/demo/s")
+        .expect(200)
+        .await
+        .expect_header(header, &off(at));
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -97,16 +97,14 @@ fn part(ctype: &str, body: &[u8]) -> Part {
 
 #[tokio::test]
 async fn a_snapshot_publish_answers_204_and_head_and_reads_report_it() {
-    let s = Server::new().await;
-    stream_with(&s, JSON, r#"[{"a":1},{"b":2}]"#).await;
+    let s = Server::with_stream("/demo/s", JSON, r#"[{"a":1},{"b":2}]"#).await;
     let inc = s.incarnation("/demo/s").await;
     let r = s
         .put(&snap(8))
         .ctype("Application/CBOR")
         .body(&b"\x01\x02state"[..])
-        .send()
-        .await
-        .expect(204);
+        .expect(204)
+        .await;
     r.expect_header("stream-snapshot-offset", &off(8))
         .expect_header("stream-next-offset", &off(16));
     r.expect_header("stream-incarnation", &inc)
@@ -115,11 +113,11 @@ async fn a_snapshot_publish_answers_204_and_head_and_reads_report_it() {
         .header("stream-snapshot-digest")
         .expect("publish returns the digest")
         .to_owned();
-    let h = s.head("/demo/s").send().await.expect(200);
+    let h = s.head("/demo/s").expect(200).await;
     h.expect_header("stream-snapshot-offset", &off(8))
         .expect_header("stream-snapshot-digest", &digest);
     h.expect_header("stream-retained-offset", &off(0));
-    let r = s.get(&snap(8)).send().await.expect(200);
+    let r = s.get(&snap(8)).expect(200).await;
     assert_eq!(&r.body[..], b"\x01\x02state");
     r.expect_header("content-type", "application/cbor")
         .expect_header("stream-snapshot-offset", &off(8));
@@ -133,173 +131,124 @@ async fn a_snapshot_publish_answers_204_and_head_and_reads_report_it() {
 
 #[tokio::test]
 async fn a_snapshot_at_the_tail_reads_as_up_to_date_and_defaults_to_octet_stream() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abc").await;
-    s.put(&snap(3)).body("st").send().await.expect(204);
-    let r = s.get(&snap(3)).send().await.expect(200);
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
+    s.put(&snap(3)).body("st").expect(204).await;
+    let r = s.get(&snap(3)).expect(200).await;
     r.expect_header("content-type", OCTET)
         .expect_header("stream-up-to-date", "true");
     s.append("/demo/s", OCTET, "d").await;
     s.get(&snap(3))
-        .send()
-        .await
         .expect(200)
+        .await
         .expect_no_header("stream-up-to-date");
 }
 
 #[tokio::test]
 async fn republishing_the_same_snapshot_is_idempotent_and_different_content_answers_409() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abcdef").await;
-    let first = s
-        .put(&snap(3))
-        .ctype("text/plain")
-        .body("S")
-        .send()
-        .await
-        .expect(204);
-    let again = s
-        .put(&snap(3))
-        .ctype("TEXT/PLAIN")
-        .body("S")
-        .send()
-        .await
-        .expect(204);
+    let s = Server::with_stream("/demo/s", OCTET, "abcdef").await;
+    let publish = |ctype: &str, body: &'static str| s.put(&snap(3)).ctype(ctype).body(body);
+    let first = publish("text/plain", "S").expect(204).await;
+    let again = publish("TEXT/PLAIN", "S").expect(204).await;
     assert_eq!(
         first.header("stream-snapshot-digest"),
         again.header("stream-snapshot-digest")
     );
-    s.put(&snap(3))
-        .ctype("text/plain")
-        .body("T")
-        .send()
-        .await
-        .refused(409);
-    s.put(&snap(3))
-        .ctype(OCTET)
-        .body("S")
-        .send()
-        .await
-        .refused(409);
-    assert_eq!(&s.get(&snap(3)).send().await.expect(200).body[..], b"S");
+    publish("text/plain", "T").refused(409).await;
+    publish(OCTET, "S").refused(409).await;
+    assert_eq!(&s.get(&snap(3)).expect(200).await.body[..], b"S");
 }
 
 #[tokio::test]
 async fn a_newer_snapshot_replaces_the_old_one_and_stale_or_future_publishes_answer_409() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abcdef").await;
-    s.put(&snap(2)).body("two").send().await.expect(204);
-    s.put(&snap(4)).body("four").send().await.expect(204);
-    s.get(&snap(2)).send().await.refused(404);
-    s.put(&snap(3)).body("three").send().await.refused(409);
-    s.put(&snap(7)).body("seven").send().await.refused(409);
-    s.head("/demo/s")
-        .send()
-        .await
-        .expect(200)
-        .expect_header("stream-snapshot-offset", &off(4));
+    let s = Server::with_stream("/demo/s", OCTET, "abcdef").await;
+    s.put(&snap(2)).body("two").expect(204).await;
+    s.put(&snap(4)).body("four").expect(204).await;
+    s.get(&snap(2)).refused(404).await;
+    s.put(&snap(3)).body("three").refused(409).await;
+    s.put(&snap(7)).body("seven").refused(409).await;
+    head_reports(&s, "stream-snapshot-offset", 4).await;
 }
 
 #[tokio::test]
 async fn a_json_snapshot_must_sit_on_a_message_boundary() {
-    let s = Server::new().await;
-    stream_with(&s, JSON, r#"[{"a":1},{"b":2}]"#).await;
+    let s = Server::with_stream("/demo/s", JSON, r#"[{"a":1},{"b":2}]"#).await;
     for inside in [1, 5, 7, 9, 15] {
         s.put(&snap(inside))
             .body("x")
-            .send()
-            .await
-            .refused_with(400, "boundary");
+            .refused_with(400, "boundary")
+            .await;
     }
-    s.put(&snap(0)).body("x").send().await.expect(204);
-    s.put(&snap(8)).body("x").send().await.expect(204);
-    s.put(&snap(16)).body("x").send().await.expect(204);
+    for boundary in [0, 8, 16] {
+        s.put(&snap(boundary)).body("x").expect(204).await;
+    }
 }
 
 #[tokio::test]
 async fn malformed_snapshot_publishes_answer_400_and_missing_streams_404() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abc").await;
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
     for bad in ["42", "-1", "now", "0000000000000000000x", "%FF"] {
         s.put(&format!("/demo/s/snapshot/{bad}"))
             .body("x")
-            .send()
-            .await
-            .refused(400);
+            .refused(400)
+            .await;
     }
-    s.put(&snap(1))
-        .header("stream-snapshot-match", "x")
-        .body("x")
-        .send()
-        .await
-        .refused_with(400, "stream-snapshot-match");
-    s.put(&snap(1))
-        .ctype("not a type")
-        .body("x")
-        .send()
-        .await
-        .refused_with(400, "content-type");
-    s.put(&snap(1))
-        .header("stream-incarnation", "bad")
-        .body("x")
-        .send()
-        .await
-        .refused(400);
+    // Each bad header, and what the refusal names when it names anything.
+    for (header, value, names) in [
+        ("stream-snapshot-match", "x", Some("stream-snapshot-match")),
+        ("content-type", "not a type", Some("content-type")),
+        ("stream-incarnation", "bad", None),
+    ] {
+        let req = s.put(&snap(1)).header(header, value).body("x");
+        match names {
+            Some(needle) => req.refused_with(400, needle).await,
+            None => req.refused(400).await,
+        };
+    }
     s.head("/demo/s")
-        .send()
-        .await
         .expect(200)
+        .await
         .expect_no_header("stream-snapshot-offset");
     s.put("/demo/missing/snapshot/00000000000000000000")
         .body("x")
-        .send()
-        .await
-        .refused(404);
+        .refused(404)
+        .await;
     // A percent-encoded offset is decoded first.
     s.put("/demo/s/snapshot/0000000000000000000%31")
         .body("x")
-        .send()
-        .await
-        .expect(204);
+        .expect(204)
+        .await;
 }
 
 #[tokio::test]
 async fn reading_a_snapshot_that_does_not_exist_answers_404() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abc").await;
-    s.get(&snap(0)).send().await.refused(404);
-    s.put(&snap(2)).body("x").send().await.expect(204);
-    s.get(&snap(1)).send().await.refused(404);
-    s.get("/demo/s/snapshot/2").send().await.refused(404);
-    s.get("/demo/missing/snapshot/00000000000000000000")
-        .send()
-        .await
-        .refused(404);
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
+    s.get(&snap(0)).refused(404).await;
+    s.put(&snap(2)).body("x").expect(204).await;
+    for path in [
+        snap(1),
+        "/demo/s/snapshot/2".to_owned(),
+        "/demo/missing/snapshot/00000000000000000000".to_owned(),
+    ] {
+        s.get(&path).refused(404).await;
+    }
     s.get(&snap(2))
         .header("stream-incarnation", "0000000000000001")
-        .send()
-        .await
-        .refused(412);
+        .refused(412)
+        .await;
 }
 
 #[tokio::test]
 async fn a_snapshot_over_32_mib_answers_413_without_a_refusal_marker() {
     // The spec: snapshot and retention PUTs carry no marker.
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abc").await;
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
     let r = s
         .put(&snap(3))
         .header("content-length", "33554433")
         .body("x")
-        .send()
-        .await
-        .refused(413);
+        .refused(413)
+        .await;
     r.expect_no_header("x-ursula-not-applied");
-    s.put(&snap(3))
-        .body(vec![7u8; 32 << 20])
-        .send()
-        .await
-        .expect(204);
+    s.put(&snap(3)).body(vec![7u8; 32 << 20]).expect(204).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,11 +256,10 @@ async fn a_snapshot_over_32_mib_answers_413_without_a_refusal_marker() {
 
 #[tokio::test]
 async fn retention_answers_204_with_the_requested_offset_and_reads_below_it_answer_410() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abcdef").await;
+    let s = Server::with_stream("/demo/s", OCTET, "abcdef").await;
     let inc = s.incarnation("/demo/s").await;
-    s.put(&snap(4)).body("x").send().await.expect(204);
-    let r = s.put(&retain(3)).send().await.expect(204);
+    s.put(&snap(4)).body("x").expect(204).await;
+    let r = s.put(&retain(3)).expect(204).await;
     r.expect_header("stream-retained-offset", &off(3))
         .expect_header("stream-incarnation", &inc);
     assert!(r.body.is_empty());
@@ -321,98 +269,73 @@ async fn retention_answers_204_with_the_requested_offset_and_reads_below_it_answ
         "?offset=00000000000000000002",
         "?offset=-1&live=long-poll",
     ] {
-        let r = s.get(&format!("/demo/s{q}")).send().await.refused(410);
+        let r = s.get(&format!("/demo/s{q}")).refused(410).await;
         r.expect_header("stream-next-offset", &off(3));
     }
-    s.head("/demo/s")
-        .send()
-        .await
-        .expect(200)
-        .expect_header("stream-retained-offset", &off(3));
-    let r = s
-        .get(&format!("/demo/s?offset={}", off(3)))
-        .send()
-        .await
-        .expect(200);
+    head_reports(&s, "stream-retained-offset", 3).await;
+    let r = s.get_at("/demo/s", 3).expect(200).await;
     assert_eq!(&r.body[..], b"def");
-    s.get("/demo/s?offset=now").send().await.expect(200);
+    s.get("/demo/s?offset=now").expect(200).await;
 }
 
 #[tokio::test]
 async fn retention_past_latest_snapshot_is_refused_with_400() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abcdef").await;
-    s.put(&retain(1)).send().await.refused_with(400, "snapshot"); // no snapshot at all
-    s.put(&snap(2)).body("x").send().await.expect(204);
-    s.put(&retain(3)).send().await.refused_with(400, "snapshot");
-    s.put(&retain(2)).send().await.expect(204);
-    s.head("/demo/s")
-        .send()
-        .await
-        .expect(200)
-        .expect_header("stream-retained-offset", &off(2));
+    let s = Server::with_stream("/demo/s", OCTET, "abcdef").await;
+    s.put(&retain(1)).refused_with(400, "snapshot").await; // no snapshot at all
+    s.put(&snap(2)).body("x").expect(204).await;
+    s.put(&retain(3)).refused_with(400, "snapshot").await;
+    s.put(&retain(2)).expect(204).await;
+    head_reports(&s, "stream-retained-offset", 2).await;
 }
 
 #[tokio::test]
 async fn retention_never_moves_backward_and_repeating_it_is_harmless() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abcdef").await;
-    s.put(&snap(6)).body("x").send().await.expect(204);
-    s.put(&retain(4)).send().await.expect(204);
+    let s = Server::with_stream("/demo/s", OCTET, "abcdef").await;
+    s.put(&snap(6)).body("x").expect(204).await;
+    s.put(&retain(4)).expect(204).await;
     s.put(&retain(4))
-        .send()
-        .await
         .expect(204)
-        .expect_header("stream-retained-offset", &off(4));
-    s.put(&retain(3)).send().await.refused_with(400, "backward");
-    s.put(&retain(9)).send().await.refused(400);
-    s.head("/demo/s")
-        .send()
         .await
-        .expect(200)
         .expect_header("stream-retained-offset", &off(4));
+    s.put(&retain(3)).refused_with(400, "backward").await;
+    s.put(&retain(9)).refused(400).await;
+    head_reports(&s, "stream-retained-offset", 4).await;
 }
 
 #[tokio::test]
 async fn json_retention_must_sit_on_a_message_boundary() {
-    let s = Server::new().await;
-    stream_with(&s, JSON, r#"[{"a":1},{"b":2}]"#).await;
-    s.put(&snap(16)).body("x").send().await.expect(204);
-    s.put(&retain(5)).send().await.refused_with(400, "boundary");
-    s.put(&retain(8)).send().await.expect(204);
+    let s = Server::with_stream("/demo/s", JSON, r#"[{"a":1},{"b":2}]"#).await;
+    s.put(&snap(16)).body("x").expect(204).await;
+    s.put(&retain(5)).refused_with(400, "boundary").await;
+    s.put(&retain(8)).expect(204).await;
     assert_eq!(s.read_all_from("/demo/s", 8).await, b"{\"b\":2}\n");
 }
 
 #[tokio::test]
 async fn malformed_retention_requests_answer_400_and_missing_streams_404() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abc").await;
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
     for bad in ["3", "-1", "now", "+0000000000000000003"] {
         s.put(&format!("/demo/s/retention/{bad}"))
-            .send()
-            .await
-            .refused(400);
+            .refused(400)
+            .await;
     }
     s.put("/demo/missing/retention/00000000000000000000")
-        .send()
-        .await
-        .refused(404);
+        .refused(404)
+        .await;
 }
 
 #[tokio::test]
 async fn a_snapshot_below_the_retained_offset_answers_410() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abcdef").await;
-    s.put(&snap(4)).body("x").send().await.expect(204);
-    s.put(&retain(4)).send().await.expect(204);
-    s.put(&snap(2)).body("y").send().await.refused(410);
-    s.put(&snap(5)).body("y").send().await.expect(204);
+    let s = Server::with_stream("/demo/s", OCTET, "abcdef").await;
+    s.put(&snap(4)).body("x").expect(204).await;
+    s.put(&retain(4)).expect(204).await;
+    s.put(&snap(2)).body("y").refused(410).await;
+    s.put(&snap(5)).body("y").expect(204).await;
 }
 
 #[tokio::test]
 async fn retention_frees_whole_segments_and_keeps_every_retained_byte_readable() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
+    let s = Server::with_stream("/demo/s", OCTET, "").await;
     let mut all = Vec::new();
     for i in 0..4u8 {
         let chunk = vec![b'a' + i; 600 * 1024];
@@ -420,12 +343,9 @@ async fn retention_frees_whole_segments_and_keeps_every_retained_byte_readable()
         s.append("/demo/s", OCTET, chunk).await;
     }
     let cut = 1_300_000u64;
-    s.put(&snap(cut)).body("x").send().await.expect(204);
-    s.put(&retain(cut)).send().await.expect(204);
-    s.get(&format!("/demo/s?offset={}", off(cut - 1)))
-        .send()
-        .await
-        .refused(410);
+    s.put(&snap(cut)).body("x").expect(204).await;
+    s.put(&retain(cut)).expect(204).await;
+    s.get_at("/demo/s", cut - 1).refused(410).await;
     assert_eq!(s.read_all_from("/demo/s", cut).await, &all[cut as usize..]);
 }
 
@@ -434,11 +354,10 @@ async fn retention_frees_whole_segments_and_keeps_every_retained_byte_readable()
 
 #[tokio::test]
 async fn bootstrap_without_a_snapshot_sends_an_empty_first_part_and_the_updates_as_one_part() {
-    let s = Server::new().await;
-    stream_with(&s, "text/plain", "line one\nline two\n").await;
+    let s = Server::with_stream("/demo/s", "text/plain", "line one\nline two\n").await;
     s.append("/demo/s", "text/plain", "three").await;
     let inc = s.incarnation("/demo/s").await;
-    let r = s.get("/demo/s/bootstrap").send().await.expect(200);
+    let r = s.get("/demo/s/bootstrap").expect(200).await;
     r.expect_header("stream-snapshot-offset", "-1")
         .expect_header("stream-next-offset", &off(23));
     r.expect_header("stream-up-to-date", "true")
@@ -457,16 +376,14 @@ async fn bootstrap_without_a_snapshot_sends_an_empty_first_part_and_the_updates_
 
 #[tokio::test]
 async fn bootstrap_of_a_json_stream_sends_one_part_per_message_after_the_snapshot() {
-    let s = Server::new().await;
-    stream_with(&s, JSON, r#"[{"a":1},{"b":2}]"#).await;
+    let s = Server::with_stream("/demo/s", JSON, r#"[{"a":1},{"b":2}]"#).await;
     s.append("/demo/s", JSON, r#"[{"c":3},[4]]"#).await;
     s.put(&snap(8))
         .ctype("application/cbor")
         .body(&b"\x00snap\r\n--x"[..])
-        .send()
-        .await
-        .expect(204);
-    let r = s.get("/demo/s/bootstrap").send().await.expect(200);
+        .expect(204)
+        .await;
+    let r = s.get("/demo/s/bootstrap").expect(200).await;
     r.expect_header("stream-snapshot-offset", &off(8))
         .expect_header("stream-next-offset", &off(28));
     r.expect_header("stream-up-to-date", "true");
@@ -484,15 +401,13 @@ async fn bootstrap_of_a_json_stream_sends_one_part_per_message_after_the_snapsho
 
 #[tokio::test]
 async fn bootstrap_with_a_snapshot_at_the_tail_of_a_closed_stream_is_complete_and_closed() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abc").await;
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
     s.post("/demo/s")
         .header("stream-closed", "true")
-        .send()
-        .await
-        .expect(204);
-    s.put(&snap(3)).body("S").send().await.expect(204);
-    let r = s.get("/demo/s/bootstrap").send().await.expect(200);
+        .expect(204)
+        .await;
+    s.put(&snap(3)).body("S").expect(204).await;
+    let r = s.get("/demo/s/bootstrap").expect(200).await;
     r.expect_header("stream-next-offset", &off(3))
         .expect_header("stream-up-to-date", "true");
     r.expect_header("stream-closed", "true");
@@ -502,11 +417,10 @@ async fn bootstrap_with_a_snapshot_at_the_tail_of_a_closed_stream_is_complete_an
 
 #[tokio::test]
 async fn bootstrap_after_retention_starts_its_updates_at_the_snapshot() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abcdef").await;
-    s.put(&snap(4)).body("S").send().await.expect(204);
-    s.put(&retain(2)).send().await.expect(204);
-    let r = s.get("/demo/s/bootstrap").send().await.expect(200);
+    let s = Server::with_stream("/demo/s", OCTET, "abcdef").await;
+    s.put(&snap(4)).body("S").expect(204).await;
+    s.put(&retain(2)).expect(204).await;
+    let r = s.get("/demo/s/bootstrap").expect(200).await;
     let (_, parts) = parse_multipart(&r);
     assert_eq!(parts, vec![part(OCTET, b"S"), part(OCTET, b"ef")]);
     r.expect_header("stream-next-offset", &off(6));
@@ -514,11 +428,10 @@ async fn bootstrap_after_retention_starts_its_updates_at_the_snapshot() {
 
 #[tokio::test]
 async fn every_bootstrap_uses_a_fresh_128_bit_boundary() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abc").await;
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
     let mut seen = std::collections::HashSet::new();
     for _ in 0..20 {
-        let r = s.get("/demo/s/bootstrap").send().await.expect(200);
+        let r = s.get("/demo/s/bootstrap").expect(200).await;
         let (boundary, _) = parse_multipart(&r);
         assert!(
             boundary.len() >= 32,
@@ -530,29 +443,24 @@ async fn every_bootstrap_uses_a_fresh_128_bit_boundary() {
 
 #[tokio::test]
 async fn bootstrap_refuses_any_live_parameter_with_400_and_ignores_others() {
-    let s = Server::new().await;
-    stream_with(&s, OCTET, "abc").await;
+    let s = Server::with_stream("/demo/s", OCTET, "abc").await;
     for q in ["live=sse", "live=long-poll", "live=", "offset=-1&live=sse"] {
         s.get(&format!("/demo/s/bootstrap?{q}"))
-            .send()
-            .await
-            .refused_with(400, "live");
+            .refused_with(400, "live")
+            .await;
     }
     s.get("/demo/s/bootstrap?offset=00000000000000000002&max_bytes=1")
-        .send()
-        .await
-        .expect(200);
-    s.get("/demo/missing/bootstrap").send().await.refused(404);
+        .expect(200)
+        .await;
+    s.get("/demo/missing/bootstrap").refused(404).await;
 }
 
 #[tokio::test]
 async fn bootstrap_of_more_than_8_mib_of_binary_updates_returns_the_snapshot_part_alone() {
-    let s = Server::new().await;
-    s.create("/demo/s", OCTET).await;
-    s.append("/demo/s", OCTET, vec![b'x'; 100]).await;
-    s.put(&snap(100)).body("S").send().await.expect(204);
+    let s = Server::with_stream("/demo/s", OCTET, vec![b'x'; 100]).await;
+    s.put(&snap(100)).body("S").expect(204).await;
     s.append("/demo/s", OCTET, vec![b'y'; (8 << 20) + 1]).await;
-    let r = s.get("/demo/s/bootstrap").send().await.expect(200);
+    let r = s.get("/demo/s/bootstrap").expect(200).await;
     r.expect_header("stream-next-offset", &off(100))
         .expect_no_header("stream-up-to-date");
     let (_, parts) = parse_multipart(&r);
@@ -561,19 +469,18 @@ async fn bootstrap_of_more_than_8_mib_of_binary_updates_returns_the_snapshot_par
     let t = Server::new().await;
     t.create("/demo/s", OCTET).await;
     t.append("/demo/s", OCTET, vec![b'y'; 8 << 20]).await;
-    let r = t.get("/demo/s/bootstrap").send().await.expect(200);
+    let r = t.get("/demo/s/bootstrap").expect(200).await;
     r.expect_header("stream-up-to-date", "true");
     assert_eq!(parse_multipart(&r).1.len(), 2);
 }
 
 #[tokio::test]
 async fn bootstrap_of_more_than_8_mib_of_json_stops_at_the_last_boundary_that_fits() {
-    let s = Server::new().await;
-    s.create("/demo/s", JSON).await;
+    let s = Server::with_stream("/demo/s", JSON, "").await;
     let msg = format!("\"{}\"", "m".repeat(999_998)); // one million bytes, plus the LF
     let body = format!("[{}]", [msg.as_str(); 9].join(","));
     s.append("/demo/s", JSON, body).await;
-    let r = s.get("/demo/s/bootstrap").send().await.expect(200);
+    let r = s.get("/demo/s/bootstrap").expect(200).await;
     let per = 1_000_001u64;
     r.expect_header("stream-next-offset", &off(8 * per))
         .expect_no_header("stream-up-to-date");
@@ -590,11 +497,10 @@ async fn bootstrap_of_more_than_8_mib_of_json_stops_at_the_last_boundary_that_fi
 
 #[tokio::test]
 async fn bootstrap_always_includes_one_json_message_even_over_8_mib() {
-    let s = Server::new().await;
-    s.create("/demo/s", JSON).await;
+    let s = Server::with_stream("/demo/s", JSON, "").await;
     let big = format!("\"{}\"", "b".repeat(9 << 20));
     s.append("/demo/s", JSON, format!("[{big},1]")).await;
-    let r = s.get("/demo/s/bootstrap").send().await.expect(200);
+    let r = s.get("/demo/s/bootstrap").expect(200).await;
     let first = big.len() as u64 + 1;
     r.expect_header("stream-next-offset", &off(first))
         .expect_no_header("stream-up-to-date");

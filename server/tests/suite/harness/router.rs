@@ -7,6 +7,9 @@
 
 #![allow(dead_code)]
 
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::Location;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -27,6 +30,9 @@ use ursula::config::Overrides;
 use ursula::config::resolve_from;
 use ursula::http::AppState;
 use ursula::http::ClientPlane;
+
+/// A list of request headers, `(name, value)`, for tables of cases.
+pub type Headers<'a> = &'a [(&'a str, &'a str)];
 
 /// How long any single non-live request may take before the test fails.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -65,6 +71,17 @@ impl Server {
 
     pub async fn with_config(c: Config) -> Server {
         Server::with_state(c, |_| {}).await
+    }
+
+    /// A server holding one stream, `path` of `ctype`, with `body` appended unless it is empty.
+    pub async fn with_stream(path: &str, ctype: &str, body: impl Into<Bytes>) -> Server {
+        let s = Server::new().await;
+        s.create(path, ctype).await;
+        let body = body.into();
+        if !body.is_empty() {
+            s.append(path, ctype, body).await;
+        }
+        s
     }
 
     /// A server whose `AppState` is adjusted before the router is built.
@@ -144,6 +161,11 @@ impl Server {
         self.req(Method::DELETE, uri)
     }
 
+    /// A catch-up read of `path` from the byte offset `offset`.
+    pub fn get_at(&self, path: &str, offset: u64) -> Req {
+        self.get(&format!("{path}?offset={}", off(offset)))
+    }
+
     /// Creates a stream of `ctype` and returns the `201`.
     pub async fn create(&self, path: &str, ctype: &str) -> Resp {
         self.put(path)
@@ -151,6 +173,26 @@ impl Server {
             .send()
             .await
             .expect(201)
+    }
+
+    /// Closes the stream with an empty-body `Stream-Closed: true` POST and returns the `204`.
+    pub async fn close(&self, path: &str) -> Resp {
+        self.post(path)
+            .header("stream-closed", "true")
+            .send()
+            .await
+            .expect(204)
+    }
+
+    /// Appends `body` and closes the stream in one POST, and returns the `204`.
+    pub async fn close_with(&self, path: &str, ctype: &str, body: impl Into<Bytes>) -> Resp {
+        self.post(path)
+            .ctype(ctype)
+            .header("stream-closed", "true")
+            .body(body)
+            .send()
+            .await
+            .expect(204)
     }
 
     /// Appends `body` without producer headers and returns the `204`.
@@ -161,6 +203,17 @@ impl Server {
             .send()
             .await
             .expect(204)
+    }
+
+    /// An append of `body` to `path` as `ctype` with the `headers`, not yet sent.
+    pub fn append_with(
+        &self,
+        path: &str,
+        ctype: &str,
+        headers: Headers<'_>,
+        body: impl Into<Bytes>,
+    ) -> Req {
+        self.post(path).ctype(ctype).headers(headers).body(body)
     }
 
     /// Every byte readable from `offset=-1`, following `Stream-Next-Offset` to the tail.
@@ -236,6 +289,20 @@ impl Req {
         self
     }
 
+    /// Every `(name, value)` pair as a header, in order.
+    pub fn headers(self, pairs: Headers<'_>) -> Req {
+        pairs
+            .iter()
+            .fold(self, |r, (name, value)| r.header(name, value))
+    }
+
+    /// The three producer headers: `Producer-Id`, `Producer-Epoch` and `Producer-Seq`.
+    pub fn producer(self, id: &str, epoch: impl Display, seq: impl Display) -> Req {
+        self.header("producer-id", id)
+            .header("producer-epoch", &epoch.to_string())
+            .header("producer-seq", &seq.to_string())
+    }
+
     pub fn ctype(self, value: &str) -> Req {
         self.header("content-type", value)
     }
@@ -260,6 +327,46 @@ impl Req {
         (self.app, req)
     }
 
+    /// Sends the request and asserts the status: `send().await.expect(status)`. A failure names
+    /// the line that sent the request.
+    #[track_caller]
+    pub fn expect(self, status: u16) -> impl Future<Output = Resp> {
+        let at = Location::caller();
+        async move { self.send().await.sent_at(at).expect(status) }
+    }
+
+    /// Sends the request and asserts a refusal: `send().await.refused(status)`.
+    #[track_caller]
+    pub fn refused(self, status: u16) -> impl Future<Output = Resp> {
+        let at = Location::caller();
+        async move { self.send().await.sent_at(at).refused(status) }
+    }
+
+    /// Sends the request and asserts a refusal mentioning `needle`:
+    /// `send().await.refused_with(status, needle)`.
+    #[track_caller]
+    pub fn refused_with(self, status: u16, needle: &str) -> impl Future<Output = Resp> {
+        let at = Location::caller();
+        let needle = needle.to_owned();
+        async move { self.send().await.sent_at(at).refused_with(status, &needle) }
+    }
+
+    /// [`Req::refused`] for a 4xx or 5xx `status` (but for a HEAD, whose answer has no body),
+    /// else [`Req::expect`]: for tables whose cases end in either.
+    #[track_caller]
+    pub fn answers(self, status: u16) -> impl Future<Output = Resp> {
+        let at = Location::caller();
+        let head = self.method == Method::HEAD;
+        async move {
+            let r = self.send().await.sent_at(at);
+            if status >= 400 && !head {
+                r.refused(status)
+            } else {
+                r.expect(status)
+            }
+        }
+    }
+
     /// Sends the request and returns the response with its body still streaming.
     pub async fn send_streaming(self) -> Response<Body> {
         let (app, req) = self.build();
@@ -272,7 +379,15 @@ impl Req {
 
     /// Sends the request and reads the whole body.
     pub async fn send(self) -> Resp {
-        let what = format!("{} {}", self.method, self.uri);
+        let mut what = format!("{} {}", self.method, self.uri);
+        if !self.headers.is_empty() {
+            let headers: Vec<String> = self
+                .headers
+                .iter()
+                .map(|(name, value)| format!("{name}: {value:?}"))
+                .collect();
+            what = format!("{what} [{}]", headers.join(", "));
+        }
         let resp = self.send_streaming().await;
         let (parts, body) = resp.into_parts();
         let body = tokio::time::timeout(REQUEST_TIMEOUT, body.collect())
@@ -298,6 +413,12 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// Names the test line that sent the request in every message about the answer.
+    fn sent_at(mut self, at: &Location<'_>) -> Resp {
+        self.what = format!("{} (sent at {at})", self.what);
+        self
+    }
+
     /// Asserts the status, showing the request and body when it differs.
     #[track_caller]
     pub fn expect(self, status: u16) -> Resp {
