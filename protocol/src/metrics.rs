@@ -424,6 +424,12 @@ pub struct ColdTierMetrics {
     pub cold_read_bytes: u64,
     pub cold_read_errors: u64,
     pub cold_deleted_objects: u64,
+    /// The read cache (`storage.cold.cache_size`): its capacity (0: off), the bytes it holds,
+    /// and the cold pieces reads found in it and fetched.
+    pub cold_cache_capacity_bytes: u64,
+    pub cold_cache_bytes: u64,
+    pub cold_cache_hits: u64,
+    pub cold_cache_misses: u64,
 }
 
 #[cfg(test)]

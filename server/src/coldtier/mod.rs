@@ -2,9 +2,11 @@
 //! [`crate::config::cold`]), the store, fetching the cold pieces a read plan names, and the
 //! background workers.
 //!
+//! - [`cache`]: the read cache of cold ranges, bounded by bytes.
 //! - [`flush`]: the flush worker that moves hot bytes to objects and commits their references.
 //! - [`gc`]: deletion of objects no stream references any more, after the grace.
 
+pub mod cache;
 pub mod flush;
 pub mod gc;
 
@@ -16,6 +18,9 @@ use bytes::Bytes;
 use bytes::BytesMut;
 use ursula_cold::ColdError;
 use ursula_cold::ColdStore;
+
+use self::cache::CacheStats;
+use self::cache::ColdCache;
 
 pub use crate::config::ColdSettings;
 
@@ -48,6 +53,8 @@ pub struct ColdTier {
     pub store: ColdStore,
     pub settings: Arc<ColdSettings>,
     pub counters: Arc<ColdCounters>,
+    /// `None` with `storage.cold.cache_size = 0`.
+    pub cache: Option<Arc<ColdCache>>,
 }
 
 impl std::fmt::Debug for ColdTier {
@@ -66,6 +73,7 @@ impl ColdTier {
         tracing::info!(store = %store.describe(), "cold tier ready");
         Ok(ColdTier {
             store,
+            cache: ColdCache::new(settings.cache_size).map(Arc::new),
             settings: Arc::new(settings),
             counters: Arc::new(ColdCounters::default()),
         })
@@ -81,12 +89,23 @@ impl ColdTier {
         use futures_util::StreamExt;
         let store = self.store.clone();
         let counters = self.counters.clone();
+        let cache = self.cache.clone();
         let pieces = pieces.to_vec();
         async move {
             let parts: Vec<Result<Bytes, ColdError>> =
                 futures_util::stream::iter(pieces.into_iter().map(move |p| {
                     let store = store.clone();
-                    async move { store.get_range(&p.object, p.range).await }
+                    let cache = cache.clone();
+                    async move {
+                        if let Some(hit) = cache.as_ref().and_then(|c| c.get(&p.object, &p.range)) {
+                            return Ok(hit);
+                        }
+                        let bytes = store.get_range(&p.object, p.range.clone()).await?;
+                        if let Some(c) = &cache {
+                            c.insert(&p.object, &p.range, bytes.clone());
+                        }
+                        Ok(bytes)
+                    }
                 }))
                 .buffered(8)
                 .collect()
@@ -124,6 +143,7 @@ impl ColdTier {
             read_bytes: load(&c.read_bytes),
             read_errors: load(&c.read_errors),
             deleted_objects: load(&c.deleted_objects),
+            cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
         }
     }
 
@@ -191,4 +211,6 @@ pub struct ColdStats {
     pub read_bytes: u64,
     pub read_errors: u64,
     pub deleted_objects: u64,
+    /// The read cache's size, fill and counters; all zero with the cache off.
+    pub cache: CacheStats,
 }

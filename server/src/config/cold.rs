@@ -32,6 +32,8 @@ pub struct ColdSettings {
     /// The store's health gate, on S3 only: `storage.cold.s3.probe_timeout`, `unhealthy_ticks`,
     /// `heal_ticks`, and how long a failed write weighs.
     pub gate: Option<StoreGate>,
+    /// `cache_size` (ours; the presets' cold cache): bytes of cold ranges kept in memory, 0 off.
+    pub cache_size: u64,
 }
 
 /// The snapshot-store health gate's settings (Configuration, "Cold storage").
@@ -112,15 +114,18 @@ pub struct PresetDefaults {
     pub flush_size: u64,
     pub flush_max_concurrency: u32,
     pub max_hot_per_group: u64,
+    /// The preset table's cold cache (`cache_size`).
+    pub cache_size: u64,
 }
 
 impl Default for PresetDefaults {
-    /// The keys' own defaults (the Configuration page's tables).
+    /// The keys' own defaults (the Configuration page's tables): `standard`'s figures.
     fn default() -> PresetDefaults {
         PresetDefaults {
             flush_size: 8 << 20,
             flush_max_concurrency: 4,
             max_hot_per_group: 64 << 20,
+            cache_size: 256 << 20,
         }
     }
 }
@@ -204,5 +209,6 @@ pub fn resolve(
             .map_or(Duration::from_secs(300), |d| d.0),
         gc_grace: c.gc_grace.map_or(GC_GRACE, |d| d.0),
         gate,
+        cache_size: c.cache_size.map_or(preset.cache_size, |s| s.0),
     }))
 }

@@ -227,6 +227,8 @@ pub struct ColdSection {
     pub compaction_enabled: Option<bool>,
     /// Ours, beyond the spec: how long a released object stays before it is deleted.
     pub gc_grace: Option<Dur>,
+    /// Ours, naming the presets' "cold cache": the bytes of cold ranges kept in memory; 0 off.
+    pub cache_size: Option<Size>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

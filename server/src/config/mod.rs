@@ -182,19 +182,23 @@ struct PresetDefaults {
 
 fn preset(name: &str) -> Result<PresetDefaults, ConfigError> {
     // The Configuration page's preset table: groups, cold flush size, cold writes in flight,
-    // the hot and admission caps (one figure for both), the HTTP in-flight body budget. Its
-    // cold cache has no key here (docs/configuration.md).
-    let fixed = |groups, flush_mib: u64, writes, cap_mib: u64, inflight_mib: u64| PresetDefaults {
-        groups_per_core: None,
-        group_count: Some(groups),
-        inflight_body: inflight_mib << 20,
-        cold: cold::PresetDefaults {
-            flush_size: flush_mib << 20,
-            flush_max_concurrency: writes,
-            max_hot_per_group: cap_mib << 20,
-        },
-        max_uncommitted: cap_mib << 20,
-    };
+    // the hot and admission caps (one figure for both), the HTTP in-flight body budget, and its
+    // cold cache (`storage.cold.cache_size`, a key of ours: docs/configuration.md).
+    let fixed =
+        |groups, flush_mib: u64, writes, cap_mib: u64, inflight_mib: u64, cache_mib: u64| {
+            PresetDefaults {
+                groups_per_core: None,
+                group_count: Some(groups),
+                inflight_body: inflight_mib << 20,
+                cold: cold::PresetDefaults {
+                    flush_size: flush_mib << 20,
+                    flush_max_concurrency: writes,
+                    max_hot_per_group: cap_mib << 20,
+                    cache_size: cache_mib << 20,
+                },
+                max_uncommitted: cap_mib << 20,
+            }
+        };
     Ok(match name {
         // The in-memory node: the keys' own defaults, which are `standard`'s.
         "default" | "dev" => PresetDefaults {
@@ -204,10 +208,10 @@ fn preset(name: &str) -> Result<PresetDefaults, ConfigError> {
             cold: cold::PresetDefaults::default(),
             max_uncommitted: 64 << 20,
         },
-        "tiny" => fixed(64, 4, 2, 8, 64),
-        "small" => fixed(128, 4, 2, 16, 64),
-        "standard" => fixed(256, 8, 4, 64, 256),
-        "large" => fixed(512, 16, 8, 128, 512),
+        "tiny" => fixed(64, 4, 2, 8, 64, 64),
+        "small" => fixed(128, 4, 2, 16, 64, 64),
+        "standard" => fixed(256, 8, 4, 64, 256, 256),
+        "large" => fixed(512, 16, 8, 128, 512, 512),
         other => return Err(ConfigError::Preset(other.to_owned())),
     })
 }

@@ -606,16 +606,17 @@ fn cluster_listen_is_an_address_and_no_two_listeners_share_a_port() {
 }
 
 #[test]
-fn each_preset_sets_the_preset_tables_groups_cold_flushes_caps_and_body_budget() {
-    // Groups, cold flush size, cold writes, hot/admission cap, in-flight body budget (MiB).
+fn each_preset_sets_the_preset_tables_groups_cold_flushes_caps_body_budget_and_cold_cache() {
+    // Groups, cold flush size, cold writes, hot/admission cap, in-flight body budget, cold
+    // cache (MiB).
     let table = [
-        ("tiny", 64, 4, 2, 8, 64),
-        ("small", 128, 4, 2, 16, 64),
-        ("standard", 256, 8, 4, 64, 256),
-        ("large", 512, 16, 8, 128, 512),
+        ("tiny", 64, 4, 2, 8, 64, 64),
+        ("small", 128, 4, 2, 16, 64, 64),
+        ("standard", 256, 8, 4, 64, 256, 256),
+        ("large", 512, 16, 8, 128, 512, 512),
     ];
     let cold = parse_file("[storage.cold]\nbackend = \"memory\"\n").expect("parses");
-    for (name, groups, flush, writes, cap, body) in table {
+    for (name, groups, flush, writes, cap, body, cache) in table {
         let o = Overrides {
             preset: Some(name.into()),
             ..Overrides::default()
@@ -630,10 +631,11 @@ fn each_preset_sets_the_preset_tables_groups_cold_flushes_caps_and_body_budget()
             settings.max_hot_per_group >> 20,
             c.max_uncommitted_per_group >> 20,
             c.http_inflight_body_size >> 20,
+            settings.cache_size >> 20,
         );
         assert_eq!(
             got,
-            (groups, flush, flush, writes, cap, cap, body),
+            (groups, flush, flush, writes, cap, cap, body, cache),
             "{name}"
         );
     }
@@ -641,7 +643,7 @@ fn each_preset_sets_the_preset_tables_groups_cold_flushes_caps_and_body_budget()
     let file = parse_file(
         "[raft]\nmax_uncommitted_size_per_group = \"32MiB\"\n\
          [storage.cold]\nbackend = \"memory\"\nflush_size = \"1MiB\"\nflush_max_concurrency = 3\n\
-         max_hot_size_per_group = \"0\"\n",
+         max_hot_size_per_group = \"0\"\ncache_size = \"0\"\n",
     )
     .expect("parses");
     let o = Overrides {
@@ -655,9 +657,10 @@ fn each_preset_sets_the_preset_tables_groups_cold_flushes_caps_and_body_budget()
             settings.flush_min_hot,
             settings.flush_max_concurrency,
             settings.max_hot_per_group,
-            c.max_uncommitted_per_group
+            c.max_uncommitted_per_group,
+            settings.cache_size
         ),
-        (1 << 20, 3, 0, 32 << 20)
+        (1 << 20, 3, 0, 32 << 20, 0)
     );
     // No preset with a file: the keys' own defaults, which are standard's.
     let c = resolve_from(Some(&cold), &Overrides::default()).expect("valid");
@@ -667,9 +670,10 @@ fn each_preset_sets_the_preset_tables_groups_cold_flushes_caps_and_body_budget()
             settings.flush_min_hot >> 20,
             settings.flush_max_concurrency,
             settings.max_hot_per_group >> 20,
-            c.max_uncommitted_per_group >> 20
+            c.max_uncommitted_per_group >> 20,
+            settings.cache_size >> 20
         ),
-        (8, 4, 64, 64)
+        (8, 4, 64, 64, 256)
     );
 }
 

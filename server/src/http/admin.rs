@@ -143,6 +143,10 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
             cold_read_bytes: s.read_bytes,
             cold_read_errors: s.read_errors,
             cold_deleted_objects: s.deleted_objects,
+            cold_cache_capacity_bytes: s.cache.capacity,
+            cold_cache_bytes: s.cache.bytes,
+            cold_cache_hits: s.cache.hits,
+            cold_cache_misses: s.cache.misses,
         });
     }
     st.engine.report(&mut m);

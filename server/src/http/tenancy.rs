@@ -192,6 +192,9 @@ async fn purge(st: &AppState, bucket: &str) -> Result<Reply, ApiError> {
     let mut reclaimed = 0;
     let mut absent = true;
     if let Some(cold) = &st.cold {
+        if let Some(cache) = &cold.cache {
+            cache.forget_prefix(&format!("{bucket}/"));
+        }
         match erase_prefix(&cold.store, bucket).await {
             Ok(()) => {
                 // The prefix is gone, so every released object of the bucket is too.

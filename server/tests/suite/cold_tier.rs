@@ -566,3 +566,94 @@ async fn the_admin_flush_cold_route_flushes_one_stream_now_and_needs_the_process
     .expect("missing");
     assert_eq!(status, 404);
 }
+
+/// Writes `count` bodies to `path`, waits until all of it is cold, and returns its bytes.
+fn fill_cold(base: &str, path: &str, count: usize) -> Vec<u8> {
+    create(base, path);
+    let mut expected = Vec::new();
+    for i in 0..count {
+        let b = body(i);
+        assert_eq!(append(base, path, &b), 204);
+        expected.extend_from_slice(&b);
+    }
+    assert_eq!(wait_all_cold(base, path), expected.len() as u64);
+    expected
+}
+
+#[tokio::test]
+async fn a_cold_range_read_once_is_served_from_the_read_cache_while_the_store_is_down() {
+    let mut weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("cold-cache");
+    let cached_dir = dir.join("cached");
+    let uncached_dir = dir.join("uncached");
+    std::fs::create_dir_all(&cached_dir).expect("dir");
+    std::fs::create_dir_all(&uncached_dir).expect("dir");
+    // The default preset's cache (256 MiB), and one turned off.
+    let cached = start_node(&cached_dir, &cold_toml(&weed, "cached", ""), vec![]);
+    let uncached = start_node(
+        &uncached_dir,
+        &cold_toml(&weed, "uncached", "cache_size = 0"),
+        vec![],
+    );
+    let mut expected = Vec::new();
+    for node in [&cached, &uncached] {
+        expected = fill_cold(&node.base(), "/cache/s", 20);
+        let (status, got) = read_from(&node.base(), "/cache/s", 0);
+        assert_eq!((status, got.as_slice()), (200, expected.as_slice()));
+    }
+    let before = metrics(&cached.base());
+    assert_eq!(
+        before["cold_cache_capacity_bytes"],
+        256u64 << 20,
+        "{before}"
+    );
+    assert!(before["cold_cache_misses"].as_u64() > Some(0), "{before}");
+    assert!(before["cold_cache_bytes"].as_u64() > Some(0), "{before}");
+    let off = metrics(&uncached.base());
+    assert_eq!(off["cold_cache_capacity_bytes"], 0, "{off}");
+    assert_eq!(off["cold_cache_hits"], 0, "{off}");
+
+    // The store goes away: the node that cached the ranges still serves them, byte for byte;
+    // the one without a cache cannot.
+    weed.kill();
+    let (status, got) = read_from(&cached.base(), "/cache/s", 0);
+    assert_eq!((status, got.as_slice()), (200, expected.as_slice()));
+    let after = metrics(&cached.base());
+    assert!(
+        after["cold_cache_hits"].as_u64() > before["cold_cache_hits"].as_u64(),
+        "{after}"
+    );
+    assert_eq!(
+        after["cold_cache_misses"], before["cold_cache_misses"],
+        "{after}"
+    );
+    let (status, _) = read_from(&uncached.base(), "/cache/s", 0);
+    assert_ne!(status, 200, "a read with no cache needs the store");
+}
+
+#[tokio::test]
+async fn the_read_cache_holds_no_more_than_its_size() {
+    let weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("cold-cache-size");
+    let node = start_node(
+        &dir,
+        &cold_toml(&weed, "small-cache", "cache_size = \"1KiB\""),
+        vec![],
+    );
+    let base = node.base();
+    let expected = fill_cold(&base, "/cache/s", 60);
+    assert!(
+        expected.len() > 2048,
+        "more cold bytes than the cache holds"
+    );
+    for offset in [0, 500, 1000, 2000] {
+        let (status, got) = read_from(&base, "/cache/s", offset);
+        assert_eq!(
+            (status, got.as_slice()),
+            (200, &expected[offset as usize..])
+        );
+    }
+    let m = metrics(&base);
+    assert_eq!(m["cold_cache_capacity_bytes"], 1024, "{m}");
+    assert!(m["cold_cache_bytes"].as_u64() <= Some(1024), "{m}");
+}
