@@ -7,9 +7,6 @@ cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 cargo build --release -p ursula >&2
 scripts/test-js.sh --build-only >&2
 node=$(scripts/install-node.sh)
-port=$(free_port)
-./target/release/ursula server --listen "127.0.0.1:$port" --admin-listen off >/dev/null 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/__ursula/ready" >/dev/null && break; sleep 0.1; done
-URSULA_URL="http://127.0.0.1:$port" "$node" --no-warnings js/bench/commit-bench.mjs "${1:-3000}"
+trap 'stop_pid "${node_pid:-}"' EXIT
+start_release_node
+URSULA_URL="$node_url" "$node" --no-warnings js/bench/commit-bench.mjs "${1:-3000}"

@@ -58,3 +58,19 @@ if start >= 0:
 open(path, "w").write(text.rstrip("\n") + "\n\n" + section.strip() + "\n")
 PY
 }
+
+# Starts target/release/ursula on a free loopback port (admin plane off), waits until it
+# answers, and sets node_pid and node_url; the caller stops it (`stop_pid "$node_pid"`).
+start_release_node() {
+  local port
+  port=$(free_port)
+  ./target/release/ursula server --listen "127.0.0.1:$port" --admin-listen off >/dev/null 2>&1 &
+  node_pid=$!
+  node_url="http://127.0.0.1:$port"
+  for _ in $(seq 100); do
+    curl -sf "$node_url/__ursula/ready" >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "start_release_node: nothing answers at $node_url" >&2
+  return 1
+}

@@ -24,6 +24,7 @@ use jsonwebtoken::Header;
 use serde_json::Value;
 use serde_json::json;
 
+use crate::gateway::Answer;
 use crate::gateway::Proc;
 use crate::gateway::Scratch;
 use crate::gateway::TEXT;
@@ -345,6 +346,17 @@ pub fn policy_gateway(
 
 pub fn bearer(token: &str) -> String {
     format!("Bearer {token}")
+}
+
+/// `GET /private/s?offset=-1` through `gw` with `token` as the bearer.
+pub fn read_private(gw: &Proc, token: &str) -> Answer {
+    let auth = bearer(token);
+    send(
+        "GET",
+        &gw.url("/private/s?offset=-1"),
+        &[("authorization", &auth)],
+        b"",
+    )
 }
 
 /// A seeded node behind a gateway that checks the tokens of an issuer holding one Ed25519 key

@@ -245,6 +245,11 @@ pub fn single_node_args(dir: &Path, port: u16, toml: &str, wal: &str) -> Vec<Str
         ),
     )
     .expect("toml");
+    server_args(&config, port)
+}
+
+/// The `ursula` arguments that start a node from `config` on `port`.
+pub fn server_args(config: &Path, port: u16) -> Vec<String> {
     vec![
         "server".into(),
         "--config".into(),
@@ -335,15 +340,9 @@ pub fn peer_entries(ports: &[u16]) -> String {
 
 /// The `ursula` arguments that start node `i + 1` (`i` 0-based) from `config` on `port`.
 pub fn node_args(config: &Path, i: usize, port: u16) -> Vec<String> {
-    vec![
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--node-id".into(),
-        (i + 1).to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ]
+    let mut args = server_args(config, port);
+    args.extend(["--node-id".into(), (i + 1).to_string()]);
+    args
 }
 
 /// Starts cluster node `i` (0-based).
@@ -576,6 +575,35 @@ pub fn shed_state(node: &Proc) -> serde_json::Value {
     let (status, v) = node.json("/__ursula/leadership-shed");
     assert_eq!(status, 200, "{v}");
     v
+}
+
+/// Asserts node 3 (`nodes[2]`) sheds with shed bits `bits`: it neither campaigns nor takes a
+/// transfer, and a transfer of group 0 to it from node `leader` (1-based) is refused naming
+/// `reason`.
+pub fn assert_third_node_sheds(nodes: &[Proc], leader: u64, bits: u64, reason: &str) {
+    let state = shed_state(&nodes[2]);
+    assert_eq!(state["bits"], bits, "{state}");
+    assert_eq!(state["should_campaign"], false, "{state}");
+    assert_eq!(state["should_accept_transfer"], false, "{state}");
+    let (status, body) = admin(
+        &nodes[leader as usize - 1],
+        "POST",
+        "/__ursula/raft/0/leader/transfer/3",
+    );
+    assert_ne!(status, 200, "{body}");
+    assert!(body.contains(reason), "{body}");
+}
+
+/// Asserts the cluster takes a write to `path` through nodes 1 and 2.
+pub fn assert_writable_through_the_first_two(nodes: &[Proc], path: &str) {
+    let bases: Vec<String> = nodes.iter().take(2).map(Proc::base).collect();
+    create_when_led(&bases, path);
+    let octet = [("content-type", "application/octet-stream".to_owned())];
+    let answer = send(&bases, 0, "POST", path, &octet, b"still writable");
+    assert!(
+        answer.as_ref().is_some_and(|a| a.0 == 200 || a.0 == 204),
+        "{answer:?}"
+    );
 }
 
 /// Transfers every group's leadership to node `to` (1-based) and waits until it leads them all.

@@ -42,6 +42,17 @@ pub fn ctl_expect(code: i32, args: &[&str]) -> String {
     out
 }
 
+/// Runs `ursulactl`, requiring the safe abort (exit code 2); returns stderr.
+pub fn ctl_refused(args: &[&str]) -> String {
+    let (got, out, err) = ctl(args);
+    assert_eq!(
+        got,
+        Some(2),
+        "ursulactl {args:?}\nstdout: {out}\nstderr: {err}"
+    );
+    err
+}
+
 /// Writes `text` as `dir/name` and answers its path.
 pub fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
@@ -81,10 +92,7 @@ pub struct Cluster {
 impl Cluster {
     pub fn start(name: &str) -> Cluster {
         let dir = tempfile_dir(name);
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let nodes: Vec<Proc> = (0..3)
-            .map(|i| start_cluster_node(&dir, &ports, i))
-            .collect();
+        let (_, nodes, _) = start_cluster(&dir, 3, 3);
         let manifest = write_manifest(&dir, "cluster.json", &nodes);
         let c = Cluster {
             nodes,
@@ -93,6 +101,23 @@ impl Cluster {
         };
         c.wait_led();
         c
+    }
+
+    /// `ursulactl VERB --config <manifest> ARGS`, requiring exit code 0; returns stdout.
+    pub fn verb(&self, verb: &str, args: &[&str]) -> String {
+        ctl_expect(0, &self.verb_args(verb, args))
+    }
+
+    /// `ursulactl VERB --config <manifest> ARGS`, requiring the safe abort (exit code 2);
+    /// returns stderr.
+    pub fn verb_refused(&self, verb: &str, args: &[&str]) -> String {
+        ctl_refused(&self.verb_args(verb, args))
+    }
+
+    fn verb_args<'a>(&'a self, verb: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+        let mut all = vec![verb, "--config", &self.manifest];
+        all.extend_from_slice(args);
+        all
     }
 
     /// Node `id`'s metrics.

@@ -153,6 +153,23 @@ pub fn live_waiters(node: &Proc) -> u64 {
         .sum()
 }
 
+/// An in-memory node behind a gateway; fields drop in order, the processes before their
+/// scratch directory.
+pub struct Fronted {
+    pub gw: Proc,
+    pub node: Proc,
+    pub scratch: Scratch,
+}
+
+/// Starts a [`Fronted`] pair in a scratch directory named after `name`; `extra` goes to the
+/// gateway's arguments.
+pub fn fronted(name: &str, extra: &[&str]) -> Fronted {
+    let scratch = Scratch::new(name);
+    let node = memory_node(&scratch);
+    let gw = gateway(&scratch, "gateway", &[node.base()], extra);
+    Fronted { gw, node, scratch }
+}
+
 pub fn gateway(scratch: &Scratch, name: &str, upstreams: &[String], extra: &[&str]) -> Proc {
     let port = free_port();
     let mut args = vec!["gateway".to_owned()];

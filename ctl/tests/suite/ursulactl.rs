@@ -17,6 +17,7 @@ use std::time::Instant;
 use crate::harness::bins::ursulactl;
 use crate::harness::cluster::node_args;
 use crate::harness::cluster::peer_entries;
+use crate::harness::cluster::server_args;
 use crate::harness::gateway::Proc as Node;
 use crate::harness::gateway::memory_node;
 use crate::harness::gateway::memory_node_with;
@@ -278,14 +279,7 @@ fn ready_exits_0_for_a_ready_node_and_1_with_the_reason_otherwise() {
         ),
     );
     let port = free_port();
-    let args = [
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
-    let pressured = Node::spawn(&scratch, "pressured", port, &args);
+    let pressured = Node::spawn(&scratch, "pressured", port, &server_args(&config, port));
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -17,44 +17,24 @@ fn groups_arg() -> String {
 fn wait_ready_passes_on_a_healthy_cluster_and_aborts_with_2_and_the_findings_when_a_node_is_down() {
     let mut c = Cluster::start("ctl-wait-ready");
     let g = groups_arg();
-    let out = ctl_expect(
-        0,
-        &[
-            "wait-ready",
-            "--config",
-            &c.manifest,
-            "--expected-groups",
-            &g,
-            "--timeout-secs",
-            "60",
-        ],
+    let out = c.verb(
+        "wait-ready",
+        &["--expected-groups", &g, "--timeout-secs", "60"],
     );
     assert!(out.contains("ready: 3 nodes, 4 groups"), "{out}");
     // A wrong group count never becomes ready: a safe abort naming the shortfall.
-    let (code, _, err) = ctl(&[
+    let err = c.verb_refused(
         "wait-ready",
-        "--config",
-        &c.manifest,
-        "--expected-groups",
-        "5",
-        "--timeout-secs",
-        "2",
-    ]);
-    assert_eq!(code, Some(2), "{err}");
+        &["--expected-groups", "5", "--timeout-secs", "2"],
+    );
     assert!(err.contains("group 4 not initialized"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     // A node that does not answer is retried until the timeout, then reported.
     c.nodes[2].kill9();
-    let (code, _, err) = ctl(&[
+    let err = c.verb_refused(
         "wait-ready",
-        "--config",
-        &c.manifest,
-        "--expected-groups",
-        &g,
-        "--timeout-secs",
-        "2",
-    ]);
-    assert_eq!(code, Some(2), "{err}");
+        &["--expected-groups", &g, "--timeout-secs", "2"],
+    );
     assert!(err.contains("node 3:"), "{err}");
 }
 
@@ -74,6 +54,7 @@ fn wait_ready_started_while_a_node_restarts_waits_for_it() {
             "90",
         ])
     });
+    // The waiter polls the stopped node a while before it comes back: the restart under test.
     std::thread::sleep(Duration::from_secs(2));
     c.nodes[1].spawn();
     let (code, out, err) = waiter.join().expect("waiter");
@@ -86,26 +67,10 @@ fn verify_cluster_passes_on_a_caught_up_cluster_and_aborts_with_2_when_a_voter_i
     let bases: Vec<String> = c.nodes.iter().map(Proc::base).collect();
     create_when_led(&bases, "/demo/ops-verify");
     producer_load(&bases, "/demo/ops-verify", 0, 20, |_| {});
-    let out = ctl_expect(
-        0,
-        &[
-            "verify-cluster",
-            "--config",
-            &c.manifest,
-            "--timeout-secs",
-            "60",
-        ],
-    );
+    let out = c.verb("verify-cluster", &["--timeout-secs", "60"]);
     assert!(out.contains("two samples"), "{out}");
     c.nodes[0].kill9();
-    let (code, _, err) = ctl(&[
-        "verify-cluster",
-        "--config",
-        &c.manifest,
-        "--timeout-secs",
-        "3",
-    ]);
-    assert_eq!(code, Some(2), "{err}");
+    let err = c.verb_refused("verify-cluster", &["--timeout-secs", "3"]);
     assert!(err.contains("configured voter 1 is not present"), "{err}");
 }
 
@@ -130,6 +95,7 @@ fn wait_returns_once_a_restarted_node_is_a_caught_up_voter_again() {
             "60",
         ])
     });
+    // A window in which `wait` must not return while node 3 is down.
     std::thread::sleep(Duration::from_secs(2));
     assert!(!waiter.is_finished(), "wait returned while node 3 was down");
     c.nodes[2].spawn();
@@ -155,16 +121,7 @@ fn wait_for_a_node_that_never_comes_back_aborts_with_2_after_the_stall_timeout()
     let mut c = Cluster::start("ctl-wait-stall");
     c.nodes[2].kill9();
     let started = Instant::now();
-    let (code, _, err) = ctl(&[
-        "wait",
-        "--config",
-        &c.manifest,
-        "--node",
-        "3",
-        "--stall-timeout-secs",
-        "2",
-    ]);
-    assert_eq!(code, Some(2), "{err}");
+    let err = c.verb_refused("wait", &["--node", "3", "--stall-timeout-secs", "2"]);
     assert!(err.contains("no progress for 2s"), "{err}");
     assert!(err.contains("node 3 does not answer"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30));
@@ -273,17 +230,7 @@ fn drain_moves_every_leadership_away_keeps_it_away_and_undrain_clears_the_mark()
         .expect("a node");
     assert!(!c.led_by(leader).is_empty());
     let node = leader.to_string();
-    let plan = ctl_expect(
-        0,
-        &[
-            "drain",
-            "--config",
-            &c.manifest,
-            "--node",
-            &node,
-            "--dry-run",
-        ],
-    );
+    let plan = c.verb("drain", &["--node", &node, "--dry-run"]);
     assert!(plan.contains("would set the maintenance mark"), "{plan}");
     assert!(plan.contains(&format!("transfer {leader} -> ")), "{plan}");
     // The dry run changed nothing.
@@ -291,18 +238,7 @@ fn drain_moves_every_leadership_away_keeps_it_away_and_undrain_clears_the_mark()
     let m = metrics(&c.nodes[(leader - 1) as usize].base());
     assert_eq!(m["leadership_shed"]["bits"], 0, "{m}");
 
-    let out = ctl_expect(
-        0,
-        &[
-            "drain",
-            "--config",
-            &c.manifest,
-            "--node",
-            &node,
-            "--timeout-secs",
-            "60",
-        ],
-    );
+    let out = c.verb("drain", &["--node", &node, "--timeout-secs", "60"]);
     assert!(
         out.contains(&format!("node {leader} leads no group")),
         "{out}"
@@ -320,9 +256,9 @@ fn drain_moves_every_leadership_away_keeps_it_away_and_undrain_clears_the_mark()
     let m = metrics(&c.nodes[(leader - 1) as usize].base());
     assert_eq!(m["leadership_shed"]["state"], "maintenance-drain", "{m}");
     // Draining again is a no-op that succeeds.
-    ctl_expect(0, &["drain", "--config", &c.manifest, "--node", &node]);
+    c.verb("drain", &["--node", &node]);
 
-    let out = ctl_expect(0, &["undrain", "--config", &c.manifest, "--node", &node]);
+    let out = c.verb("undrain", &["--node", &node]);
     assert!(out.contains("maintenance mark cleared (none)"), "{out}");
     let m = metrics(&c.nodes[(leader - 1) as usize].base());
     assert_eq!(m["leadership_shed"]["bits"], 0, "{m}");
@@ -337,34 +273,15 @@ fn drain_aborts_with_2_when_no_voter_could_take_the_groups() {
         .expect("a node");
     let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     for o in &others {
-        ctl_expect(
-            0,
-            &["drain", "--config", &c.manifest, "--node", &o.to_string()],
-        );
+        c.verb("drain", &["--node", &o.to_string()]);
     }
-    let (code, _, err) = ctl(&[
-        "drain",
-        "--config",
-        &c.manifest,
-        "--node",
-        &leader.to_string(),
-    ]);
-    assert_eq!(code, Some(2), "{err}");
+    let err = c.verb_refused("drain", &["--node", &leader.to_string()]);
     assert!(err.contains("no safe transfer target"), "{err}");
     assert!(err.contains("drained"), "{err}");
     // It aborted rather than corner the groups: the leader still leads them.
     assert!(!c.led_by(leader).is_empty());
     for id in 1..=3u64 {
-        ctl_expect(
-            0,
-            &[
-                "undrain",
-                "--config",
-                &c.manifest,
-                "--node",
-                &id.to_string(),
-            ],
-        );
+        c.verb("undrain", &["--node", &id.to_string()]);
     }
 }
 
@@ -375,17 +292,9 @@ fn verify_quorum_prints_a_schema_3_proof_every_replica_applied() {
     create_when_led(&bases, "/demo/ops-quorum");
     producer_load(&bases, "/demo/ops-quorum", 0, 10, |_| {});
     let g = groups_arg();
-    let out = ctl_expect(
-        0,
-        &[
-            "verify-quorum",
-            "--config",
-            &c.manifest,
-            "--expected-groups",
-            &g,
-            "--timeout-secs",
-            "60",
-        ],
+    let out = c.verb(
+        "verify-quorum",
+        &["--expected-groups", &g, "--timeout-secs", "60"],
     );
     let proof: serde_json::Value = serde_json::from_str(&out).expect("proof JSON");
     assert_eq!(proof["schema"], 3, "{out}");
@@ -413,12 +322,9 @@ fn verify_quorum_prints_a_schema_3_proof_every_replica_applied() {
     // With one voter excluded: the survivors' proof, never full redundancy.
     let mut c = c;
     c.nodes[2].kill9();
-    let out = ctl_expect(
-        0,
+    let out = c.verb(
+        "verify-survivors",
         &[
-            "verify-survivors",
-            "--config",
-            &c.manifest,
             "--excluded-node-id",
             "3",
             "--expected-groups",
@@ -433,14 +339,8 @@ fn verify_quorum_prints_a_schema_3_proof_every_replica_applied() {
     assert_eq!(proof["configured_voter_ids"], serde_json::json!([1, 2, 3]));
     assert_eq!(proof["observed_voter_ids"], serde_json::json!([1, 2]));
     // The full proof refuses the same cluster (exit 2 within its deadline).
-    let (code, _, err) = ctl(&[
+    c.verb_refused(
         "verify-quorum",
-        "--config",
-        &c.manifest,
-        "--expected-groups",
-        &g,
-        "--timeout-secs",
-        "3",
-    ]);
-    assert_eq!(code, Some(2), "{err}");
+        &["--expected-groups", &g, "--timeout-secs", "3"],
+    );
 }

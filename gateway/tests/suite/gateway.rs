@@ -11,14 +11,14 @@ use std::time::Instant;
 
 use crate::harness::cluster::node_args;
 use crate::harness::cluster::peer_entries;
+use crate::harness::cluster::server_args;
 use crate::harness::cluster::wait_for;
 use crate::harness::gateway::*;
 
 #[test]
 fn the_gateway_forwards_create_append_read_long_poll_and_sse() {
-    let scratch = Scratch::new("forward");
-    let node = memory_node(&scratch);
-    let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
+    let f = fronted("forward", &[]);
+    let (node, gw) = (&f.node, &f.gw);
 
     let a = send("PUT", &gw.url("/demo"), &[], b"");
     assert!(matches!(a.status, 200 | 201 | 204), "bucket: {}", a.status);
@@ -45,7 +45,7 @@ fn the_gateway_forwards_create_append_read_long_poll_and_sse() {
     ));
     let poll = std::thread::spawn(move || send("GET", &poll_url, &[], b""));
     wait_for(10, "the long-poll waiting at the tail", || {
-        (live_waiters(&node) == 1).then_some(())
+        (live_waiters(node) == 1).then_some(())
     });
     let a = send("POST", &gw.url("/demo/s"), &[TEXT], b"second|");
     assert!(matches!(a.status, 200 | 204));
@@ -96,14 +96,8 @@ fn an_upstream_that_is_down_gets_a_marked_503_with_the_vouch() {
 
 #[test]
 fn an_oversized_body_gets_a_marked_413_and_is_not_forwarded() {
-    let scratch = Scratch::new("oversized");
-    let node = memory_node(&scratch);
-    let gw = gateway(
-        &scratch,
-        "gateway",
-        &[node.base()],
-        &["--max-request-body-bytes", "1024"],
-    );
+    let f = fronted("oversized", &["--max-request-body-bytes", "1024"]);
+    let (node, gw) = (&f.node, &f.gw);
     assert_eq!(send("PUT", &gw.url("/demo/s"), &[TEXT], b"").status, 201);
     // A declared length over the limit is refused from the head, the body left unsent.
     let mut s = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
@@ -254,13 +248,7 @@ fn raft_node(scratch: &Scratch) -> Proc {
     )
     .expect("config");
     let port = free_port();
-    let args = [
-        "server".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
+    let args = server_args(&config, port);
     Proc::start(scratch, "raft", port, &args, "/__ursula/ready")
 }
 
@@ -362,9 +350,8 @@ impl SseReader {
 
 #[test]
 fn json_sse_events_reach_a_standard_parser_through_the_gateway_with_every_line_feed() {
-    let scratch = Scratch::new("json-sse");
-    let node = memory_node(&scratch);
-    let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
+    let f = fronted("json-sse", &[]);
+    let (node, gw) = (&f.node, &f.gw);
     const JSON: (&str, &str) = ("content-type", "application/json");
     let a = send("PUT", &gw.url("/demo"), &[], b"");
     assert!(matches!(a.status, 200 | 201 | 204), "bucket: {}", a.status);

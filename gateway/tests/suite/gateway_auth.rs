@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::harness::auth::*;
+use crate::harness::cluster::wait_for;
 use crate::harness::gateway::*;
 
 #[test]
@@ -356,20 +357,12 @@ fn an_unreachable_issuer_is_a_marked_503_while_anonymous_public_reads_go_on() {
 fn a_rotated_key_is_fetched_and_a_flood_of_unknown_kids_costs_at_most_two_fetches() {
     let g = guarded("auth-rotate", &[]);
     let (issuer, gw) = (&g.issuer, &g.gw);
-    let read = |t: &str| {
-        let auth = bearer(t);
-        send(
-            "GET",
-            &gw.url("/private/s?offset=-1"),
-            &[("authorization", &auth)],
-            b"",
-        )
-        .status
-    };
+    let read = |t: &str| read_private(gw, t).status;
     assert_eq!(read(&token(&issuer.url, OWNER)), 200);
     assert_eq!(issuer.fetches(), 1);
     // The issuer rotates to a new key; the old one is withdrawn.
     issuer.set_keys(vec![public_jwk("ec", "ec2")]);
+    // Past the 2 s refetch cool-down: the timer under test.
     std::thread::sleep(Duration::from_millis(2100));
     let rotated = sign(Key::Ec, "ec2", Some("at+jwt"), &claims(&issuer.url, OWNER));
     assert_eq!(read(&rotated), 200);
@@ -461,16 +454,7 @@ fn an_sse_subscription_ends_at_the_tokens_exp_with_a_credential_expired_frame() 
 fn keys_are_found_through_oidc_discovery_or_the_jwks_url_flag() {
     let scratch = Scratch::new("auth-discovery");
     let node = seeded_node(&scratch);
-    let read = |gw: &Proc, t: &str| {
-        let auth = bearer(t);
-        send(
-            "GET",
-            &gw.url("/private/s?offset=-1"),
-            &[("authorization", &auth)],
-            b"",
-        )
-        .status
-    };
+    let read = |gw: &Proc, t: &str| read_private(gw, t).status;
     // An issuer that serves only OpenID Connect discovery metadata.
     let oidc_only = Issuer::start(vec![public_jwk("ed", "ed1")]);
     oidc_only.serve_metadata("/.well-known/openid-configuration", None);
@@ -497,13 +481,7 @@ fn metadata_naming_another_issuer_is_not_trusted() {
         Some("https://someone.else"),
     );
     let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
-    let auth = bearer(&token(&issuer.url, OWNER));
-    let a = send(
-        "GET",
-        &gw.url("/private/s?offset=-1"),
-        &[("authorization", &auth)],
-        b"",
-    );
+    let a = read_private(&gw, &token(&issuer.url, OWNER));
     assert_eq!(a.status, 503, "{}", a.body);
     assert_eq!(a.header(MARKER), Some("AuthenticationUnavailable"));
     assert_eq!(
@@ -520,18 +498,14 @@ fn cached_keys_keep_verifying_while_the_issuer_is_down_and_new_kids_get_a_marked
     let issuer = Issuer::start(vec![public_jwk("ed", "ed1"), public_jwk("ec", "ec1")]);
     let url = issuer.url.clone();
     let gw = auth_gateway(&scratch, &node, &url, &[]);
-    let read = |t: &str| {
-        let auth = bearer(t);
-        send(
-            "GET",
-            &gw.url("/private/s?offset=-1"),
-            &[("authorization", &auth)],
-            b"",
-        )
-    };
+    let read = |t: &str| read_private(&gw, t);
     assert_eq!(read(&token(&url, OWNER)).status, 200);
     drop(issuer);
-    std::thread::sleep(Duration::from_millis(100));
+    // Gone for good: nothing accepts at its address any more.
+    let addr = url.trim_start_matches("http://").to_owned();
+    wait_for(5, "the issuer to stop listening", || {
+        TcpStream::connect(&addr).is_err().then_some(())
+    });
     assert_eq!(read(&token(&url, OWNER)).status, 200, "a cached key");
     // Past the refetch interval, a kid the cache lacks needs the issuer, which is gone.
     std::thread::sleep(Duration::from_millis(2100));

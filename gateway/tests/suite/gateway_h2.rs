@@ -102,9 +102,8 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn one_h2c_connection_writes_reads_and_holds_fifty_live_tails_that_each_get_the_next_append() {
-    let scratch = Scratch::new("h2-tails");
-    let node = memory_node(&scratch);
-    let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
+    let f = fronted("h2-tails", &[]);
+    let gw = &f.gw;
     runtime().block_on(async {
         let mut c = H2::connect(gw.port).await;
         let a = c.send("PUT", "/demo", &[], b"").await;
@@ -246,14 +245,8 @@ fn h2c_streams_meet_the_same_access_control_and_body_limit_as_http1_requests() {
 
 #[test]
 fn a_connection_silent_or_stopped_inside_the_preface_is_closed_at_the_head_timeout() {
-    let scratch = Scratch::new("h2-silent");
-    let node = memory_node(&scratch);
-    let gw = gateway(
-        &scratch,
-        "gateway",
-        &[node.base()],
-        &["--request-head-timeout", "1s"],
-    );
+    let f = fronted("h2-silent", &["--request-head-timeout", "1s"]);
+    let gw = &f.gw;
     let silent = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
     let mut half = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
     half.write_all(b"PRI * HTTP/2.0\r\n").expect("write");
@@ -281,9 +274,8 @@ fn a_connection_silent_or_stopped_inside_the_preface_is_closed_at_the_head_timeo
 
 #[test]
 fn an_upgrade_to_h2c_answers_on_stream_1_and_the_connection_goes_on_in_http2() {
-    let scratch = Scratch::new("h2-upgrade");
-    let node = memory_node(&scratch);
-    let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
+    let f = fronted("h2-upgrade", &[]);
+    let gw = &f.gw;
     assert!(matches!(
         send("PUT", &gw.url("/demo"), &[], b"").status,
         200 | 201 | 204

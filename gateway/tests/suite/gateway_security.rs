@@ -79,6 +79,7 @@ fn an_owners_append_succeeds_while_forty_anonymous_uploads_trickle() {
         };
         slow.push(trickle(gw.port, path, None, length, stop.clone()));
     }
+    // The trickles run a while before the owner's appends: the load under which they must pass.
     std::thread::sleep(Duration::from_millis(1500));
 
     for size in [4 * KIB, 2 * MIB] {
@@ -108,6 +109,32 @@ fn an_owners_append_succeeds_while_forty_anonymous_uploads_trickle() {
     }
     assert_eq!(metrics(&gw)["upload_reserved_bytes"], 0);
     assert!(contents(&node, "/private/s").starts_with("hello|oooo"));
+}
+
+/// Posts a 1 MiB body to `/private/s` (as `auth` when given) at 2 KiB a second and returns
+/// the answer the gateway gives before it closes the connection; fails after `within`.
+fn trickled_answer(port: u16, auth: Option<&str>, within: Duration) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let auth = auth.map_or_else(String::new, |a| format!("authorization: {a}\r\n"));
+    let head = format!(
+        "POST /private/s HTTP/1.1\r\nhost: gw\r\n{auth}content-type: text/plain\r\ncontent-length: {MIB}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).expect("head");
+    let mut writer = s.try_clone().expect("clone");
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let feeder = std::thread::spawn(move || {
+        while !st.load(Ordering::SeqCst) {
+            if writer.write_all(&[b'x'; 2 * KIB]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    let got = answer_until_close(&mut s, within);
+    stop.store(true, Ordering::SeqCst);
+    feeder.join().expect("feeder");
+    got
 }
 
 /// Reads until the peer closes, returning what came; fails after `within`.
@@ -141,26 +168,7 @@ fn an_anonymous_body_that_keeps_trickling_is_answered_and_closed_within_the_drai
     let g = guarded("sec-drain-deadline", &[]);
     let (node, gw) = (&g.node, &g.gw);
     // 2 KiB a second is above the 1 KiB/s minimum rate, so only an overall deadline ends it.
-    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
-    let head = format!(
-        "POST /private/s HTTP/1.1\r\nhost: gw\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
-        MIB
-    );
-    s.write_all(head.as_bytes()).expect("head");
-    let mut writer = s.try_clone().expect("clone");
-    let stop = Arc::new(AtomicBool::new(false));
-    let st = stop.clone();
-    let feeder = std::thread::spawn(move || {
-        while !st.load(Ordering::SeqCst) {
-            if writer.write_all(&[b'x'; 2 * KIB]).is_err() {
-                return;
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    });
-    let got = answer_until_close(&mut s, Duration::from_secs(45));
-    stop.store(true, Ordering::SeqCst);
-    feeder.join().expect("feeder");
+    let got = trickled_answer(gw.port, None, Duration::from_secs(45));
     assert!(got.starts_with("HTTP/1.1 404"), "{got}");
     assert!(
         got.to_ascii_lowercase().contains("connection: close"),
@@ -174,25 +182,7 @@ fn an_owners_body_that_keeps_trickling_is_cut_at_the_body_read_timeout() {
     let g = guarded("sec-read-timeout", &["--body-read-timeout", "3s"]);
     let (issuer, node, gw) = (&g.issuer, &g.node, &g.gw);
     let owner = bearer(&token(&issuer.url, OWNER));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).expect("connect");
-    let head = format!(
-        "POST /private/s HTTP/1.1\r\nhost: gw\r\nauthorization: {owner}\r\ncontent-type: text/plain\r\ncontent-length: {MIB}\r\n\r\n"
-    );
-    s.write_all(head.as_bytes()).expect("head");
-    let mut writer = s.try_clone().expect("clone");
-    let st = stop.clone();
-    let feeder = std::thread::spawn(move || {
-        while !st.load(Ordering::SeqCst) {
-            if writer.write_all(&[b'x'; 2 * KIB]).is_err() {
-                return;
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    });
-    let got = answer_until_close(&mut s, Duration::from_secs(20));
-    stop.store(true, Ordering::SeqCst);
-    feeder.join().expect("feeder");
+    let got = trickled_answer(gw.port, Some(&owner), Duration::from_secs(20));
     assert!(got.starts_with("HTTP/1.1 408"), "{got}");
     assert!(got.contains("RequestBodyTooSlow"), "{got}");
     assert_eq!(contents(node, "/private/s"), "hello|");

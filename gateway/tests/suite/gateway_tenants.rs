@@ -154,6 +154,21 @@ fn a_bucket_holds_at_most_its_live_reads_and_a_gone_client_gives_its_share_back(
     }
 }
 
+/// Waits until the gateway counts `want` buckets with a large body under way
+/// (`upload_tenants`), failing after 10 s.
+fn wait_upload_tenants(gw: &Proc, want: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = send("GET", &gw.url("/__ursula/gateway/metrics"), &[], b"");
+        let m: Value = serde_json::from_str(&a.body).expect("metrics JSON");
+        if m["upload_tenants"].as_u64() == Some(want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {m}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn large_bodies_count_against_the_buckets_upload_limits_while_they_are_read() {
     let scratch = Scratch::new("tenant-uploads");
@@ -175,7 +190,7 @@ fn large_bodies_count_against_the_buckets_upload_limits_while_they_are_read() {
 
     // One 2 MiB upload under way holds the only upload of `conc`.
     let held = raw_request(gw.port, "POST", "/conc/s", 2 * mib, mib);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_upload_tenants(&gw, 1, "conc's upload under way");
     let mut s = raw_request(gw.port, "POST", "/conc/s", 2 * mib, 2 * mib);
     let (status, text) = read_answer(&mut s);
     assert_eq!(status, 429, "{text}");
@@ -192,10 +207,11 @@ fn large_bodies_count_against_the_buckets_upload_limits_while_they_are_read() {
     let a = send("POST", &gw.url("/conc/s"), &[TEXT], &vec![b'y'; 1000]);
     assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
     drop(held);
+    wait_upload_tenants(&gw, 0, "conc's upload given back once its client left");
 
     // 2 MiB under way of a 3 MiB allowance: another 2 MiB is over it.
     let held = raw_request(gw.port, "POST", "/bytes/s", 2 * mib, mib);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_upload_tenants(&gw, 1, "bytes' upload under way");
     let mut s = raw_request(gw.port, "POST", "/bytes/s", 2 * mib, 2 * mib);
     let (status, text) = read_answer(&mut s);
     assert_eq!(status, 429, "{text}");

@@ -49,6 +49,12 @@ fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
 }
 
 impl Node {
+    /// Creates the stream `path`, requiring `201`.
+    fn create(&self, path: &str) {
+        let r = agent().put(&self.url(path)).send_empty().expect("PUT");
+        assert_eq!(r.status(), 201, "PUT {path}");
+    }
+
     fn start(name: &str) -> Node {
         Node::start_with(name, "[runtime]\ncore_count = 2\n")
     }
@@ -266,13 +272,7 @@ fn the_readme_quick_start_works_against_the_binary() {
 fn the_binary_frames_bodies_on_the_wire() {
     let node = Node::start("wire");
     let a = agent();
-    assert_eq!(
-        a.put(&node.url("/demo/s"))
-            .send_empty()
-            .expect("PUT")
-            .status(),
-        201
-    );
+    node.create("/demo/s");
     // A chunked append.
     let (status, _) = node.raw(
         b"POST /demo/s HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n\
@@ -331,13 +331,7 @@ fn the_binary_frames_bodies_on_the_wire() {
 fn a_declared_oversized_append_is_refused_before_its_body_is_sent() {
     let node = Node::start("oversized");
     let a = agent();
-    assert_eq!(
-        a.put(&node.url("/demo/s"))
-            .send_empty()
-            .expect("PUT")
-            .status(),
-        201
-    );
+    node.create("/demo/s");
     // The client never sends the body: the 413 must come from the headers alone.
     let (status, text) = node.raw(
         b"POST /demo/s HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n\

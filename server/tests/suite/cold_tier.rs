@@ -28,18 +28,7 @@ fn start_node(dir: &Path, toml: &str, env: Vec<(String, String)>) -> Proc {
     let path = dir.join("node.toml");
     std::fs::write(&path, toml).expect("toml");
     let port = free_port();
-    Proc::start_with_env(
-        port,
-        vec![
-            "server".into(),
-            "--config".into(),
-            path.display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-        ],
-        env,
-        dir.join("node.log"),
-    )
+    Proc::start_with_env(port, server_args(&path, port), env, dir.join("node.log"))
 }
 
 fn create(base: &str, path: &str) {

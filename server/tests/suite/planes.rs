@@ -82,6 +82,7 @@ fn a_taken_admin_port_refuses_the_start_by_name_and_off_serves_no_admin_plane() 
     // Ready once its groups have elected: a fresh Raft node answers 503 until then.
     node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
     drop(taken);
+    // A window for the node to take the freed port, which it must not.
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", taken_port)).is_err(),

@@ -74,6 +74,7 @@ fn a_never_fsync_node_killed_amid_appends_keeps_each_acknowledged_one_once() {
             (t, acked)
         })
         .collect();
+    // The load's length before the kill: a workload, not a wait.
     std::thread::sleep(Duration::from_millis(1_500));
     node.kill9();
     stop.store(true, Ordering::SeqCst);

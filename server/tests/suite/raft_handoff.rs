@@ -439,6 +439,7 @@ fn a_second_signal_exits_at_once_without_recording_a_clean_run() {
         assert!(sent.success());
     };
     kill(child.id());
+    // Time an unstalled shutdown would take to end: the first signal's must not.
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         child.try_wait().expect("wait").is_none(),

@@ -67,26 +67,9 @@ async fn a_node_whose_store_hangs_hands_its_leaderships_away_and_leads_again_onc
     assert!(log.contains("snapshot store health tick is bad"), "{log}");
     assert!(log.contains("snapshot store unhealthy"), "{log}");
     assert!(log.contains("no answer within"), "{log}");
-    let state = shed_state(&nodes[2]);
-    assert_eq!(state["bits"], 2, "{state}");
-    assert_eq!(state["should_campaign"], false, "{state}");
-    assert_eq!(state["should_accept_transfer"], false, "{state}");
-    let (status, body) = admin(
-        &nodes[led[0] as usize - 1],
-        "POST",
-        "/__ursula/raft/0/leader/transfer/3",
-    );
-    assert_ne!(status, 200, "{body}");
-    assert!(body.contains("snapshot-store-unhealthy"), "{body}");
+    assert_third_node_sheds(&nodes, led[0], 2, "snapshot-store-unhealthy");
     // The cluster still takes writes, through the voters whose store answers.
-    let bases: Vec<String> = nodes.iter().take(2).map(Proc::base).collect();
-    create_when_led(&bases, "/demo/gate");
-    let octet = [("content-type", "application/octet-stream".to_owned())];
-    let answer = send(&bases, 0, "POST", "/demo/gate", &octet, b"still writable");
-    assert!(
-        answer.as_ref().is_some_and(|a| a.0 == 200 || a.0 == 204),
-        "{answer:?}"
-    );
+    assert_writable_through_the_first_two(&nodes, "/demo/gate");
 
     own.thaw();
     wait_for(30, "node 3's store to be judged healthy again", || {

@@ -86,31 +86,14 @@ fn a_node_short_of_wal_disk_hands_its_leaderships_away_takes_none_and_leads_agai
         "{log}"
     );
     assert!(log.contains("leadership handed off"), "{log}");
-    let state = shed_state(&nodes[2]);
-    assert_eq!(state["state"], "wal-disk-pressure", "{state}");
-    assert_eq!(state["bits"], 8, "{state}");
-    assert_eq!(state["should_campaign"], false, "{state}");
-    assert_eq!(state["should_accept_transfer"], false, "{state}");
+    assert_eq!(shed_state(&nodes[2])["state"], "wal-disk-pressure");
     // A transfer to it is refused, and so is its own campaign, naming why.
-    let (status, body) = admin(
-        &nodes[led[0] as usize - 1],
-        "POST",
-        "/__ursula/raft/0/leader/transfer/3",
-    );
-    assert_ne!(status, 200, "{body}");
-    assert!(body.contains("wal-disk-pressure"), "{body}");
+    assert_third_node_sheds(&nodes, led[0], 8, "wal-disk-pressure");
     let (status, body) = admin(&nodes[2], "POST", "/__ursula/raft/1/self-election");
     assert_ne!(status, 200, "{body}");
     assert!(body.contains("wal-disk-pressure"), "{body}");
     // The cluster still takes writes, through the voters with room.
-    let bases: Vec<String> = nodes.iter().take(2).map(Proc::base).collect();
-    create_when_led(&bases, "/demo/disk");
-    let octet = [("content-type", "application/octet-stream".to_owned())];
-    let answer = send(&bases, 0, "POST", "/demo/disk", &octet, b"still writable");
-    assert!(
-        answer.as_ref().is_some_and(|a| a.0 == 200 || a.0 == 204),
-        "{answer:?}"
-    );
+    assert_writable_through_the_first_two(&nodes, "/demo/disk");
 
     // Room again: the node may lead, and takes a transfer.
     drop(filler);

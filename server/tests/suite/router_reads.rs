@@ -595,6 +595,7 @@ async fn head_never_renews_a_sliding_ttl_but_a_read_after_a_quarter_of_it_does()
     let s = Server::new().await;
     s.put("/demo/s").header("stream-ttl", "2").expect(201).await;
     let created = expires_ms(&s, "demo/s").await.expect("the stream is alive");
+    // Past a quarter of the 2 s TTL, when a read renews: the timer under test.
     tokio::time::sleep(std::time::Duration::from_millis(550)).await;
     for _ in 0..3 {
         s.head("/demo/s").expect(200).await;
@@ -621,6 +622,7 @@ async fn head_never_renews_a_sliding_ttl_but_a_read_after_a_quarter_of_it_does()
     );
     // An append always renews; its duplicate does not.
     let p = || s.post("/demo/s").ctype(OCTET).producer("p", 0, 0).body("x");
+    // The clock moves on, so a renewal shows as a later expiry.
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     p().expect(200).await;
     let appended = expires_ms(&s, "demo/s").await.expect("alive");

@@ -88,24 +88,11 @@ fn usage_counts_each_committed_write_once_in_write_units_on_both_planes() {
         ("producer-epoch", "0"),
         ("producer-seq", "0"),
     ];
-    assert_eq!(
-        status_of(
-            "POST",
-            &format!("{base}/tenant-a/s1"),
-            &producer,
-            &[3u8; 4096]
-        ),
-        200
-    );
-    assert_eq!(
-        status_of(
-            "POST",
-            &format!("{base}/tenant-a/s1"),
-            &producer,
-            &[3u8; 4096]
-        ),
-        204
-    );
+    // The first append is new (200); its retry is a duplicate (204).
+    for want in [200, 204] {
+        let url = format!("{base}/tenant-a/s1");
+        assert_eq!(status_of("POST", &url, &producer, &[3u8; 4096]), want);
+    }
     // An empty create still costs a unit; an idempotent re-create does not.
     assert_eq!(
         status_of("PUT", &format!("{base}/tenant-b/s2"), &[OCTET], b""),
