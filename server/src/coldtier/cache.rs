@@ -7,6 +7,7 @@
 //! erased bytes do not stay in memory.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
@@ -14,8 +15,9 @@ use bytes::Bytes;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
-/// A cached piece: an object's key and the byte range read from it.
-type Key = (String, u64, u64);
+/// A cached piece: an object's key (shared with the read plan, so a lookup copies no string)
+/// and the byte range read from it.
+type Key = (Arc<str>, u64, u64);
 
 /// Weighs an entry by its bytes.
 #[derive(Clone)]
@@ -63,10 +65,10 @@ impl ColdCache {
     }
 
     /// The cached bytes of `range` of `object`, counting a hit or a miss.
-    pub fn get(&self, object: &str, range: &Range<u64>) -> Option<Bytes> {
+    pub fn get(&self, object: &Arc<str>, range: &Range<u64>) -> Option<Bytes> {
         let found = self
             .entries
-            .get(&(object.to_owned(), range.start, range.end));
+            .get(&(Arc::clone(object), range.start, range.end));
         let counter = if found.is_some() {
             &self.hits
         } else {
@@ -77,9 +79,9 @@ impl ColdCache {
     }
 
     /// Keeps `bytes`, read from `range` of `object`.
-    pub fn insert(&self, object: &str, range: &Range<u64>, bytes: Bytes) {
+    pub fn insert(&self, object: &Arc<str>, range: &Range<u64>, bytes: Bytes) {
         self.entries
-            .insert((object.to_owned(), range.start, range.end), bytes);
+            .insert((Arc::clone(object), range.start, range.end), bytes);
     }
 
     /// Drops every entry of an object under `prefix` (a purged bucket's `{bucket}/`).
@@ -102,14 +104,21 @@ impl ColdCache {
 mod tests {
     use super::*;
 
+    fn key(object: &str) -> Arc<str> {
+        Arc::from(object)
+    }
+
     #[test]
     fn a_cached_range_is_served_again_and_counted_as_a_hit() {
         let cache = ColdCache::new(1 << 20).expect("on");
-        assert_eq!(cache.get("b/g0/1", &(0..3)), None);
-        cache.insert("b/g0/1", &(0..3), Bytes::from_static(b"abc"));
-        assert_eq!(cache.get("b/g0/1", &(0..3)).as_deref(), Some(&b"abc"[..]));
+        assert_eq!(cache.get(&key("b/g0/1"), &(0..3)), None);
+        cache.insert(&key("b/g0/1"), &(0..3), Bytes::from_static(b"abc"));
+        assert_eq!(
+            cache.get(&key("b/g0/1"), &(0..3)).as_deref(),
+            Some(&b"abc"[..])
+        );
         // Another range of the same object is another entry.
-        assert_eq!(cache.get("b/g0/1", &(1..3)), None);
+        assert_eq!(cache.get(&key("b/g0/1"), &(1..3)), None);
         let s = cache.stats();
         assert_eq!((s.hits, s.misses), (1, 2));
         assert_eq!(s.bytes, 3 + "b/g0/1".len() as u64);
@@ -121,7 +130,7 @@ mod tests {
         let cache = ColdCache::new(capacity).expect("on");
         for i in 0..200u64 {
             cache.insert(
-                &format!("b/g0/{i}"),
+                &key(&format!("b/g0/{i}")),
                 &(0..4096),
                 Bytes::from(vec![0u8; 4096]),
             );
@@ -134,11 +143,14 @@ mod tests {
     #[test]
     fn a_purged_buckets_entries_are_dropped_and_others_stay() {
         let cache = ColdCache::new(1 << 20).expect("on");
-        cache.insert("gone/g0/1", &(0..1), Bytes::from_static(b"x"));
-        cache.insert("kept/g0/1", &(0..1), Bytes::from_static(b"y"));
+        cache.insert(&key("gone/g0/1"), &(0..1), Bytes::from_static(b"x"));
+        cache.insert(&key("kept/g0/1"), &(0..1), Bytes::from_static(b"y"));
         cache.forget_prefix("gone/");
-        assert_eq!(cache.get("gone/g0/1", &(0..1)), None);
-        assert_eq!(cache.get("kept/g0/1", &(0..1)).as_deref(), Some(&b"y"[..]));
+        assert_eq!(cache.get(&key("gone/g0/1"), &(0..1)), None);
+        assert_eq!(
+            cache.get(&key("kept/g0/1"), &(0..1)).as_deref(),
+            Some(&b"y"[..])
+        );
     }
 
     #[test]
