@@ -23,6 +23,7 @@
 //! every answer, with or without the flag, loses the upstream's `Access-Control-*` headers.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
@@ -113,6 +114,24 @@ struct Inner {
     tenants: Tenants,
     /// Stops the usage log's writer, which then writes its last batch.
     usage_stop: std::sync::Mutex<Option<UsageTask>>,
+    /// Client connections open now, counted by [`ConnectionHold`]s.
+    connections_open: AtomicU64,
+}
+
+/// One client connection's place in `connections_open`, given back when dropped, however the
+/// connection ended.
+#[derive(Debug)]
+pub struct ConnectionHold {
+    gateway: Gateway,
+}
+
+impl Drop for ConnectionHold {
+    fn drop(&mut self) {
+        self.gateway
+            .inner
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]
@@ -197,8 +216,17 @@ impl Gateway {
                 budget,
                 upload_counters: UploadCounters::default(),
                 address_slots,
+                connections_open: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// Counts one client connection as open until the hold is dropped.
+    pub fn connection_opened(&self) -> ConnectionHold {
+        self.inner.connections_open.fetch_add(1, Ordering::Relaxed);
+        ConnectionHold {
+            gateway: self.clone(),
+        }
     }
 
     /// Ends what runs beside the requests: the usage log writes its last batch. Requests
@@ -603,7 +631,7 @@ impl Inner {
         let c = &self.upstreams.counters;
         let u = &self.upload_counters;
         let now = Instant::now();
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let upstreams: Vec<_> = self
             .upstreams
             .list
@@ -612,6 +640,8 @@ impl Inner {
             .collect();
         let text = serde_json::json!({
             "requests": load(&c.requests),
+            "connections_open": load(&self.connections_open),
+            "max_connections": self.config.max_connections,
             "leader_redirects": load(&c.leader_redirects),
             "leader_searches": load(&c.leader_searches),
             "leader_not_found": load(&c.leader_not_found),

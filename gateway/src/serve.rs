@@ -112,11 +112,13 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let gw = gateway.clone();
+        let hold = gateway.connection_opened();
         tokio::spawn(async move {
             if let Err(e) = connection(stream, peer, gw, head_timeout).await {
                 tracing::debug!(%peer, error = %e, "client connection ended with an error");
             }
             // The slot is free once the connection is gone, however it ended.
+            drop(hold);
             drop(slot);
         });
     }

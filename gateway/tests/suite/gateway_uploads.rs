@@ -379,8 +379,10 @@ fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() 
         &[node.base()],
         &["--request-head-timeout", "2s", "--max-connections", "4"],
     );
-    // The readiness probe's connection may still hold a slot for a moment: wait it out.
-    std::thread::sleep(Duration::from_millis(300));
+    // The readiness probe's connection may still hold a slot for a moment: wait until the
+    // metrics request's own connection is the only one open.
+    wait_counter(&gw, "connections_open", 1);
+    assert_eq!(counter(&gw, "max_connections"), 4);
     let slow = half_heads(gw.port, "/demo/s", 4);
     // This one waits in the backlog until the head timeout frees a slot, then is served.
     let started = Instant::now();
@@ -393,6 +395,8 @@ fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() 
     for s in &slow {
         assert!(closed_by_peer(s, Duration::from_secs(30)));
     }
+    // Connections cut by the head timeout leave no count behind.
+    wait_counter(&gw, "connections_open", 1);
 }
 
 /// A stand-in upstream that reads each request's body, drops it and answers `204`: a real
