@@ -7,7 +7,7 @@ import { attachAsync, open, openAsync, status, UrsulaWriteRefusedError } from ".
 import { fileNameFor } from "../src/naming.js";
 import { setupError } from "./helpers/errors.mjs";
 import { useServer } from "./helpers/hooks.mjs";
-import { rows, runNode, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
+import { place, rows, runNode, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 import { freePort } from "./helpers/server.mjs";
 
 process.env.URSULA_VFS_RETRY_MS = "1000";
@@ -18,8 +18,7 @@ const MIB = Number(process.env.URSULA_ASYNC_TEST_MIB || 24);
 const ctx = useServer({ proxy: true });
 
 test("openAsync resolves with the same replicated DatabaseSync as open, on the same file", async () => {
-  const dir = tempDir();
-  const url = streamUrl(ctx.server.base, "same");
+  const { dir, url } = place(ctx.server.base, "same");
   const pending = openAsync(url, { dir });
   assert.ok(pending instanceof Promise);
   const db = await pending;
@@ -73,8 +72,7 @@ test("openAsync rejects with open's classified errors", async () => {
 });
 
 test("two concurrent openAsync of one URL: one opens it, the other rejects with in_use", async () => {
-  const dir = tempDir();
-  const url = streamUrl(ctx.server.base, "race");
+  const { dir, url } = place(ctx.server.base, "race");
   const [a, b] = await Promise.allSettled([openAsync(url, { dir }), openAsync(url, { dir })]);
   const won = [a, b].filter((r) => r.status === "fulfilled");
   const lost = [a, b].filter((r) => r.status === "rejected");

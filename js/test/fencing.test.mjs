@@ -12,7 +12,7 @@ import {
   UrsulaSetupError,
 } from "../index.js";
 import { useServer } from "./helpers/hooks.mjs";
-import { runNode, startNode, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
+import { place, runNode, startNode, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 
 const ctx = useServer();
 
@@ -68,8 +68,7 @@ test("another process rebuilds the database elsewhere and fences this one", asyn
 });
 
 test("a second process on the same dir is in_use until the first exits, then resumes", async () => {
-  const url = streamUrl(ctx.server.base, "held");
-  const dir = tempDir();
+  const { dir, url } = place(ctx.server.base, "held");
   const holder = startNode(
     `const db = U.open(${JSON.stringify(url)}, { dir: ${JSON.stringify(dir)} });
      db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
@@ -93,8 +92,7 @@ test("a second process on the same dir is in_use until the first exits, then res
 });
 
 test("read-only opens beside the owner: -ro1 here, -ro2 in another process", async () => {
-  const url = streamUrl(ctx.server.base, "shared");
-  const dir = tempDir();
+  const { dir, url } = place(ctx.server.base, "shared");
   const owner = open(url, { dir });
   owner.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   owner.prepare("INSERT INTO notes(body) VALUES (?)").run("one");

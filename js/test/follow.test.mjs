@@ -5,13 +5,12 @@ import { test } from "node:test";
 import { open, openAsync, status, UrsulaReattachError, UrsulaSetupError } from "../index.js";
 import { loadUrsulaVfs } from "../index.js";
 import { useServer } from "./helpers/hooks.mjs";
-import { rows, streamUrl, tempDir, thrown, until } from "./helpers/kit.mjs";
+import { place, rows, thrown, until } from "./helpers/kit.mjs";
 
 const ctx = useServer();
 
 test("a follower opened beside its owner sees each commit without fencing the owner", async () => {
-  const dir = tempDir();
-  const url = streamUrl(ctx.server.base, "live");
+  const { dir, url } = place(ctx.server.base, "live");
   const owner = open(url, { dir });
   owner.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   owner.prepare("INSERT INTO notes(body) VALUES (?)").run("first");
@@ -46,8 +45,7 @@ test("a follower opened beside its owner sees each commit without fencing the ow
 });
 
 test("follow without readOnly is refused before anything is attached", () => {
-  const dir = tempDir();
-  const url = streamUrl(ctx.server.base, "nofollow");
+  const { dir, url } = place(ctx.server.base, "nofollow");
   const e = thrown(() => open(url, { dir, follow: true }));
   assert.ok(e instanceof UrsulaSetupError, `${e?.stack}`);
   assert.equal(e.kind, "invalid_argument");
@@ -60,8 +58,7 @@ test("follow without readOnly is refused before anything is attached", () => {
 });
 
 test("the SQL form ursula_attach(path, url, 'follow') makes a replica too", async () => {
-  const dir = tempDir();
-  const url = streamUrl(ctx.server.base, "sqlform");
+  const { dir, url } = place(ctx.server.base, "sqlform");
   const owner = open(url, { dir });
   owner.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   const file = `${dir}/by-sql.db`;
@@ -77,8 +74,7 @@ test("the SQL form ursula_attach(path, url, 'follow') makes a replica too", asyn
 });
 
 test("a replica whose stream is deleted stops: reads throw UrsulaReattachError of kind not_found", async () => {
-  const dir = tempDir();
-  const url = streamUrl(ctx.server.base, "deleted");
+  const { dir, url } = place(ctx.server.base, "deleted");
   const owner = open(url, { dir });
   owner.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   const replica = open(url, { dir, readOnly: true, follow: true });

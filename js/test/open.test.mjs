@@ -8,13 +8,12 @@ import { attach, drainStats, loadUrsulaVfs, open, status, UrsulaError } from "..
 import { fileNameFor } from "../src/naming.js";
 import { setupError } from "./helpers/errors.mjs";
 import { useServer } from "./helpers/hooks.mjs";
-import { streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
+import { place, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 
 const ctx = useServer({ proxy: true });
 
 test("open returns a node:sqlite DatabaseSync on a WAL file named after the stream", async () => {
-  const dir = tempDir();
-  const url = streamUrl(ctx.server.base, "notes");
+  const { dir, url } = place(ctx.server.base, "notes");
   const db = open(url, { dir });
   assert.ok(db instanceof DatabaseSync);
   assert.equal(db.constructor, DatabaseSync);
@@ -42,8 +41,7 @@ test("open returns a node:sqlite DatabaseSync on a WAL file named after the stre
 });
 
 test("a second open of the stream while it is open is in_use; after close it opens again", () => {
-  const dir = tempDir();
-  const url = streamUrl(ctx.server.base);
+  const { dir, url } = place(ctx.server.base);
   const db = open(url, { dir });
   db.exec("CREATE TABLE t(x)");
   setupError(thrown(() => open(url, { dir })), "in_use");
@@ -104,8 +102,7 @@ test("attach a file yourself: two connections, both commits reach the stream", a
 
 test("open's own checks come before any request", async () => {
   const before = (await ctx.proxy.seen()).length;
-  const url = streamUrl(ctx.proxy.base);
-  const dir = tempDir();
+  const { dir, url } = place(ctx.proxy.base);
   for (const path of [":memory:", "", "file:x.db"]) setupError(thrown(() => open(url, { path })), "invalid_argument");
   setupError(thrown(() => open(`${url}?a=1`, { dir })), "invalid_url");
   setupError(thrown(() => open(`${url}#f`, { dir })), "invalid_url");

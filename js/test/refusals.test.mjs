@@ -15,7 +15,7 @@ import {
   UrsulaWriteRefusedError,
 } from "../index.js";
 import { useServer } from "./helpers/hooks.mjs";
-import { streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
+import { place, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 
 // Read once, when the extension loads (the first open below).
 const tokenFile = join(tempDir(), "token");
@@ -152,8 +152,7 @@ test("429 is retried, then fails alone as rate_limited", async () => {
 });
 
 test("a marked 503 fails alone as not_applied; an unmarked one poisons (reattach)", async () => {
-  const url = streamUrl(ctx.proxy.base, "poison");
-  const dir = tempDir();
+  const { dir, url } = place(ctx.proxy.base, "poison");
   const db = open(url, { dir });
   db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT)");
   await refuse(503, "", { "x-ursula-not-applied": "RaftLogPressure", "x-ursula-not-applied-checked": "1" });

@@ -8,15 +8,14 @@ import { open, status, UrsulaSetupError, UrsulaWriteRefusedError } from "../inde
 import { fileNameFor } from "../src/naming.js";
 import { useServer } from "./helpers/hooks.mjs";
 import { freePort } from "./helpers/server.mjs";
-import { streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
+import { place, streamUrl, tempDir, thrown } from "./helpers/kit.mjs";
 
 process.env.URSULA_VFS_RETRY_MS = "1000";
 
 const ctx = useServer();
 
 test("after a server restart the stream is gone: not_found, the local file is kept", async () => {
-  const url = streamUrl(ctx.server.base, "restart");
-  const dir = tempDir();
+  const { dir, url } = place(ctx.server.base, "restart");
   const db = open(url, { dir });
   db.exec("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT); INSERT INTO notes(body) VALUES ('kept');");
   const file = db.location();

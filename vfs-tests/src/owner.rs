@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use rusqlite::Connection;
 
+use crate::server::Server;
 use crate::sqlite::attach_read_only;
 use crate::sqlite::control;
 use crate::sqlite::open_owner;
@@ -24,6 +25,13 @@ impl Owner {
     /// The owner of `url`, attached through a new control connection.
     pub fn attach(url: &str) -> Owner {
         Owner::attach_with(control(), url)
+    }
+
+    /// A new server, and the owner of its stream at `path` (`/demo/notes`, say).
+    pub fn on_new_server(path: &str) -> (Server, Owner) {
+        let server = Server::start();
+        let owner = Owner::attach(&server.url(path));
+        (server, owner)
     }
 
     /// The owner of `url`, attached through `ctl` (a control connection the test prepared: a

@@ -54,6 +54,31 @@ pub fn attach_mode(
     )
 }
 
+/// A new directory, removed on drop, and the path of a file `name` in it that does not exist
+/// yet.
+pub fn new_file(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(name);
+    (dir, path)
+}
+
+/// A new control connection that attached `path` to `url`.
+#[track_caller]
+pub fn attached_control(path: &Path, url: &str) -> Connection {
+    let ctl = control();
+    attach(&ctl, path, url).expect("attach");
+    ctl
+}
+
+/// [`new_file`] `a.db`, attached to `url` through a new control connection: the connection,
+/// the directory and the path.
+#[track_caller]
+pub fn attached_new_file(url: &str) -> (Connection, tempfile::TempDir, PathBuf) {
+    let (dir, path) = new_file("a.db");
+    let ctl = attached_control(&path, url);
+    (ctl, dir, path)
+}
+
 /// Attaches `path` as the owner of `url` and opens it, with the `notes` table (created once per
 /// stream).
 pub fn open_owner(ctl: &Connection, path: &Path, url: &str) -> Connection {
@@ -75,6 +100,11 @@ pub fn insert(db: &Connection, body: &str) -> rusqlite::Result<usize> {
 /// `ursula_status(path)`.
 pub fn status(ctl: &Connection, path: &Path) -> serde_json::Value {
     json_of(ctl, "ursula_status", path)
+}
+
+/// The `error.message` of an `ursula_status`; empty when it has none.
+pub fn error_message(status: &serde_json::Value) -> &str {
+    status["error"]["message"].as_str().unwrap_or_default()
 }
 
 /// `ursula_stats(path)`: the measurements since the last call.

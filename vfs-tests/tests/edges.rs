@@ -4,11 +4,11 @@
 use rusqlite::Connection;
 use ursula_vfs_tests::child;
 use ursula_vfs_tests::owner::Owner;
-use ursula_vfs_tests::server::Server;
 use ursula_vfs_tests::sqlite::attach;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
 use ursula_vfs_tests::sqlite::control;
+use ursula_vfs_tests::sqlite::error_message;
 use ursula_vfs_tests::sqlite::one;
 
 const SQLITE_ERROR: i32 = 1;
@@ -16,8 +16,7 @@ const IOERR_AUTH: i32 = 7178;
 
 #[test]
 fn leaving_wal_is_refused_before_it_runs_and_the_connection_stays_usable() {
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/journal"));
+    let (_server, o) = Owner::on_new_server("/demo/journal");
     let db = &o.db;
     for mode in ["DELETE", "MEMORY", "OFF", "TRUNCATE", "PERSIST"] {
         let err = db
@@ -50,8 +49,7 @@ fn leaving_wal_is_refused_before_it_runs_and_the_connection_stays_usable() {
 
 #[test]
 fn exclusive_locking_is_unsupported_with_action_fix_and_no_refused_kind() {
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/exclusive"));
+    let (_server, o) = Owner::on_new_server("/demo/exclusive");
     let db = &o.db;
     db.execute_batch("PRAGMA locking_mode=EXCLUSIVE")
         .expect("pragma");
@@ -61,9 +59,7 @@ fn exclusive_locking_is_unsupported_with_action_fix_and_no_refused_kind() {
     assert_eq!(st["error"]["kind"], "unsupported", "{st}");
     assert_eq!(st["error"]["action"], "fix", "{st}");
     assert!(
-        st["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("locking_mode=EXCLUSIVE is not supported")),
+        error_message(&st).starts_with("locking_mode=EXCLUSIVE is not supported"),
         "{st}"
     );
     assert_eq!(st["writes_refused"], false, "{st}");
@@ -120,8 +116,7 @@ fn child_attaches() {
     if !child::selected("child_attaches") {
         return;
     }
-    let server = Server::start();
-    let _owner = Owner::attach(&server.url("/demo/logs"));
+    let (_server, _owner) = Owner::on_new_server("/demo/logs");
     eprintln!("child done");
 }
 

@@ -17,10 +17,11 @@ use ursula_vfs_tests::server::http;
 use ursula_vfs_tests::server::recreate;
 use ursula_vfs_tests::sqlite::attach;
 use ursula_vfs_tests::sqlite::attach_read_only;
+use ursula_vfs_tests::sqlite::attached_control;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
-use ursula_vfs_tests::sqlite::control;
 use ursula_vfs_tests::sqlite::integrity_ok;
+use ursula_vfs_tests::sqlite::new_file;
 use ursula_vfs_tests::sqlite::one;
 use ursula_vfs_tests::sqlite::status;
 use ursula_vfs_tests::wait_until;
@@ -53,8 +54,7 @@ fn child_row(i: usize) -> String {
 fn sigkill_mid_load_loses_no_acknowledged_commit_and_resumes_from_the_local_file() {
     let server = Server::start();
     let url = server.url("/demo/crash");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
+    let (dir, path) = new_file("a.db");
     let mut child = child::owner_command("child_writer_process", &path, &url)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -74,8 +74,7 @@ fn sigkill_mid_load_loses_no_acknowledged_commit_and_resumes_from_the_local_file
     child.kill().expect("SIGKILL");
     let _ = child.wait();
     assert!(acked >= 60, "the child acknowledged {acked} commits");
-    let ctl = control();
-    attach(&ctl, &path, &url).expect("reattach after the crash");
+    let ctl = attached_control(&path, &url);
     assert_ne!(
         status(&ctl, &path)["local"],
         "-1",
@@ -132,8 +131,7 @@ fn snapshot_of(o: &Owner) -> String {
 #[test]
 fn snapshots_are_published_retention_follows_and_a_new_host_starts_from_the_snapshot() {
     unsafe { std::env::set_var("URSULA_VFS_SNAPSHOT_MIN_BYTES", "65536") };
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/snap"));
+    let (_server, o) = Owner::on_new_server("/demo/snap");
     let url = &o.url;
     // Write until the log outgrows the database (and the 64 KiB minimum): a snapshot follows.
     write_until(&o, 200, "no snapshot", || snapshot_of(&o) != "-1");
@@ -160,8 +158,7 @@ fn snapshots_are_published_retention_follows_and_a_new_host_starts_from_the_snap
 
 #[test]
 fn a_foreign_append_with_a_higher_stream_seq_fences_the_owner() {
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/foreign"));
+    let (_server, o) = Owner::on_new_server("/demo/foreign");
     let seq = "9".repeat(40);
     let (c, _, _) = http(
         "POST",
@@ -180,8 +177,7 @@ fn a_foreign_append_with_a_higher_stream_seq_fences_the_owner() {
 
 #[test]
 fn a_deleted_and_recreated_stream_fences_the_owner_and_reattach_rebuilds_from_the_new_one() {
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/recreated"));
+    let (_server, o) = Owner::on_new_server("/demo/recreated");
     let url = &o.url;
     recreate(url);
     let err = o.insert("x").expect_err("fenced by 412");

@@ -11,10 +11,12 @@ use ursula_vfs_tests::server::Server;
 use ursula_vfs_tests::server::http;
 use ursula_vfs_tests::sqlite::attach;
 use ursula_vfs_tests::sqlite::attach_read_only;
+use ursula_vfs_tests::sqlite::attached_new_file;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
 use ursula_vfs_tests::sqlite::control;
 use ursula_vfs_tests::sqlite::insert;
+use ursula_vfs_tests::sqlite::new_file;
 use ursula_vfs_tests::sqlite::one;
 
 fn message(e: &rusqlite::Error) -> String {
@@ -23,8 +25,7 @@ fn message(e: &rusqlite::Error) -> String {
 
 #[test]
 fn read_only_attach_claims_nothing_and_refuses_writes_with_sqlite_readonly() {
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/ro"));
+    let (_server, o) = Owner::on_new_server("/demo/ro");
     o.insert("a").expect("insert");
     let r = o.rebuild("reader.db");
     assert_eq!(bodies(&r), vec!["a"]);
@@ -52,8 +53,7 @@ fn read_only_attach_of_a_missing_stream_is_not_found_and_creates_nothing() {
 #[test]
 fn a_transaction_over_the_frame_limit_is_never_sent_and_fails_alone() {
     unsafe { std::env::set_var("URSULA_VFS_MAX_FRAME_BYTES", "65536") };
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/big"));
+    let (_server, o) = Owner::on_new_server("/demo/big");
     let (db, url) = (&o.db, &o.url);
     db.execute("CREATE TABLE blobs(b BLOB)", [])
         .expect("create");
@@ -119,8 +119,7 @@ fn a_missing_stream_over_a_file_with_data_is_not_found_and_the_file_is_kept() {
 fn a_plain_file_with_data_is_unreplicated_and_still_opens() {
     let server = Server::start();
     let url = server.url("/demo/plain");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("plain.db");
+    let (_dir, path) = new_file("plain.db");
     {
         // Written before the extension is loaded, through the bundled SQLite's own VFS.
         let db = Connection::open(&path).expect("open");
@@ -137,10 +136,7 @@ fn a_plain_file_with_data_is_unreplicated_and_still_opens() {
 #[test]
 fn a_file_attached_to_one_stream_refuses_another() {
     let server = Server::start();
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &server.url("/demo/one")).expect("attach");
+    let (ctl, _dir, path) = attached_new_file(&server.url("/demo/one"));
     let err = attach(&ctl, &path, &server.url("/demo/two")).expect_err("other stream");
     assert!(message(&err).contains("other_stream"), "{err}");
     Connection::open(&path).expect("the file still opens: no lock-out");
@@ -148,8 +144,7 @@ fn a_file_attached_to_one_stream_refuses_another() {
 
 #[test]
 fn an_open_connection_makes_attach_in_use() {
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/inuse"));
+    let (_server, o) = Owner::on_new_server("/demo/inuse");
     let err = attach(&o.ctl, &o.path, &o.url).expect_err("open in this process");
     assert!(message(&err).contains("in_use"), "{err}");
 }
@@ -158,8 +153,7 @@ fn an_open_connection_makes_attach_in_use() {
 fn a_failed_attach_locks_the_file_out_until_an_attach_succeeds() {
     let server = Server::start();
     let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
+    let (_dir, path) = new_file("a.db");
     let dead = format!("http://127.0.0.1:{}/demo/x", ursula_vfs_tests::free_port());
     unsafe { std::env::set_var("URSULA_VFS_RETRY_MS", "200") };
     let err = attach(&ctl, &path, &dead).expect_err("nothing listens");
@@ -242,8 +236,7 @@ fn a_stream_answering_503_is_retried_within_the_budget_and_the_attach_succeeds()
         Some(3),
     );
     let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
+    let (_dir, path) = new_file("a.db");
     attach(&ctl, &path, &format!("{}/demo/busy", proxy.base())).expect("attach after the 503s");
     // Three 503s, the HEAD that found no stream, and the one after creating it.
     assert_eq!(proxy.count("HEAD"), 5);

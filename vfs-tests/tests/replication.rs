@@ -7,10 +7,12 @@ use ursula_vfs_tests::server::header;
 use ursula_vfs_tests::server::http;
 use ursula_vfs_tests::sqlite::attach;
 use ursula_vfs_tests::sqlite::attach_read_only;
+use ursula_vfs_tests::sqlite::attached_new_file;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::control;
 use ursula_vfs_tests::sqlite::insert;
 use ursula_vfs_tests::sqlite::integrity_ok;
+use ursula_vfs_tests::sqlite::new_file;
 use ursula_vfs_tests::sqlite::one;
 use ursula_vfs_tests::sqlite::open_owner;
 use ursula_vfs_tests::sqlite::status;
@@ -19,10 +21,7 @@ use ursula_vfs_tests::sqlite::status;
 fn commits_replicate_and_a_rebuild_elsewhere_is_identical() {
     let server = Server::start();
     let url = server.url("/demo/notes");
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &url).expect("attach");
+    let (ctl, _dir, path) = attached_new_file(&url);
     let db = Connection::open(&path).expect("open");
     assert_eq!(one::<String>(&db, "PRAGMA journal_mode"), "wal");
     assert_eq!(one::<i64>(&db, "PRAGMA page_size"), 4096);
@@ -60,8 +59,7 @@ fn commits_replicate_and_a_rebuild_elsewhere_is_identical() {
 
 #[test]
 fn a_second_owner_fences_the_first() {
-    let server = Server::start();
-    let a = Owner::attach(&server.url("/demo/fence"));
+    let (_server, a) = Owner::on_new_server("/demo/fence");
     a.insert("from a").expect("insert");
     let b = a.file("b.db");
     attach(&a.ctl, &b, &a.url).expect("attach b takes over");
@@ -87,8 +85,7 @@ fn a_second_owner_fences_the_first() {
 #[test]
 fn reattach_after_a_process_restart_resumes_from_the_local_file() {
     let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
+    let (_dir, path) = new_file("a.db");
     {
         let ctl = control();
         let db = open_owner(&ctl, &path, &server.url("/demo/resume"));

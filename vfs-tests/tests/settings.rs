@@ -7,9 +7,12 @@ use ursula_vfs_tests::proxy::Proxy;
 use ursula_vfs_tests::server::Server;
 use ursula_vfs_tests::server::http;
 use ursula_vfs_tests::sqlite::attach;
+use ursula_vfs_tests::sqlite::attached_control;
+use ursula_vfs_tests::sqlite::attached_new_file;
 use ursula_vfs_tests::sqlite::bodies;
 use ursula_vfs_tests::sqlite::code;
 use ursula_vfs_tests::sqlite::control;
+use ursula_vfs_tests::sqlite::new_file;
 use ursula_vfs_tests::sqlite::stats;
 use ursula_vfs_tests::sqlite::status;
 
@@ -73,8 +76,7 @@ fn child_probe_settings() {
     if !child::selected("child_probe_settings") {
         return;
     }
-    let server = Server::start();
-    let o = Owner::attach(&server.url("/demo/probe"));
+    let (_server, o) = Owner::on_new_server("/demo/probe");
     o.db.execute("CREATE TABLE t(b BLOB)", []).expect("create");
     let err =
         o.db.execute("INSERT INTO t VALUES (randomblob(100000))", [])
@@ -124,8 +126,7 @@ fn a_frame_of_another_format_version_stops_attach_naming_it() {
 fn a_reboot_discards_the_local_files_and_rebuilds_from_the_stream() {
     let server = Server::start();
     let url = server.url("/demo/reboot");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
+    let (_dir, path) = new_file("a.db");
     // Written under one boot id ...
     let written = child::owner_command("child_writes_two_rows", &path, &url)
         .env("URSULA_VFS_TEST_BOOT_ID", "boot-before")
@@ -134,8 +135,7 @@ fn a_reboot_discards_the_local_files_and_rebuilds_from_the_stream() {
     assert!(written.success());
     // ... and attached again under another.
     unsafe { std::env::set_var("URSULA_VFS_TEST_BOOT_ID", "boot-after") };
-    let ctl = control();
-    attach(&ctl, &path, &url).expect("attach after the reboot");
+    let ctl = attached_control(&path, &url);
     assert_eq!(
         status(&ctl, &path)["local"],
         "-1",
@@ -161,10 +161,7 @@ fn child_writes_two_rows() {
 #[test]
 fn stats_drain_the_measurements_once() {
     let server = Server::start();
-    let ctl = control();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("a.db");
-    attach(&ctl, &path, &server.url("/demo/stats")).expect("attach");
+    let (ctl, _dir, path) = attached_new_file(&server.url("/demo/stats"));
     let db = Connection::open(&path).expect("open");
     db.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1); INSERT INTO t VALUES (2);")
         .expect("write");

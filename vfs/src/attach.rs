@@ -218,14 +218,12 @@ type RunError = (VfsError, bool);
 
 /// Logs `attach_retrying` and reads the stream's state again.
 fn retry_head(path: &Path, url: &str, why: &VfsError) -> Result<Head, RunError> {
-    log::event(
+    log::file_event(
         log::Level::Info,
         "attach_retrying",
-        &[
-            ("file", &path.display().to_string()),
-            ("stream", url),
-            ("reason", &why.message),
-        ],
+        &path.display().to_string(),
+        url,
+        &[("reason", &why.message)],
     );
     match head_answer(url) {
         Ok(Some(h)) => Ok(h),
@@ -246,6 +244,10 @@ fn run(
 ) -> Result<(Arc<Db>, Option<Offset>), RunError> {
     let read_only = !mode.writes();
     let no_pages = |e: VfsError| (e, false);
+    // An event about this attach: see [`log::file_event`].
+    let event = |level: log::Level, name: &str, fields: &[(&str, &str)]| {
+        log::file_event(level, name, &path.display().to_string(), url, fields)
+    };
     let head = match head_answer(url).map_err(no_pages)? {
         Some(h) => h,
         None => {
@@ -306,11 +308,7 @@ fn run(
         }
     } else if sidecar.is_some() || path.exists() {
         if sidecar.is_some() {
-            log::event(
-                log::Level::Info,
-                "local_files_discarded",
-                &[("file", &path.display().to_string()), ("stream", url)],
-            );
+            event(log::Level::Info, "local_files_discarded", &[]);
         }
         local::discard(path).map_err(|e| {
             no_pages(VfsError::new(
@@ -355,14 +353,10 @@ fn run(
         if installed.is_some() && head.snapshot == installed {
             from = installed;
         } else if let Some(snap) = head.snapshot.filter(|_| behind) {
-            log::event(
+            event(
                 log::Level::Info,
                 "attach_rebuilding",
-                &[
-                    ("file", &path.display().to_string()),
-                    ("stream", url),
-                    ("snapshot", &snap.to_string()),
-                ],
+                &[("snapshot", &snap.to_string())],
             );
             match replay::install_snapshot(&file, url, head.incarnation, snap) {
                 Ok(h) => {
@@ -444,14 +438,10 @@ fn run(
         seq = 0;
         // Not one of the spec's events: every writable attach claims, so at info every open
         // would print a line.
-        log::event(
+        event(
             log::Level::Debug,
             "attach_claimed",
-            &[
-                ("file", &path.display().to_string()),
-                ("stream", url),
-                ("epoch", &epoch.to_string()),
-            ],
+            &[("epoch", &epoch.to_string())],
         );
     }
     local::fsync(path).map_err(|e| {

@@ -217,19 +217,24 @@ fn matches_wal_frame(db: &Db, cs: &mut crate::db::CommitState, pgno: u32, data: 
 /// images: each write is checked to be one, so nothing reaches the file that the stream does
 /// not hold (a rollback journal, `journal_mode=MEMORY` or `OFF` would bypass the stream).
 pub fn db_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_int {
-    let r = checkpoint_write(db, real, data, off);
+    answer_write(db, || checkpoint_write(db, real, data, off))
+}
+
+/// What became of a write: `Ok` when it went through.
+type Written = Result<(), WriteError>;
+
+/// Answers a write of `db`'s files: [`WriteError::ReadOnly`] on a read-only attach, where
+/// `write` is not called, else what `write` gave.
+fn answer_write(db: &Db, write: impl FnOnce() -> Written) -> c_int {
+    let r = if db.read_only {
+        Err(WriteError::ReadOnly)
+    } else {
+        write()
+    };
     answer(db, r)
 }
 
-fn checkpoint_write(
-    db: &Db,
-    real: &mut dyn RealFile,
-    data: &[u8],
-    off: u64,
-) -> Result<(), WriteError> {
-    if db.read_only {
-        return Err(WriteError::ReadOnly);
-    }
+fn checkpoint_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> Written {
     // Held so a snapshot copy never sees half a checkpoint.
     let mut cs = db.commit_state();
     let whole_page = data.len() == PAGE_SIZE && off.is_multiple_of(PAGE_SIZE as u64);
@@ -284,19 +289,10 @@ pub fn wal_truncate(db: &Db, size: u64, op: impl FnOnce() -> c_int) -> c_int {
 
 /// A write to the `-wal` of an attached database.
 pub fn wal_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> c_int {
-    let r = intercept_wal_write(db, real, data, off);
-    answer(db, r)
+    answer_write(db, || intercept_wal_write(db, real, data, off))
 }
 
-fn intercept_wal_write(
-    db: &Db,
-    real: &mut dyn RealFile,
-    data: &[u8],
-    off: u64,
-) -> Result<(), WriteError> {
-    if db.read_only {
-        return Err(WriteError::ReadOnly);
-    }
+fn intercept_wal_write(db: &Db, real: &mut dyn RealFile, data: &[u8], off: u64) -> Written {
     let mut cs = db.commit_state();
     if cs.passthrough {
         return local(real.write(data, off));

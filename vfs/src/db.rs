@@ -296,6 +296,11 @@ impl Db {
         self.health().poison.is_some()
     }
 
+    /// Writes an event about this database: its `file` and `stream`, then `fields`.
+    pub fn event(&self, level: log::Level, name: &str, fields: &[(&str, &str)]) {
+        log::file_event(level, name, &self.file(), &self.url, fields);
+    }
+
     /// Poisons the file; the first reason stays.
     pub fn poison(&self, kind: Kind, reason: &str) {
         let mut h = self.health();
@@ -311,12 +316,10 @@ impl Db {
         h.refused = None;
         h.payment = None;
         drop(h);
-        log::event(
+        self.event(
             log::Level::Warn,
             "poisoned",
             &[
-                ("file", &self.file()),
-                ("stream", &self.url),
                 ("fenced", if fenced { "true" } else { "false" }),
                 ("reason", reason),
             ],
@@ -331,40 +334,25 @@ impl Db {
         let starting = h.refused.as_ref().is_none_or(|r| r.kind != kind);
         if kind == Kind::Unsupported {
             if starting {
-                log::event(
-                    log::Level::Warn,
-                    "journal_refused",
-                    &[
-                        ("file", &self.file()),
-                        ("stream", &self.url),
-                        ("reason", reason),
-                    ],
-                );
+                self.event(log::Level::Warn, "journal_refused", &[("reason", reason)]);
             }
         } else if kind == Kind::PaymentRequired {
             let first = h.payment.is_none();
             h.payment = Some(reason.to_owned());
             if first {
-                log::event(
+                self.event(
                     log::Level::Warn,
                     "payment_required",
-                    &[
-                        ("file", &self.file()),
-                        ("stream", &self.url),
-                        ("what", "commit"),
-                        ("explanation", reason),
-                    ],
+                    &[("what", "commit"), ("explanation", reason)],
                 );
             }
         } else if kind != Kind::TooLarge {
             h.payment = None;
             if starting {
-                log::event(
+                self.event(
                     log::Level::Warn,
                     "writes_refused",
                     &[
-                        ("file", &self.file()),
-                        ("stream", &self.url),
                         ("what", "commit"),
                         ("kind", kind.as_str()),
                         ("reason", reason),
@@ -398,11 +386,7 @@ impl Db {
         h.commit_stats.push_back(stat);
         drop(h);
         if resumed {
-            log::event(
-                log::Level::Info,
-                "writes_resumed",
-                &[("file", &self.file()), ("stream", &self.url)],
-            );
+            self.event(log::Level::Info, "writes_resumed", &[]);
         }
     }
 

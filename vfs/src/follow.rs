@@ -287,14 +287,10 @@ impl Follower<'_> {
         }
         drop(applying);
         self.save_offset();
-        log::event(
+        self.db.event(
             log::Level::Info,
             "attach_rebuilding",
-            &[
-                ("file", &self.db.file()),
-                ("stream", &self.db.url),
-                ("snapshot", &snap.to_string()),
-            ],
+            &[("snapshot", &snap.to_string())],
         );
         Ok(())
     }

@@ -70,32 +70,30 @@ pub mod url;
 use std::os::raw::c_char;
 use std::os::raw::c_int;
 
-/// Entry point SQLite derives from the file name `libsqlite_ursula_vfs.so`.
-///
-/// # Safety
-/// Called by SQLite's extension loader.
-#[allow(unsafe_code)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sqlite3_sqliteursulavfs_init(
-    db: *mut rusqlite::ffi::sqlite3,
-    pz_err: *mut *mut c_char,
-    p_api: *mut rusqlite::ffi::sqlite3_api_routines,
-) -> c_int {
-    unsafe { entry::init(db, pz_err, p_api) }
+/// Defines `extern "C"` entry points of the extension, each handing over to [`entry::init`].
+macro_rules! entry_points {
+    ($($(#[$doc:meta])* $name:ident;)+) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// Called by SQLite's extension loader.
+        #[allow(unsafe_code)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            db: *mut rusqlite::ffi::sqlite3,
+            pz_err: *mut *mut c_char,
+            p_api: *mut rusqlite::ffi::sqlite3_api_routines,
+        ) -> c_int {
+            unsafe { entry::init(db, pz_err, p_api) }
+        }
+    )+};
 }
 
-/// The generic entry point SQLite tries first.
-///
-/// # Safety
-/// Called by SQLite's extension loader.
-#[allow(unsafe_code)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sqlite3_extension_init(
-    db: *mut rusqlite::ffi::sqlite3,
-    pz_err: *mut *mut c_char,
-    p_api: *mut rusqlite::ffi::sqlite3_api_routines,
-) -> c_int {
-    unsafe { entry::init(db, pz_err, p_api) }
+entry_points! {
+    /// Entry point SQLite derives from the file name `libsqlite_ursula_vfs.so`.
+    sqlite3_sqliteursulavfs_init;
+    /// The generic entry point SQLite tries first.
+    sqlite3_extension_init;
 }
 
 /// The file name of reader `n` (0: the owner) of the stream at `url`, for a host that calls

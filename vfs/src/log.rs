@@ -121,6 +121,15 @@ pub fn event(level: Level, event: &str, fields: &[(&str, &str)]) {
     let _ = std::io::stderr().lock().write_all(l.as_bytes());
 }
 
+/// Writes an event about the database `file` replicated to `stream`: those two fields first,
+/// then `fields`.
+pub fn file_event(level: Level, name: &str, file: &str, stream: &str, fields: &[(&str, &str)]) {
+    let mut all = Vec::with_capacity(fields.len() + 2);
+    all.extend([("file", file), ("stream", stream)]);
+    all.extend_from_slice(fields);
+    event(level, name, &all);
+}
+
 /// The message a panic carried: `panic!("...")` and `expect` give a `&str` or a `String`;
 /// any other payload has no text.
 pub fn panic_message(payload: &(dyn Any + Send)) -> String {

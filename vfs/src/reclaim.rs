@@ -51,14 +51,10 @@ pub fn reclaim(db: &Db, sidecar: &Sidecar) -> Result<Reclaimed, (Outcome, u64)> 
         return Err((poisoned(Kind::Fenced, reason.to_owned()), attempts));
     }
     // Not one of the spec's events, so below its levels.
-    log::event(
+    db.event(
         log::Level::Debug,
         "claimed_again",
-        &[
-            ("file", &db.file()),
-            ("stream", &db.url),
-            ("epoch", &epoch.to_string()),
-        ],
+        &[("epoch", &epoch.to_string())],
     );
     Ok(Reclaimed {
         epoch,

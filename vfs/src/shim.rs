@@ -132,6 +132,27 @@ fn guarded<F: FnOnce() -> c_int>(entry: &str, on_panic: c_int, f: F) -> c_int {
     }
 }
 
+/// [`guarded`] for a read or write of file `f`, which the commit path may have left half-done:
+/// a panic, or `None` from `op` (the real file lacks the method), answers `on_panic` and
+/// poisons the database of `f`.
+fn guarded_io<F: FnOnce() -> Option<c_int>>(
+    f: *mut ffi::sqlite3_file,
+    entry: &str,
+    on_panic: c_int,
+    op: F,
+) -> c_int {
+    let mut poison = true;
+    let rc = guarded(entry, on_panic, || {
+        let rc = op();
+        poison = rc.is_none();
+        rc.unwrap_or(on_panic)
+    });
+    if poison {
+        poison_after_panic(f);
+    }
+    rc
+}
+
 unsafe fn shim<'a>(f: *mut ffi::sqlite3_file) -> &'a mut ShimFile {
     // SAFETY: SQLite hands back the sqlite3_file we initialized in x_open.
     unsafe { &mut *(f as *mut ShimFile) }
@@ -269,28 +290,19 @@ unsafe extern "C" fn x_read(
     amt: c_int,
     off: i64,
 ) -> c_int {
-    let mut panicked = true;
-    let rc = guarded("xRead", ffi::SQLITE_IOERR_READ, || unsafe {
+    guarded_io(f, "xRead", ffi::SQLITE_IOERR_READ, || unsafe {
         let s = shim(f);
         let m = real_methods(s);
-        let Some(read) = m.xRead else {
-            return ffi::SQLITE_IOERR_READ;
-        };
+        let read = m.xRead?;
         let rc = read(s.real, buf, amt, off);
-        let rc = match (s.role, db_of(s)) {
+        Some(match (s.role, db_of(s)) {
             (ROLE_WAL, Some(db)) => {
                 let out = std::slice::from_raw_parts_mut(buf as *mut u8, amt.max(0) as usize);
                 commit::overlay_read(db, out, off as u64, rc)
             }
             _ => rc,
-        };
-        panicked = false;
-        rc
-    });
-    if panicked {
-        poison_after_panic(f);
-    }
-    rc
+        })
+    })
 }
 
 unsafe extern "C" fn x_write(
@@ -299,22 +311,15 @@ unsafe extern "C" fn x_write(
     amt: c_int,
     off: i64,
 ) -> c_int {
-    let mut panicked = true;
-    let rc = guarded("xWrite", ffi::SQLITE_IOERR_WRITE, || unsafe {
+    guarded_io(f, "xWrite", ffi::SQLITE_IOERR_WRITE, || unsafe {
         let s = shim(f);
         let data = std::slice::from_raw_parts(buf as *const u8, amt.max(0) as usize);
-        let rc = match (s.role, db_of(s)) {
+        Some(match (s.role, db_of(s)) {
             (ROLE_WAL, Some(db)) => commit::wal_write(db, &mut Real(s.real), data, off as u64),
             (ROLE_MAIN, Some(db)) => commit::db_write(db, &mut Real(s.real), data, off as u64),
             _ => real_write(s.real, data, off as u64),
-        };
-        panicked = false;
-        rc
-    });
-    if panicked {
-        poison_after_panic(f);
-    }
-    rc
+        })
+    })
 }
 
 /// Writes through to the underlying file.
@@ -474,12 +479,10 @@ unsafe fn refuse_pragma(db: &Db, argv: *mut *mut c_char) -> Option<c_int> {
     };
     let name = text(name)?;
     let message = crate::pragma::refusal(&name, text(value).as_deref())?;
-    log::event(
+    db.event(
         log::Level::Warn,
         "journal_refused",
         &[
-            ("file", &db.file()),
-            ("stream", &db.url),
             // The message without its `sqlite-ursula-vfs: <kind>: `, which the line says already.
             ("reason", message.splitn(3, ": ").nth(2).unwrap_or(&message)),
         ],

@@ -39,14 +39,10 @@ pub fn start(db: Arc<Db>) {
         .spawn(move || {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&db)));
             if let Err(p) = result {
-                log::event(
+                db.event(
                     log::Level::Error,
                     "snapshot_thread_panicked",
-                    &[
-                        ("file", &db.file()),
-                        ("stream", &db.url),
-                        ("message", &log::panic_message(p.as_ref())),
-                    ],
+                    &[("message", &log::panic_message(p.as_ref()))],
                 );
             }
         });
@@ -128,12 +124,10 @@ fn run(db: &Db) {
                 h.snapshot_failures += 1;
                 h.snapshot_error = Some(reason.clone());
                 drop(h);
-                log::event(
+                db.event(
                     log::Level::Warn,
                     "snapshot_failed",
                     &[
-                        ("file", &db.file()),
-                        ("stream", &db.url),
                         ("failures", &failures.to_string()),
                         ("retry_ms", &wait.as_millis().to_string()),
                         ("kind", kind),
@@ -311,15 +305,10 @@ fn retain(db: &Db, offset: Offset) {
                 Attempt::Answered(a) => format!("HTTP {}", a.status),
                 Attempt::NeverSent(r) | Attempt::Refused(r) | Attempt::NoAnswer(r) => r,
             };
-            log::event(
+            db.event(
                 log::Level::Warn,
                 "retention_failed",
-                &[
-                    ("file", &db.file()),
-                    ("stream", &db.url),
-                    ("offset", &offset.to_string()),
-                    ("reason", &reason),
-                ],
+                &[("offset", &offset.to_string()), ("reason", &reason)],
             );
         }
     }

@@ -18,55 +18,54 @@ fn be32(b: &[u8], at: usize) -> Option<u32> {
         .map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
 }
 
-/// The fields of the WAL header the extension uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WalHeader {
-    pub page_size: u32,
-    /// The salts of the current WAL generation: every valid frame header repeats them.
-    pub salt1: u32,
-    pub salt2: u32,
+/// Defines a header of big-endian `u32` fields at fixed offsets, with `parse` reading the first
+/// `$len` bytes of a buffer (`None` when it is shorter).
+macro_rules! be32_header {
+    ($(#[$doc:meta])* $name:ident, $len:ident { $($(#[$fdoc:meta])* $field:ident: $at:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $name {
+            $($(#[$fdoc])* pub $field: u32,)+
+        }
+
+        impl $name {
+            #[doc = concat!("Reads the first [`", stringify!($len), "`] bytes of `b`; `None` when it is shorter.")]
+            pub fn parse(b: &[u8]) -> Option<$name> {
+                if b.len() < $len as usize {
+                    return None;
+                }
+                Some($name {
+                    $($field: be32(b, $at)?,)+
+                })
+            }
+        }
+    };
 }
 
-impl WalHeader {
-    /// Reads the first [`HEADER`] bytes of `b`; `None` when it is shorter.
-    pub fn parse(b: &[u8]) -> Option<WalHeader> {
-        if b.len() < HEADER as usize {
-            return None;
-        }
-        Some(WalHeader {
-            page_size: be32(b, 8)?,
-            salt1: be32(b, 16)?,
-            salt2: be32(b, 20)?,
-        })
+be32_header! {
+    /// The fields of the WAL header the extension uses.
+    WalHeader, HEADER {
+        page_size: 8,
+        /// The salts of the current WAL generation: every valid frame header repeats them.
+        salt1: 16,
+        salt2: 20,
     }
 }
 
-/// The fields of a frame header the extension uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameHeader {
-    /// The page the frame holds an image of (1-based).
-    pub pgno: u32,
-    /// The database size in pages after the commit this frame ends; 0 for a frame that does
-    /// not end a commit.
-    pub commit_size: u32,
-    pub salt1: u32,
-    pub salt2: u32,
+be32_header! {
+    /// The fields of a frame header the extension uses.
+    FrameHeader, FRAME_HEADER {
+        /// The page the frame holds an image of (1-based).
+        pgno: 0,
+        /// The database size in pages after the commit this frame ends; 0 for a frame that does
+        /// not end a commit.
+        commit_size: 4,
+        salt1: 8,
+        salt2: 12,
+    }
 }
 
 impl FrameHeader {
-    /// Reads the first [`FRAME_HEADER`] bytes of `b`; `None` when it is shorter.
-    pub fn parse(b: &[u8]) -> Option<FrameHeader> {
-        if b.len() < FRAME_HEADER as usize {
-            return None;
-        }
-        Some(FrameHeader {
-            pgno: be32(b, 0)?,
-            commit_size: be32(b, 4)?,
-            salt1: be32(b, 8)?,
-            salt2: be32(b, 12)?,
-        })
-    }
-
     /// Whether the frame ends a commit.
     pub fn is_commit(&self) -> bool {
         self.commit_size != 0

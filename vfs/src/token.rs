@@ -239,20 +239,32 @@ pub(crate) mod tests {
         }
     }
 
+    /// A token file holding `text` and a source reading it.
+    fn file_source(text: &str) -> (TempFile, Tokens) {
+        let f = TempFile::new("tok");
+        f.write(text);
+        let t = Tokens::new(Some(f.0.clone()));
+        (f, t)
+    }
+
+    /// Asserts the token `t` sends now.
+    #[track_caller]
+    fn sends(t: &Tokens, want: &str) {
+        assert_eq!(t.current().as_deref(), Some(want));
+    }
+
     #[test]
     fn set_token_wins_over_file_until_unset() {
-        let f = TempFile::new("tok");
-        f.write("from-file\n");
-        let t = Tokens::new(Some(f.0.clone()));
-        assert_eq!(t.current().as_deref(), Some("from-file"));
+        let (_f, t) = file_source("from-file\n");
+        sends(&t, "from-file");
         t.set(Some("app".into()));
-        assert_eq!(t.current().as_deref(), Some("app"));
+        sends(&t, "app");
         assert_eq!(t.current_after_refusal().as_deref(), Some("app"));
         t.set(Some(String::new()));
-        assert_eq!(t.current().as_deref(), Some("from-file"));
+        sends(&t, "from-file");
         t.set(Some("app".into()));
         t.set(None);
-        assert_eq!(t.current().as_deref(), Some("from-file"));
+        sends(&t, "from-file");
     }
 
     #[test]
@@ -260,20 +272,19 @@ pub(crate) mod tests {
         let t = Tokens::new(None);
         assert_eq!(t.current(), None);
         t.set(Some("  x  ".into()));
-        assert_eq!(t.current().as_deref(), Some("x"));
+        sends(&t, "x");
     }
 
     #[test]
     fn file_is_read_again_when_it_changes() {
-        let f = TempFile::new("tok");
-        f.write("one");
-        let t = Tokens::new(Some(f.0.clone()));
-        assert_eq!(t.current().as_deref(), Some("one"));
-        f.write("two-longer");
-        assert_eq!(t.current().as_deref(), Some("two-longer"));
-        // Same length, written at once: the fresh mtime keeps the stamp untrusted.
-        f.write("three-long");
-        assert_eq!(t.current().as_deref(), Some("three-long"));
+        let (f, t) = file_source("one");
+        sends(&t, "one");
+        // The second text is the same length as the first, written at once: the fresh mtime
+        // keeps the stamp untrusted.
+        for text in ["two-longer", "three-long"] {
+            f.write(text);
+            sends(&t, text);
+        }
     }
 
     #[test]
@@ -283,28 +294,26 @@ pub(crate) mod tests {
         let old = SystemTime::now() - Duration::from_secs(60);
         f.set_modified(old);
         let t = Tokens::new(Some(f.0.clone()));
-        assert_eq!(t.current().as_deref(), Some("old"));
+        sends(&t, "old");
         // Rewritten in place with the same length and mtime: invisible to a stat...
         f.write("new");
         f.set_modified(old);
-        assert_eq!(t.current().as_deref(), Some("old"));
+        sends(&t, "old");
         // ...but read after a 401.
         assert_eq!(t.current_after_refusal().as_deref(), Some("new"));
-        assert_eq!(t.current().as_deref(), Some("new"));
+        sends(&t, "new");
     }
 
     #[test]
     fn empty_or_missing_file_keeps_last_token() {
-        let f = TempFile::new("tok");
-        f.write("kept\n");
-        let t = Tokens::new(Some(f.0.clone()));
-        assert_eq!(t.current().as_deref(), Some("kept"));
+        let (f, t) = file_source("kept\n");
+        sends(&t, "kept");
         f.write("");
-        assert_eq!(t.current().as_deref(), Some("kept"));
+        sends(&t, "kept");
         std::fs::remove_file(&f.0).expect("remove");
         assert_eq!(t.current_after_refusal().as_deref(), Some("kept"));
         f.write("back");
-        assert_eq!(t.current().as_deref(), Some("back"));
+        sends(&t, "back");
     }
 
     #[test]
@@ -313,6 +322,6 @@ pub(crate) mod tests {
         let t = Tokens::new(Some(f.0.clone()));
         assert_eq!(t.current(), None);
         f.write("later");
-        assert_eq!(t.current().as_deref(), Some("later"));
+        sends(&t, "later");
     }
 }

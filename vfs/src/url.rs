@@ -107,6 +107,15 @@ mod tests {
         );
     }
 
+    /// Asserts `check_url` refuses `url` as `kind` with a message naming `rule`.
+    #[track_caller]
+    fn refused(url: &str, kind: Kind, rule: &str) -> VfsError {
+        let e = check_url(url).expect_err(url);
+        assert_eq!(e.kind, kind, "{url}");
+        assert!(e.message.contains(rule), "{e}");
+        e
+    }
+
     #[test]
     fn a_url_that_names_no_stream_is_invalid_url_naming_the_rule() {
         for (bad, says) in [
@@ -120,12 +129,10 @@ mod tests {
             ("http://h/v1/stream/x/y", "has 4 segments"),
             ("http://h/demo//x", "has an empty segment"),
         ] {
-            let e = check_url(bad).expect_err(bad);
-            assert_eq!(e.kind, Kind::InvalidUrl, "{bad}");
-            assert!(
-                e.message
-                    .contains("a stream URL's path is /{bucket}/{stream}"),
-                "{e}"
+            let e = refused(
+                bad,
+                Kind::InvalidUrl,
+                "a stream URL's path is /{bucket}/{stream}",
             );
             assert!(e.message.contains(says), "{bad}: {e}");
         }
@@ -134,12 +141,10 @@ mod tests {
     #[test]
     fn a_bad_bucket_id_is_invalid_name_naming_the_rule() {
         for bad in ["http://h/De/notes", "http://h/ab/notes"] {
-            let e = check_url(bad).expect_err(bad);
-            assert_eq!(e.kind, Kind::InvalidName, "{bad}");
-            assert!(
-                e.message
-                    .contains("bucket ID must be 4-64 bytes of a-z, 0-9, '_' or '-'"),
-                "{e}"
+            refused(
+                bad,
+                Kind::InvalidName,
+                "bucket ID must be 4-64 bytes of a-z, 0-9, '_' or '-'",
             );
         }
     }

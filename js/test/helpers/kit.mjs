@@ -32,6 +32,11 @@ export function streamUrl(base, name = "db") {
   return `${base}/t${process.pid}x${Date.now().toString(36)}/${name}${n}`;
 }
 
+/** Where a test opens its database: a new temp dir and a stream URL no other test uses. */
+export function place(base, name) {
+  return { dir: tempDir(), url: streamUrl(base, name) };
+}
+
 /** Starts the fault-injecting proxy in front of `upstreamPort`. */
 export async function startProxy(upstreamPort) {
   const child = spawn(process.execPath, [join(here, "proxy.mjs"), String(upstreamPort)], {

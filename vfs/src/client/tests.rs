@@ -37,6 +37,16 @@ fn answer(status: &str, headers: &[&str], body: &str) -> Vec<u8> {
     s.into_bytes()
 }
 
+/// `http://127.0.0.1:<port>` of a port that was free a moment ago and that nothing listens on.
+fn closed_base() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("bind loopback")
+        .local_addr()
+        .expect("local addr")
+        .port();
+    format!("http://127.0.0.1:{port}")
+}
+
 /// Serves each connection on a thread of its own; `script(n, head)` decides the reply to the
 /// server's request `n` (counted across connections).
 fn server(
@@ -197,12 +207,7 @@ fn status_503_is_answered_with_headers_and_body() {
 
 #[test]
 fn refused_connection_is_refused_not_just_never_sent() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .expect("bind loopback")
-        .local_addr()
-        .expect("local addr")
-        .port();
-    let url = format!("http://127.0.0.1:{port}/s");
+    let url = format!("{}/s", closed_base());
     match client().send(&get(&url)) {
         Attempt::Refused(why) => assert!(why.contains("refused"), "{why}"),
         other => panic!("{other:?}"),
@@ -446,12 +451,7 @@ fn streaming_body_is_read_by_the_caller() {
 
 #[test]
 fn streaming_refused_is_refused() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .expect("bind loopback")
-        .local_addr()
-        .expect("local addr")
-        .port();
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = format!("{}/", closed_base());
     assert!(matches!(
         client().send_streaming(&get(&url)),
         Err(Attempt::Refused(_))

@@ -106,12 +106,22 @@ fn config(ca_file: Option<PathBuf>) -> ClientConfig {
     }
 }
 
+/// A client whose roots are the certificates in `ca_pem`, written to a file that goes with it,
+/// or the bundled roots.
+fn client(ca_pem: Option<&str>) -> (Option<TempFile>, Client) {
+    let ca = ca_pem.map(|pem| {
+        let f = TempFile::new("ca");
+        f.write(pem);
+        f
+    });
+    let c = Client::with_config(config(ca.as_ref().map(|f| f.0.clone())));
+    (ca, c)
+}
+
 #[test]
 fn ca_file_is_trusted() {
     let port = tls_server();
-    let ca = TempFile::new("ca");
-    ca.write(TEST_CA);
-    let c = Client::with_config(config(Some(ca.0.clone())));
+    let (_ca, c) = client(Some(TEST_CA));
     for host in ["localhost", "127.0.0.1"] {
         let url = format!("https://{host}:{port}/s");
         match c.send(&Request::new(Method::Get, &url)) {
@@ -126,7 +136,7 @@ fn ca_file_is_trusted() {
 #[test]
 fn bundled_roots_refuse_a_private_ca_before_sending() {
     let port = tls_server();
-    let c = Client::with_config(config(None));
+    let (_, c) = client(None);
     let url = format!("https://localhost:{port}/s");
     match c.send(&Request::new(Method::Put, &url)) {
         Attempt::NeverSent(why) => {
@@ -141,9 +151,7 @@ fn ca_file_trusts_only_its_own_cas() {
     let port = tls_server();
     // A bundle that holds only a CA that did not sign the server's certificate: the leaf
     // itself, which is no CA.
-    let ca = TempFile::new("other-ca");
-    ca.write(TEST_LEAF);
-    let c = Client::with_config(config(Some(ca.0.clone())));
+    let (_ca, c) = client(Some(TEST_LEAF));
     let url = format!("https://localhost:{port}/s");
     assert!(matches!(
         c.send(&Request::new(Method::Get, &url)),
@@ -160,7 +168,7 @@ fn stalled_tls_handshake_times_out_as_never_sent() {
         thread::sleep(Duration::from_secs(3));
         drop(held);
     });
-    let c = Client::with_config(config(None));
+    let (_, c) = client(None);
     let url = format!("https://127.0.0.1:{port}/");
     match c.send(&Request::new(Method::Get, &url)) {
         Attempt::NeverSent(why) => assert!(why.starts_with("timeout"), "{why}"),
