@@ -24,6 +24,17 @@ pub fn pattern(len: usize, seed: u64) -> Bytes {
     Bytes::from(out)
 }
 
+/// Puts `body` at `key` in `store`, which must take it.
+async fn put(store: &ColdStore, key: &str, body: &'static [u8]) {
+    let put = store.put(key, Bytes::from_static(body)).await;
+    put.unwrap_or_else(|e| panic!("put {key}: {e}"));
+}
+
+/// `got` must be the answer for a key with no object.
+fn assert_not_found<T: std::fmt::Debug>(got: Result<T, ColdError>) {
+    assert!(matches!(got, Err(ColdError::NotFound { .. })), "{got:?}");
+}
+
 pub async fn put_get_round_trip_is_byte_identical(f: &impl Fixture) {
     let store = f.store("rt");
     // 5 MiB + 3: above S3's multipart threshold and weed's 4 MiB chunking, not a round size.
@@ -41,10 +52,7 @@ pub async fn put_get_round_trip_is_byte_identical(f: &impl Fixture) {
         assert!(got == *body, "{key}: bytes differ");
     }
     // A second put replaces the object.
-    store
-        .put("small", Bytes::from_static(b"v2"))
-        .await
-        .expect("overwrite");
+    put(&store, "small", b"v2").await;
     assert_eq!(store.get("small").await.expect("get v2"), "v2");
 }
 
@@ -83,10 +91,7 @@ pub async fn get_range_returns_exactly_the_requested_bytes(f: &impl Fixture) {
 
 pub async fn get_range_past_the_end_is_an_invalid_range(f: &impl Fixture) {
     let store = f.store("range-end");
-    store
-        .put("obj", Bytes::from_static(b"0123456789"))
-        .await
-        .expect("put");
+    put(&store, "obj", b"0123456789").await;
     for range in [5..11, 9..20, 10..11, 50..60] {
         match store.get_range("obj", range.clone()).await {
             Err(ColdError::InvalidRange { key, size, .. }) => {
@@ -102,18 +107,12 @@ pub async fn get_range_past_the_end_is_an_invalid_range(f: &impl Fixture) {
         store.get_range("obj", inverted).await,
         Err(ColdError::InvalidRange { size: None, .. })
     ));
-    assert!(matches!(
-        store.get_range("missing", 0..1).await,
-        Err(ColdError::NotFound { .. })
-    ));
+    assert_not_found(store.get_range("missing", 0..1).await);
 }
 
 pub async fn delete_then_get_is_not_found(f: &impl Fixture) {
     let store = f.store("del");
-    store
-        .put("a/b", Bytes::from_static(b"x"))
-        .await
-        .expect("put");
+    put(&store, "a/b", b"x").await;
     store.delete("a/b").await.expect("delete");
     match store.get("a/b").await {
         Err(ColdError::NotFound { key, .. }) => assert_eq!(key, "a/b"),
@@ -124,17 +123,14 @@ pub async fn delete_then_get_is_not_found(f: &impl Fixture) {
         .delete("never-written")
         .await
         .expect("deleting a missing key is ok");
-    assert!(matches!(
-        store.get("never-written").await,
-        Err(ColdError::NotFound { .. })
-    ));
+    assert_not_found(store.get("never-written").await);
     assert!(store.list("").await.expect("list").is_empty());
 }
 
 pub async fn list_by_prefix_returns_relative_keys(f: &impl Fixture) {
     let store = f.store("ls");
     for key in ["b1/s1/c1", "b1/s1/c2", "b1/s2/c1", "b10/s1/c1", "top"] {
-        store.put(key, Bytes::from_static(b"x")).await.expect("put");
+        put(&store, key, b"x").await;
     }
     assert_eq!(
         store.list("").await.expect("list all"),
@@ -156,7 +152,7 @@ pub async fn the_root_prefix_is_applied(f: &impl Fixture) {
     let one = f.store("tenant-one/cold");
     let two = f.store("tenant-two");
     let whole = f.store("");
-    one.put("k", Bytes::from_static(b"one")).await.expect("put");
+    put(&one, "k", b"one").await;
     assert_eq!(
         whole
             .get("tenant-one/cold/k")
@@ -171,10 +167,7 @@ pub async fn the_root_prefix_is_applied(f: &impl Fixture) {
             .expect("list")
             .contains(&"tenant-one/cold/k".to_owned())
     );
-    assert!(matches!(
-        two.get("k").await,
-        Err(ColdError::NotFound { .. })
-    ));
+    assert_not_found(two.get("k").await);
     assert!(two.list("").await.expect("list two").is_empty());
     assert_eq!(one.list("").await.expect("list one"), ["k"]);
     assert!(
@@ -198,10 +191,7 @@ pub async fn first_open_writes_the_marker_and_second_open_accepts_it(f: &impl Fi
         .await
         .expect("open by another store");
     // The marker is the layer's own: not listed, not writable through put/delete.
-    store
-        .put("data", Bytes::from_static(b"x"))
-        .await
-        .expect("put");
+    put(&store, "data", b"x").await;
     assert_eq!(store.list("").await.expect("list"), ["data"]);
     store
         .open_checked()
@@ -239,10 +229,7 @@ pub async fn nodes_opening_one_empty_root_at_once_all_accept_it(f: &impl Fixture
 
 pub async fn a_root_with_objects_and_no_marker_is_refused(f: &impl Fixture) {
     let store = f.store("epoch-foreign");
-    store
-        .put("old/chunk", Bytes::from_static(b"from 0.6"))
-        .await
-        .expect("put");
+    put(&store, "old/chunk", b"from 0.6").await;
     match store.open_checked().await {
         Err(err @ ColdError::FormatEpoch { found: None, .. }) => {
             let text = err.to_string();
@@ -255,28 +242,19 @@ pub async fn a_root_with_objects_and_no_marker_is_refused(f: &impl Fixture) {
         other => panic!("expected FormatEpoch without marker, got {other:?}"),
     }
     // Refused before writing anything.
-    assert!(matches!(
-        store.get(FORMAT_EPOCH_MARKER).await,
-        Err(ColdError::NotFound { .. })
-    ));
+    assert_not_found(store.get(FORMAT_EPOCH_MARKER).await);
     // The same with the whole bucket (an empty root) as the namespace.
     let whole = f.store("");
     assert!(matches!(
         whole.open_checked().await,
         Err(ColdError::FormatEpoch { found: None, .. })
     ));
-    assert!(matches!(
-        whole.get(FORMAT_EPOCH_MARKER).await,
-        Err(ColdError::NotFound { .. })
-    ));
+    assert_not_found(whole.get(FORMAT_EPOCH_MARKER).await);
 }
 
 pub async fn a_marker_of_another_epoch_is_refused(f: &impl Fixture) {
     let parent = f.store("");
-    parent
-        .put("epoch-two/URSULA_FORMAT_EPOCH", Bytes::from_static(b"2\n"))
-        .await
-        .expect("plant marker");
+    put(&parent, "epoch-two/URSULA_FORMAT_EPOCH", b"2\n").await;
     let store = f.store("epoch-two");
     match store.open_checked().await {
         Err(err @ ColdError::FormatEpoch { .. }) => {

@@ -22,6 +22,18 @@ fn backup(
     (dir, spec, loc, m)
 }
 
+/// A good `count`-group backup whose manifest `edit` then rewrites: `backup-verify`'s one
+/// line of failure.
+fn fails_with_manifest(
+    count: u32,
+    edit: impl FnOnce(&mut ursula_state::backup::Manifest),
+) -> String {
+    let (_dir, spec, loc, mut m) = backup(count);
+    edit(&mut m);
+    write_manifest(&loc, &m);
+    verify_fails(&spec, &[])
+}
+
 #[test]
 fn a_good_backup_verifies_and_counts_its_groups_bytes_and_streams() {
     let (_dir, spec, _loc, m) = backup(3);
@@ -52,31 +64,23 @@ fn a_corrupted_byte_in_an_object_fails_naming_blake3_and_the_group() {
 
 #[test]
 fn a_group_missing_from_the_manifest_fails_naming_it() {
-    let (_dir, spec, loc, mut m) = backup(4);
-    m.groups.retain(|g| g.raft_group_id != 3);
-    write_manifest(&loc, &m);
-    let err = verify_fails(&spec, &[]);
+    let err = fails_with_manifest(4, |m| m.groups.retain(|g| g.raft_group_id != 3));
     assert!(err.contains("missing group 3"), "{err}");
 }
 
 #[test]
 fn a_group_listed_twice_fails_naming_it() {
-    let (_dir, spec, loc, mut m) = backup(3);
-    let dup = m.groups[2].clone();
-    m.groups.push(dup);
-    write_manifest(&loc, &m);
-    let err = verify_fails(&spec, &[]);
+    let err = fails_with_manifest(3, |m| m.groups.push(m.groups[2].clone()));
     assert!(err.contains("group 2 listed twice"), "{err}");
 }
 
 #[test]
 fn a_group_outside_the_group_count_fails() {
-    let (_dir, spec, loc, mut m) = backup(2);
-    let mut extra = m.groups[1].clone();
-    extra.raft_group_id = 7;
-    m.groups.push(extra);
-    write_manifest(&loc, &m);
-    let err = verify_fails(&spec, &[]);
+    let err = fails_with_manifest(2, |m| {
+        let mut extra = m.groups[1].clone();
+        extra.raft_group_id = 7;
+        m.groups.push(extra);
+    });
     assert!(err.contains("group 7 is outside 0..2"), "{err}");
 }
 
@@ -159,11 +163,10 @@ fn another_groups_object_under_a_groups_entry_fails_the_deep_check() {
 
 #[test]
 fn every_failure_is_reported_not_only_the_first() {
-    let (_dir, spec, loc, mut m) = backup(4);
-    m.groups.retain(|g| g.raft_group_id != 0);
-    m.groups[0].size += 1;
-    write_manifest(&loc, &m);
-    let err = verify_fails(&spec, &[]);
+    let err = fails_with_manifest(4, |m| {
+        m.groups.retain(|g| g.raft_group_id != 0);
+        m.groups[0].size += 1;
+    });
     assert!(err.contains("missing group 0"), "{err}");
     assert!(err.contains("group 1: size"), "{err}");
 }

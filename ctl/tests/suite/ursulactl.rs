@@ -8,38 +8,18 @@
 //! looked up beside the test binary (`target/<profile>/ursulactl`), which `cargo build
 //! --workspace` (or `-p ursula-ctl`) puts there.
 
-use std::process::Command;
-use std::process::Output;
-use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
 
-use crate::harness::bins::ursulactl;
 use crate::harness::cluster::node_args;
 use crate::harness::cluster::peer_entries;
 use crate::harness::cluster::server_args;
+use crate::harness::ctl::ctl as run;
 use crate::harness::gateway::Proc as Node;
 use crate::harness::gateway::memory_node;
 use crate::harness::gateway::memory_node_with;
 use crate::harness::ports::free_port;
 use crate::harness::scratch::Scratch;
-
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(ursulactl())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ursulactl");
-    (
-        status.code(),
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-    )
-}
 
 fn manifest_node(id: u64, port: u16) -> String {
     format!(r#"{{"id": {id}, "http_url": "http://127.0.0.1:{port}", "host": "127.0.0.1"}}"#)
@@ -167,37 +147,20 @@ fn status_reports_one_leader_per_group_across_a_raft_cluster() {
 #[test]
 fn verbs_this_build_does_not_run_say_so_in_one_line_with_exit_code_1() {
     // Exit 2 is the spec's safe abort; a verb that does not run is an error like any other.
+    let reservation = ["--cell", "a", "--snapshot", "b", "--request", "c"];
     for argv in [
-        &[
-            "reservation-acknowledge",
-            "--cell",
-            "a",
-            "--snapshot",
-            "b",
-            "--request",
-            "c",
-            "--response",
-            "d",
-        ][..],
-        &[
-            "reservation-propose",
-            "--cell",
-            "a",
-            "--snapshot",
-            "b",
-            "--request",
-            "c",
-        ],
+        [
+            &["reservation-acknowledge"][..],
+            &reservation,
+            &["--response", "d"],
+        ]
+        .concat(),
+        [&["reservation-propose"][..], &reservation].concat(),
     ] {
-        let (code, out, err) = run(argv);
+        let (code, out, err) = run(&argv);
         assert_eq!(code, Some(1), "{argv:?} stdout: {out}\nstderr: {err}");
-        assert!(
-            err.starts_with(&format!(
-                "ursulactl: {}: not supported by this build",
-                argv[0]
-            )),
-            "{err}"
-        );
+        let refusal = format!("ursulactl: {}: not supported by this build", argv[0]);
+        assert!(err.starts_with(&refusal), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }

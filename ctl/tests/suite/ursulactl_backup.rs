@@ -72,32 +72,19 @@ fn a_backup_restores_into_a_fresh_cluster_and_every_refusal_before_the_first_imp
     m["nodes"].as_array_mut().expect("nodes").push(first);
     let mixed = write(&source.dir, "mixed.json", &m.to_string());
     let elsewhere = source.dir.join("mixed-backup").display().to_string();
-    let (code, _, err) = ctl(&[
-        "backup-create",
-        "--config",
-        &mixed,
-        "--location",
-        &elsewhere,
-    ]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(
-        err.contains('2') && err.contains('4'),
-        "names both counts: {err}"
-    );
-
-    // A target of another group count refuses before the first import.
-    let (code, _, err) = ctl(&[
-        "restore",
-        "--config",
-        &lone_manifest,
-        "--location",
-        &location,
-    ]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(
-        err.contains('2') && err.contains('4'),
-        "names both counts: {err}"
-    );
+    // `backup-create` refuses the mixed manifest, and a restore to a target of another group
+    // count refuses before the first import.
+    for (verb, config, to) in [
+        ("backup-create", &mixed, &elsewhere),
+        ("restore", &lone_manifest, &location),
+    ] {
+        let (code, _, err) = ctl(&[verb, "--config", config, "--location", to]);
+        assert_eq!(code, Some(1), "{verb}: {err}");
+        assert!(
+            err.contains('2') && err.contains('4'),
+            "{verb} names both counts: {err}"
+        );
+    }
 
     let target = Cluster::start("ctl-backup-dst");
     let tbases: Vec<String> = target.nodes.iter().map(Proc::base).collect();

@@ -13,6 +13,18 @@ fn groups_arg() -> String {
     GROUPS.to_string()
 }
 
+/// `ursulactl VERB --config <c's manifest> ARGS` on a thread of its own; the thread answers
+/// its exit code, stdout and stderr.
+fn in_background(
+    c: &Cluster,
+    verb: &str,
+    args: &[&str],
+) -> std::thread::JoinHandle<(Option<i32>, String, String)> {
+    let mut argv = vec![verb.to_owned(), "--config".to_owned(), c.manifest.clone()];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    std::thread::spawn(move || ctl(&argv.iter().map(String::as_str).collect::<Vec<_>>()))
+}
+
 #[test]
 fn wait_ready_passes_on_a_healthy_cluster_and_aborts_with_2_and_the_findings_when_a_node_is_down() {
     let mut c = Cluster::start("ctl-wait-ready");
@@ -42,18 +54,11 @@ fn wait_ready_passes_on_a_healthy_cluster_and_aborts_with_2_and_the_findings_whe
 fn wait_ready_started_while_a_node_restarts_waits_for_it() {
     let mut c = Cluster::start("ctl-wait-ready-restart");
     c.nodes[1].sigterm();
-    let manifest = c.manifest.clone();
-    let waiter = std::thread::spawn(move || {
-        ctl(&[
-            "wait-ready",
-            "--config",
-            &manifest,
-            "--expected-groups",
-            "4",
-            "--timeout-secs",
-            "90",
-        ])
-    });
+    let waiter = in_background(
+        &c,
+        "wait-ready",
+        &["--expected-groups", "4", "--timeout-secs", "90"],
+    );
     // The waiter polls the stopped node a while before it comes back: the restart under test.
     std::thread::sleep(Duration::from_secs(2));
     c.nodes[1].spawn();
@@ -83,18 +88,7 @@ fn wait_returns_once_a_restarted_node_is_a_caught_up_voter_again() {
     // Writes the stopped node misses: it must apply them before `wait` lets go.
     producer_load(&bases[..2], "/demo/ops-wait", 0, 30, |_| {});
     // Started while the node is down: connection errors are retried, not fatal.
-    let manifest = c.manifest.clone();
-    let waiter = std::thread::spawn(move || {
-        ctl(&[
-            "wait",
-            "--config",
-            &manifest,
-            "--node",
-            "3",
-            "--stall-timeout-secs",
-            "60",
-        ])
-    });
+    let waiter = in_background(&c, "wait", &["--node", "3", "--stall-timeout-secs", "60"]);
     // A window in which `wait` must not return while node 3 is down.
     std::thread::sleep(Duration::from_secs(2));
     assert!(!waiter.is_finished(), "wait returned while node 3 was down");
@@ -221,13 +215,18 @@ fn a_mutation_planned_against_a_restarted_process_is_refused_by_its_412() {
     assert!(err.contains("answered 412"), "{err}");
 }
 
+/// The node of `c` that leads the most groups.
+fn leading_most(c: &Cluster) -> u64 {
+    (1..=3u64)
+        .max_by_key(|id| c.led_by(*id).len())
+        .expect("a node")
+}
+
 #[test]
 fn drain_moves_every_leadership_away_keeps_it_away_and_undrain_clears_the_mark() {
     let c = Cluster::start("ctl-drain");
     // The cluster elects freely: drain whichever node leads most, so the drain has work.
-    let leader = (1..=3u64)
-        .max_by_key(|id| c.led_by(*id).len())
-        .expect("a node");
+    let leader = leading_most(&c);
     assert!(!c.led_by(leader).is_empty());
     let node = leader.to_string();
     let plan = c.verb("drain", &["--node", &node, "--dry-run"]);
@@ -268,9 +267,7 @@ fn drain_moves_every_leadership_away_keeps_it_away_and_undrain_clears_the_mark()
 fn drain_aborts_with_2_when_no_voter_could_take_the_groups() {
     let c = Cluster::start("ctl-drain-abort");
     // Drain two nodes' worth: the first drain leaves one other voter, the second has none.
-    let leader = (1..=3u64)
-        .max_by_key(|id| c.led_by(*id).len())
-        .expect("a node");
+    let leader = leading_most(&c);
     let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     for o in &others {
         c.verb("drain", &["--node", &o.to_string()]);

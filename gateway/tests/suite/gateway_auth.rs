@@ -11,37 +11,24 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::harness::auth::*;
+use crate::harness::calls::*;
 use crate::harness::cluster::wait_for;
 use crate::harness::gateway::*;
+use crate::harness::seeded::seeded;
+use crate::harness::startup::refused_gateway;
 
 #[test]
 fn owners_write_and_read_and_the_node_keeps_what_refused_writes_never_sent() {
     let g = guarded("auth-owner", &[]);
     let (issuer, node, gw) = (&g.issuer, &g.node, &g.gw);
-    let owner = bearer(&token(&issuer.url, OWNER));
-    let stranger = bearer(&token(&issuer.url, STRANGER));
+    let (owner, stranger) = owner_and_stranger(&issuer.url);
 
-    let a = send(
-        "POST",
-        &gw.url("/private/s"),
-        &[TEXT, ("authorization", &owner)],
-        b"mine|",
-    );
+    let a = append_as(gw, "/private/s", &owner, b"mine|");
     assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
     assert!(a.vouched());
-    let a = send(
-        "GET",
-        &gw.url("/private/s?offset=-1"),
-        &[("authorization", &owner)],
-        b"",
-    );
+    let a = read_as(gw, "/private/s", &owner);
     assert_eq!((a.status, a.body.as_str()), (200, "hello|mine|"));
-    let a = send(
-        "PUT",
-        &gw.url("/private/t"),
-        &[TEXT, ("authorization", &owner)],
-        b"",
-    );
+    let a = create_as(gw, "/private/t", &owner);
     assert_eq!(a.status, 201, "{}", a.body);
 
     for who in [Some(stranger.as_str()), None] {
@@ -52,19 +39,15 @@ fn owners_write_and_read_and_the_node_keeps_what_refused_writes_never_sent() {
         assert_eq!(a.status, 404, "{who:?}: {}", a.body);
         assert_eq!(a.header(MARKER), Some("NotFound"));
         assert!(a.vouched());
-        assert_eq!(
-            send("GET", &gw.url("/private/s?offset=-1"), &auth, b"").status,
-            404
-        );
-        assert_eq!(
-            send("DELETE", &gw.url("/private/s"), &auth, b"").status,
-            404
-        );
-        assert_eq!(
-            send("PUT", &gw.url("/private/u"), &with_text, b"").status,
-            404
-        );
-        assert_eq!(send("PUT", &gw.url("/newbucket"), &auth, b"").status, 404);
+        for (method, path, headers) in [
+            ("GET", "/private/s?offset=-1", &auth),
+            ("DELETE", "/private/s", &auth),
+            ("PUT", "/private/u", &with_text),
+            ("PUT", "/newbucket", &auth),
+        ] {
+            let status = send(method, &gw.url(path), headers, b"").status;
+            assert_eq!(status, 404, "{method} {path} as {who:?}");
+        }
     }
     assert_eq!(contents(node, "/private/s"), "hello|mine|");
     assert_eq!(send("HEAD", &node.url("/private/u"), &[], b"").status, 404);
@@ -74,8 +57,7 @@ fn owners_write_and_read_and_the_node_keeps_what_refused_writes_never_sent() {
 fn concealed_404s_are_byte_for_byte_the_404_of_a_missing_stream() {
     let g = guarded("auth-conceal", &[]);
     let (issuer, node, gw) = (&g.issuer, &g.node, &g.gw);
-    let owner = bearer(&token(&issuer.url, OWNER));
-    let stranger = bearer(&token(&issuer.url, STRANGER));
+    let (owner, stranger) = owner_and_stranger(&issuer.url);
 
     for (method, body) in [
         ("GET", &b""[..]),
@@ -172,12 +154,7 @@ fn refused_tokens_get_401_and_nothing_reaches_the_node() {
     // Every accepted algorithm works, so the refusals below are about what they say.
     for (key, kid) in [(Key::Ed, "ed1"), (Key::Ec, "ec1"), (Key::Rsa, "rsa1")] {
         let t = bearer(&sign(key, kid, Some("at+jwt"), &good));
-        let a = send(
-            "GET",
-            &gw.url("/private/s?offset=-1"),
-            &[("authorization", &t)],
-            b"",
-        );
+        let a = read_as(&gw, "/private/s", &t);
         assert_eq!(a.status, 200, "{kid}: {}", a.body);
     }
     let public_ed = public_jwk("ed", "ed1");
@@ -279,12 +256,7 @@ fn refused_tokens_get_401_and_nothing_reaches_the_node() {
         }
     }
     for header in ["Basic dXNlcjpwdw==", "Bearer", "Bearer a b"] {
-        let a = send(
-            "GET",
-            &gw.url("/public/s?offset=-1"),
-            &[("authorization", header)],
-            b"",
-        );
+        let a = read_as(&gw, "/public/s", header);
         assert_eq!(a.status, 401, "{header}");
     }
     assert_eq!(contents(&node, "/private/s"), "hello|");
@@ -292,9 +264,7 @@ fn refused_tokens_get_401_and_nothing_reaches_the_node() {
 
 #[test]
 fn internal_paths_answer_404_and_public_metrics_serve_only_the_gateway_counters() {
-    let scratch = Scratch::new("auth-internal");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
+    let (scratch, issuer, node) = seeded("auth-internal");
     let owner = bearer(&token(&issuer.url, OWNER));
     {
         let gw = auth_gateway(&scratch, &node, &issuer.url, &[]);
@@ -400,19 +370,7 @@ fn a_rotated_key_is_fetched_and_a_flood_of_unknown_kids_costs_at_most_two_fetche
 
 #[test]
 fn auth_flags_without_an_issuer_stop_the_gateway_at_startup() {
-    let out = std::process::Command::new(crate::harness::bins::ursula())
-        .args([
-            "gateway",
-            "--upstream",
-            "http://127.0.0.1:1",
-            "--listen",
-            "127.0.0.1:0",
-            "--auth-public-metrics",
-        ])
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_gateway(&["--auth-public-metrics"]);
     assert!(err.contains("requires --auth-issuer"), "{err}");
 }
 

@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use crate::harness::auth::*;
 use crate::harness::gateway::*;
+use crate::harness::seeded::seeded;
+use crate::harness::startup::refused_gateway;
 
 const APP: &str = "http://app.example:8080";
 const OTHER: &str = "http://other.example";
@@ -39,9 +41,7 @@ fn origin(o: &str) -> [(&str, &str); 1] {
 
 #[test]
 fn without_the_flag_no_cors_header_reaches_the_client_though_the_node_sends_them() {
-    let scratch = Scratch::new("cors-off");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
+    let (scratch, issuer, node) = seeded("cors-off");
     // The premise: the node answers every request, preflights included, with CORS headers.
     let direct = send("GET", &node.url("/public/s?offset=-1"), &origin(APP), b"");
     assert_eq!(direct.header("access-control-allow-origin"), Some("*"));
@@ -92,14 +92,10 @@ fn without_the_flag_no_cors_header_reaches_the_client_though_the_node_sends_them
     }
     // Without the flag an `OPTIONS` keeps its old way: forwarded without access control, a
     // write with it (the concealment 404 for an anonymous caller).
-    assert_eq!(
-        send("OPTIONS", &plain.url("/public/s"), &preflight, b"").status,
-        204
-    );
-    assert_eq!(
-        send("OPTIONS", &guarded.url("/public/s"), &preflight, b"").status,
-        404
-    );
+    for (gw, status) in [(&plain, 204), (&guarded, 404)] {
+        let a = send("OPTIONS", &gw.url("/public/s"), &preflight, b"");
+        assert_eq!(a.status, status, "OPTIONS through {}", gw.base());
+    }
 }
 
 #[test]
@@ -246,32 +242,14 @@ fn a_bad_allowed_origin_stops_the_gateway_at_startup() {
         ("app.example", "not an origin"),
         ("null", "never allowed"),
     ] {
-        let out = gateway_output(&["--cors-allowed-origin", bad]);
-        assert!(!out.status.success(), "{bad} was accepted");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused_gateway(&["--cors-allowed-origin", bad]);
         assert!(
             err.contains("--cors-allowed-origin") && err.contains(why),
             "{err}"
         );
     }
-    let out = gateway_output(&["--cors-allowed-origin", "*", "--cors-allowed-origin", APP]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_gateway(&["--cors-allowed-origin", "*", "--cors-allowed-origin", APP]);
     assert!(err.contains("cannot be combined"), "{err}");
-}
-
-fn gateway_output(extra: &[&str]) -> std::process::Output {
-    Command::new(crate::harness::bins::ursula())
-        .args([
-            "gateway",
-            "--upstream",
-            "http://127.0.0.1:1",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(extra)
-        .output()
-        .expect("run")
 }
 
 // --- In a real browser -------------------------------------------------------------------
@@ -389,14 +367,9 @@ fn browse(
     let profile = scratch.path().join(format!("chromium-{name}"));
     let log = scratch.path().join(format!("chromium-{name}.log"));
     let mut browser = Command::new(chromium())
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--no-default-browser-check",
-        ])
+        .args(["--headless=new", "--no-sandbox", "--disable-gpu"])
+        .args(["--disable-dev-shm-usage", "--no-first-run"])
+        .arg("--no-default-browser-check")
         .arg(format!("--user-data-dir={}", profile.display()))
         // Without /dev/shm its shared memory files go to the temp dir, and a killed browser
         // leaves them there: the scratch directory takes them instead.
@@ -426,9 +399,7 @@ fn browse(
 
 #[test]
 fn a_browser_on_an_allowed_origin_reads_public_and_private_streams_and_elsewhere_cannot() {
-    let scratch = Scratch::new("cors-browser");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
+    let (scratch, issuer, node) = seeded("cors-browser");
     let owner = token(&issuer.url, OWNER);
     let page = page_server();
     let page_origin = format!("http://127.0.0.1:{}", page.0);

@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use hyper_util::rt::TokioIo;
 
 use crate::harness::auth::*;
+use crate::harness::calls::owner_and_stranger;
 use crate::harness::conn::closed_by_peer;
 use crate::harness::gateway::*;
 
@@ -90,6 +91,19 @@ impl H2 {
             body,
         }
     }
+
+    /// The whole of the stream at `path`, read with `auth` as the `authorization` header.
+    async fn read_as(&mut self, path: &str, auth: &str) -> Reply {
+        let path = format!("{path}?offset=-1");
+        self.send("GET", &path, &[("authorization", auth)], b"")
+            .await
+    }
+
+    /// Appends `body` as text to the stream at `path` with `auth` as the `authorization` header.
+    async fn append_as(&mut self, path: &str, auth: &str, body: &[u8]) -> Reply {
+        self.send("POST", path, &[TEXT, ("authorization", auth)], body)
+            .await
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -157,21 +171,13 @@ fn one_h2c_connection_writes_reads_and_holds_fifty_live_tails_that_each_get_the_
 fn h2c_streams_meet_the_same_access_control_and_body_limit_as_http1_requests() {
     let g = guarded("h2-refusals", &["--max-request-body-bytes", "1024"]);
     let (issuer, node, gw) = (&g.issuer, &g.node, &g.gw);
-    let owner = bearer(&token(&issuer.url, OWNER));
-    let stranger = bearer(&token(&issuer.url, STRANGER));
+    let (owner, stranger) = owner_and_stranger(&issuer.url);
     // The HTTP/1.1 answers to compare with.
     let missing1 = send("GET", &gw.url("/private/nothing-here?offset=-1"), &[], b"");
     assert_eq!(missing1.status, 404);
     runtime().block_on(async {
         let mut c = H2::connect(gw.port).await;
-        let a = c
-            .send(
-                "GET",
-                "/private/s?offset=-1",
-                &[("authorization", &owner)],
-                b"",
-            )
-            .await;
+        let a = c.read_as("/private/s", &owner).await;
         assert_eq!((a.status, a.body.as_slice()), (200, &b"hello|"[..]));
         // A stranger and an anonymous caller meet the very 404 of a missing stream.
         for auth in [Some(stranger.as_str()), None] {
@@ -195,48 +201,20 @@ fn h2c_streams_meet_the_same_access_control_and_body_limit_as_http1_requests() {
             assert_eq!(a.status, 404, "{auth:?}");
         }
         // A token that does not verify is a 401, as over HTTP/1.1.
-        let a = c
-            .send(
-                "GET",
-                "/private/s?offset=-1",
-                &[("authorization", "Bearer not.a.token")],
-                b"",
-            )
-            .await;
+        let a = c.read_as("/private/s", "Bearer not.a.token").await;
         assert_eq!(a.status, 401);
         assert!(
             a.header("www-authenticate")
                 .is_some_and(|v| v.starts_with("Bearer"))
         );
         // A body over the limit is refused, marked; one at the limit goes through.
-        let a = c
-            .send(
-                "POST",
-                "/private/s",
-                &[TEXT, ("authorization", &owner)],
-                &[b'a'; 4096],
-            )
-            .await;
+        let a = c.append_as("/private/s", &owner, &[b'a'; 4096]).await;
         assert_eq!(a.status, 413);
         assert_eq!(a.header(MARKER), Some("RequestBodyTooLarge"));
-        let a = c
-            .send(
-                "POST",
-                "/private/s",
-                &[TEXT, ("authorization", &owner)],
-                &[b'b'; 1024],
-            )
-            .await;
+        let a = c.append_as("/private/s", &owner, &[b'b'; 1024]).await;
         assert!(matches!(a.status, 200 | 204), "{}", a.status);
         // The connection survived every refusal.
-        let a = c
-            .send(
-                "GET",
-                "/private/s?offset=-1",
-                &[("authorization", &owner)],
-                b"",
-            )
-            .await;
+        let a = c.read_as("/private/s", &owner).await;
         assert_eq!(a.status, 200);
         assert_eq!(a.body.len(), "hello|".len() + 1024);
     });
@@ -294,12 +272,11 @@ fn an_upgrade_to_h2c_answers_on_stream_1_and_the_connection_goes_on_in_http2() {
         .arg(gw.url("/demo/none?offset=-1"))
         .output()
         .expect("curl (apt-get install -y curl)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (text, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
+    assert!(out.status.success(), "{text} {stderr}");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "up|", "{text}");
     assert_eq!(

@@ -18,6 +18,8 @@ use std::time::Instant;
 use crate::harness::auth::node_with_buckets;
 use crate::harness::auth::policy_gateway;
 use crate::harness::auth::policy_owned_by;
+use crate::harness::calls::append_as;
+use crate::harness::calls::read_as;
 use crate::harness::gateway::*;
 
 const AUDIENCE: &str = "https://streams.example";
@@ -158,12 +160,7 @@ fn tokens_of_a_real_oidc_provider_open_the_bucket_their_subject_owns_and_nothing
     let writer = format!("Bearer {writer}");
     let stranger = format!("Bearer {}", issuer.token("stranger"));
 
-    let a = send(
-        "POST",
-        &gw.url("/private/s"),
-        &[TEXT, ("authorization", &writer)],
-        b"a|",
-    );
+    let a = append_as(&gw, "/private/s", &writer, b"a|");
     assert!(
         matches!(a.status, 200 | 204),
         "{}: {} {}",
@@ -171,42 +168,17 @@ fn tokens_of_a_real_oidc_provider_open_the_bucket_their_subject_owns_and_nothing
         a.body,
         gw.log()
     );
-    let a = send(
-        "GET",
-        &gw.url("/private/s?offset=-1"),
-        &[("authorization", &writer)],
-        b"",
-    );
+    let a = read_as(&gw, "/private/s", &writer);
     assert_eq!((a.status, a.body.as_str()), (200, "a|"));
-    let a = send(
-        "POST",
-        &gw.url("/public/s"),
-        &[TEXT, ("authorization", &writer)],
-        b"p|",
-    );
+    let a = append_as(&gw, "/public/s", &writer, b"p|");
     assert!(matches!(a.status, 200 | 204), "{}", a.body);
 
     // The stranger's token is valid: it gets the missing-stream 404, not a 401.
-    let a = send(
-        "GET",
-        &gw.url("/private/s?offset=-1"),
-        &[("authorization", &stranger)],
-        b"",
-    );
+    let a = read_as(&gw, "/private/s", &stranger);
     assert_eq!((a.status, a.body.as_str()), (404, "stream not found"));
-    let a = send(
-        "POST",
-        &gw.url("/public/s"),
-        &[TEXT, ("authorization", &stranger)],
-        b"x|",
-    );
+    let a = append_as(&gw, "/public/s", &stranger, b"x|");
     assert_eq!(a.status, 404);
-    let a = send(
-        "GET",
-        &gw.url("/public/s?offset=-1"),
-        &[("authorization", &stranger)],
-        b"",
-    );
+    let a = read_as(&gw, "/public/s", &stranger);
     assert_eq!((a.status, a.body.as_str()), (200, "p|"));
     let a = send("GET", &gw.url("/public/s?offset=-1"), &[], b"");
     assert_eq!((a.status, a.body.as_str()), (200, "p|"));

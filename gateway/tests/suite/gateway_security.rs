@@ -17,7 +17,9 @@ use serde_json::Value;
 use serde_json::json;
 
 use crate::harness::auth::*;
+use crate::harness::calls::*;
 use crate::harness::gateway::*;
+use crate::harness::seeded::seeded;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -63,9 +65,7 @@ fn trickle(
 
 #[test]
 fn an_owners_append_succeeds_while_forty_anonymous_uploads_trickle() {
-    let scratch = Scratch::new("sec-budget");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
+    let (scratch, issuer, node) = seeded("sec-budget");
     // The default 256 MiB budget: 7 bodies of 32 MiB and 33 of 1 MiB would spend all of it.
     let gw = auth_gateway(&scratch, &node, &issuer.url, &["--auth-public-metrics"]);
     let owner = bearer(&token(&issuer.url, OWNER));
@@ -84,12 +84,7 @@ fn an_owners_append_succeeds_while_forty_anonymous_uploads_trickle() {
 
     for size in [4 * KIB, 2 * MIB] {
         let body = vec![b'o'; size];
-        let a = send(
-            "POST",
-            &gw.url("/private/s"),
-            &[TEXT, ("authorization", &owner)],
-            &body,
-        );
+        let a = append_as(&gw, "/private/s", &owner, &body);
         assert!(
             matches!(a.status, 200 | 204),
             "an owner's {size}-byte append while anonymous uploads trickle: {} {:?} {}",
@@ -190,16 +185,9 @@ fn an_owners_body_that_keeps_trickling_is_cut_at_the_body_read_timeout() {
 
 #[test]
 fn anonymous_readers_of_a_public_bucket_cannot_spend_the_owners_request_rate() {
-    let scratch = Scratch::new("sec-anon-rate");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
-    let quotas = scratch.path().join("quotas.toml");
-    std::fs::write(
-        &quotas,
-        "[[bucket]]\nid = \"public\"\nrequests_per_sec = 5\n",
-    )
-    .expect("q");
-    let q = quotas.display().to_string();
+    let (scratch, issuer, node) = seeded("sec-anon-rate");
+    let quotas = "[[bucket]]\nid = \"public\"\nrequests_per_sec = 5\n";
+    let q = scratch.file("quotas.toml", quotas).display().to_string();
     let gw = auth_gateway(&scratch, &node, &issuer.url, &["--quota-policy", &q]);
     let mut refused = 0;
     for _ in 0..20 {
@@ -210,12 +198,7 @@ fn anonymous_readers_of_a_public_bucket_cannot_spend_the_owners_request_rate() {
     }
     assert!(refused > 0, "the anonymous address is limited too");
     let owner = bearer(&token(&issuer.url, OWNER));
-    let a = send(
-        "GET",
-        &gw.url("/public/s?offset=-1"),
-        &[("authorization", &owner)],
-        b"",
-    );
+    let a = read_as(&gw, "/public/s", &owner);
     assert_eq!(
         (a.status, a.body.as_str()),
         (200, "hello|"),
@@ -225,12 +208,7 @@ fn anonymous_readers_of_a_public_bucket_cannot_spend_the_owners_request_rate() {
 
 fn timed_read(gw: &Proc, auth: &str) -> (u16, Duration) {
     let start = Instant::now();
-    let a = send(
-        "GET",
-        &gw.url("/private/s?offset=-1"),
-        &[("authorization", auth)],
-        b"",
-    );
+    let a = read_as(gw, "/private/s", auth);
     (a.status, start.elapsed())
 }
 
@@ -309,12 +287,7 @@ fn a_token_with_a_crit_header_is_refused_as_an_invalid_token() {
         json!({ "typ": "at+jwt", "kid": "ed1", "crit": [] }),
     ] {
         let t = sign_with_header(Key::Ed, crit.clone(), &c);
-        let a = send(
-            "GET",
-            &gw.url("/private/s?offset=-1"),
-            &[("authorization", &bearer(&t))],
-            b"",
-        );
+        let a = read_as(gw, "/private/s", &bearer(&t));
         assert_eq!(a.status, 401, "{crit}: {}", a.body);
         assert_eq!(
             a.header("www-authenticate"),
@@ -336,12 +309,7 @@ fn tokens_living_longer_than_the_maximum_lifetime_are_refused() {
         bearer(&sign(Key::Ed, "ed1", Some("at+jwt"), &c))
     };
     assert_eq!(timed_read(gw, &with_life(3600)).0, 200, "an hour exactly");
-    let a = send(
-        "GET",
-        &gw.url("/private/s?offset=-1"),
-        &[("authorization", &with_life(86_400))],
-        b"",
-    );
+    let a = read_as(gw, "/private/s", &with_life(86_400));
     assert_eq!(a.status, 401, "a day-long token: {}", a.body);
     assert_eq!(
         a.header("www-authenticate"),
@@ -351,9 +319,7 @@ fn tokens_living_longer_than_the_maximum_lifetime_are_refused() {
 
 #[test]
 fn a_public_html_stream_is_served_with_nosniff_and_a_sandboxing_csp() {
-    let scratch = Scratch::new("sec-html");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
-    let node = seeded_node(&scratch);
+    let (scratch, issuer, node) = seeded("sec-html");
     let a = send(
         "PUT",
         &node.url("/public/page"),

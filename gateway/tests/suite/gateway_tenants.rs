@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::harness::auth::*;
 use crate::harness::gateway::*;
+use crate::harness::seeded::seeded;
 
 fn write_file(scratch: &Scratch, name: &str, text: &str) -> String {
     let path = scratch.path().join(name);
@@ -154,6 +155,25 @@ fn a_bucket_holds_at_most_its_live_reads_and_a_gone_client_gives_its_share_back(
     }
 }
 
+/// Starts an upload to `path` through `gw` that declares `declared` bytes and sends `sent` of
+/// them, and waits until the gateway counts it under way; returns its open connection.
+fn hold_upload(gw: &Proc, path: &str, declared: usize, sent: usize) -> TcpStream {
+    let held = raw_request(gw.port, "POST", path, declared, sent);
+    wait_upload_tenants(gw, 1, &format!("the upload to {path} under way"));
+    held
+}
+
+/// Sends a whole `len`-byte text body to `path` through `gw`, which must refuse it with
+/// `status`, marked `kind`; returns the answer, head and body.
+fn refused_upload(gw: &Proc, path: &str, len: usize, status: u16, kind: &str) -> String {
+    let mut s = raw_request(gw.port, "POST", path, len, len);
+    let (got, text) = read_answer(&mut s);
+    assert_eq!(got, status, "{text}");
+    let marker = format!("x-ursula-not-applied: {kind}");
+    assert!(text.contains(&marker), "no {marker:?} in {text}");
+    text
+}
+
 /// Waits until the gateway counts `want` buckets with a large body under way
 /// (`upload_tenants`), failing after 10 s.
 fn wait_upload_tenants(gw: &Proc, want: u64, what: &str) {
@@ -189,15 +209,8 @@ fn large_bodies_count_against_the_buckets_upload_limits_while_they_are_read() {
     let mib = 1 << 20;
 
     // One 2 MiB upload under way holds the only upload of `conc`.
-    let held = raw_request(gw.port, "POST", "/conc/s", 2 * mib, mib);
-    wait_upload_tenants(&gw, 1, "conc's upload under way");
-    let mut s = raw_request(gw.port, "POST", "/conc/s", 2 * mib, 2 * mib);
-    let (status, text) = read_answer(&mut s);
-    assert_eq!(status, 429, "{text}");
-    assert!(
-        text.contains("x-ursula-not-applied: tenantuploads"),
-        "{text}"
-    );
+    let held = hold_upload(&gw, "/conc/s", 2 * mib, mib);
+    let text = refused_upload(&gw, "/conc/s", 2 * mib, 429, "tenantuploads");
     assert!(
         text.contains("tenant concurrent upload limit exceeded"),
         "{text}"
@@ -210,28 +223,15 @@ fn large_bodies_count_against_the_buckets_upload_limits_while_they_are_read() {
     wait_upload_tenants(&gw, 0, "conc's upload given back once its client left");
 
     // 2 MiB under way of a 3 MiB allowance: another 2 MiB is over it.
-    let held = raw_request(gw.port, "POST", "/bytes/s", 2 * mib, mib);
-    wait_upload_tenants(&gw, 1, "bytes' upload under way");
-    let mut s = raw_request(gw.port, "POST", "/bytes/s", 2 * mib, 2 * mib);
-    let (status, text) = read_answer(&mut s);
-    assert_eq!(status, 429, "{text}");
-    assert!(
-        text.contains("x-ursula-not-applied: tenantuploadbytes"),
-        "{text}"
-    );
+    let held = hold_upload(&gw, "/bytes/s", 2 * mib, mib);
+    let text = refused_upload(&gw, "/bytes/s", 2 * mib, 429, "tenantuploadbytes");
     assert!(
         text.contains("tenant upload bytes limit exceeded"),
         "{text}"
     );
     drop(held);
     // One body over the whole allowance can never fit: the final 413, not a 429 to retry.
-    let mut s = raw_request(gw.port, "POST", "/bytes/s", 4 * mib, 4 * mib);
-    let (status, text) = read_answer(&mut s);
-    assert_eq!(status, 413, "{text}");
-    assert!(
-        text.contains("x-ursula-not-applied: requestbodytoolarge"),
-        "{text}"
-    );
+    refused_upload(&gw, "/bytes/s", 4 * mib, 413, "requestbodytoolarge");
     // Given back once the holder went: the same upload now passes.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -245,13 +245,7 @@ fn large_bodies_count_against_the_buckets_upload_limits_while_they_are_read() {
     }
 
     // The bucket's own body limit.
-    let mut s = raw_request(gw.port, "POST", "/small/s", 2000, 2000);
-    let (status, text) = read_answer(&mut s);
-    assert_eq!(status, 413, "{text}");
-    assert!(
-        text.contains("x-ursula-not-applied: requestbodytoolarge"),
-        "{text}"
-    );
+    refused_upload(&gw, "/small/s", 2000, 413, "requestbodytoolarge");
     let a = send("POST", &gw.url("/small/s"), &[TEXT], &vec![b'w'; 1000]);
     assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
 }
@@ -282,10 +276,8 @@ fn total(batches: &[Value], class: &str, counter: &str) -> u64 {
 
 #[test]
 fn usage_sums_match_what_was_sent_through_a_failing_sink_and_a_shutdown() {
-    let scratch = Scratch::new("tenant-usage");
-    let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
     // `private`, owned by user-1 (the shared access-control fixture).
-    let node = seeded_node(&scratch);
+    let (scratch, issuer, node) = seeded("tenant-usage");
     // The log's directory does not exist yet: every write fails until the test makes it.
     let log_dir = scratch.path().join("usage");
     let log = log_dir.join("usage.jsonl");

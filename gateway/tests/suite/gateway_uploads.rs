@@ -123,6 +123,20 @@ fn node_with_stream(scratch: &Scratch) -> Proc {
     node
 }
 
+/// A [`node_with_stream`] behind a gateway given `extra`, in a scratch directory named after
+/// `name`. Bound as `let (scratch, node, gw)`, the processes drop before their directory.
+fn fronted_stream(name: &str, extra: &[&str]) -> (Scratch, Proc, Proc) {
+    let scratch = Scratch::new(name);
+    let node = node_with_stream(&scratch);
+    let gw = gateway(&scratch, "gateway", &[node.base()], extra);
+    (scratch, node, gw)
+}
+
+/// Appends `body` as text to `/demo/s` through `gw`.
+fn append(gw: &Proc, body: &[u8]) -> Answer {
+    send("POST", &gw.url("/demo/s"), &[TEXT], body)
+}
+
 fn assert_marked(raw: &Raw, status: u16, kind: &str) {
     assert_eq!(raw.status, status, "{} {}", raw.head, raw.body);
     assert_eq!(raw.header(MARKER), Some(kind), "{}", raw.head);
@@ -131,13 +145,9 @@ fn assert_marked(raw: &Raw, status: u16, kind: &str) {
 
 #[test]
 fn a_spent_budget_is_a_marked_503_with_retry_after_and_every_share_comes_back() {
-    let scratch = Scratch::new("uploads-budget");
-    let node = node_with_stream(&scratch);
     // 4 MiB for large bodies beside 1 MiB of headroom for bodies of at most 64 KiB.
-    let gw = gateway(
-        &scratch,
-        "gateway",
-        &[node.base()],
+    let (_scratch, _node, gw) = fronted_stream(
+        "uploads-budget",
         &[
             "--max-request-body-bytes",
             "4194304",
@@ -174,12 +184,7 @@ fn a_spent_budget_is_a_marked_503_with_retry_after_and_every_share_comes_back() 
     assert_eq!(read_answer(&mut big).status, 200);
     // Small bodies still pass, in their headroom.
     for i in 0..5 {
-        let a = send(
-            "POST",
-            &gw.url("/demo/s"),
-            &[TEXT],
-            format!("small {i}|").as_bytes(),
-        );
+        let a = append(&gw, format!("small {i}|").as_bytes());
         assert!(matches!(a.status, 200 | 204), "{}: {}", a.status, a.body);
     }
     let m = metrics(&gw);
@@ -200,13 +205,9 @@ fn a_spent_budget_is_a_marked_503_with_retry_after_and_every_share_comes_back() 
 
 #[test]
 fn a_stalled_body_and_a_crawling_one_get_a_marked_408_and_nothing_is_forwarded() {
-    let scratch = Scratch::new("uploads-slow");
-    let node = node_with_stream(&scratch);
     // 1 s windows that want 100 KB each.
-    let gw = gateway(
-        &scratch,
-        "gateway",
-        &[node.base()],
+    let (_scratch, node, gw) = fronted_stream(
+        "uploads-slow",
         &[
             "--body-stall-timeout",
             "1s",
@@ -326,24 +327,13 @@ fn a_budget_below_the_limit_plus_the_headroom_stops_the_gateway_at_startup() {
 
 #[test]
 fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on() {
-    let scratch = Scratch::new("uploads-half-heads");
-    let node = node_with_stream(&scratch);
-    let gw = gateway(
-        &scratch,
-        "gateway",
-        &[node.base()],
-        &["--request-head-timeout", "2s"],
-    );
+    let (_scratch, _node, gw) =
+        fronted_stream("uploads-half-heads", &["--request-head-timeout", "2s"]);
     // Thousands where the machine allows it; the gateway holds as many descriptors again.
     let count = open_files_limit().saturating_sub(300).clamp(100, 3_000);
     let slow = half_heads(gw.port, "/demo/s", count);
     for i in 0..20 {
-        let a = send(
-            "POST",
-            &gw.url("/demo/s"),
-            &[TEXT],
-            format!("row {i}|").as_bytes(),
-        );
+        let a = append(&gw, format!("row {i}|").as_bytes());
         assert!(
             matches!(a.status, 200 | 204),
             "append {i} while {count} half heads are open: {}",
@@ -371,12 +361,8 @@ fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on(
 
 #[test]
 fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() {
-    let scratch = Scratch::new("uploads-cap");
-    let node = node_with_stream(&scratch);
-    let gw = gateway(
-        &scratch,
-        "gateway",
-        &[node.base()],
+    let (_scratch, _node, gw) = fronted_stream(
+        "uploads-cap",
         &["--request-head-timeout", "2s", "--max-connections", "4"],
     );
     // The readiness probe's connection may still hold a slot for a moment: wait until the
@@ -518,15 +504,14 @@ fn a_body_refused_from_its_head_is_read_first_and_the_connection_stays_usable() 
     let scratch = Scratch::new("uploads-drain");
     let issuer = Issuer::start(vec![public_jwk("ed", "ed1")]);
     let node = node_with_stream(&scratch);
-    let policy = scratch.path().join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[[bucket]]\nid = \"demo\"\nowners = [{{ issuer = \"{}\", subject = \"user-1\" }}]\n",
-            issuer.url
-        ),
-    )
-    .expect("policy");
+    let owners = format!(
+        "owners = [{{ issuer = \"{}\", subject = \"user-1\" }}]",
+        issuer.url
+    );
+    let policy = scratch.file(
+        "policy.toml",
+        &format!("[[bucket]]\nid = \"demo\"\n{owners}\n"),
+    );
     let policy = policy.display().to_string();
     let gw = gateway(
         &scratch,
@@ -613,9 +598,7 @@ fn the_binary_invoked_as_ursulagw_is_the_gateway_and_listens_on_4437_by_default(
 
 #[test]
 fn a_body_that_breaks_its_framing_is_a_marked_400_and_nothing_is_forwarded() {
-    let scratch = Scratch::new("uploads-unreadable");
-    let node = node_with_stream(&scratch);
-    let gw = gateway(&scratch, "gateway", &[node.base()], &[]);
+    let (_scratch, node, gw) = fronted_stream("uploads-unreadable", &[]);
     let mut s = open(
         gw.port,
         "POST",

@@ -3,7 +3,8 @@
 //! processes of this build's `ursula` (`cargo nextest run --workspace` builds it).
 //!
 //! Module map:
-//! - `harness`: the workspace's harness (`ursula-testkit`).
+//! - `harness`: the workspace's harness (`ursula-testkit`), plus calls as one caller, the
+//!   pieces of an access-controlled stack and a gateway refused at startup.
 //! - `redirects`: the redirect rule in process, against scripted upstreams.
 //! - `gateway`: creates, appends, reads and live tails through the gateway to real nodes.
 //! - `gateway_auth`, `gateway_oidc`, `gateway_auth_fuzz`, `gateway_security`: access control

@@ -123,7 +123,10 @@ fn gateway(upstreams: &[String], limit: u64) -> Gateway {
     Gateway::new(GatewayConfig::from_args(&args).expect("config")).expect("gateway")
 }
 
-async fn post(gw: &Gateway, body: &'static [u8]) -> (StatusCode, Option<String>, Option<String>) {
+/// An answer's status, marker and vouch.
+type Answer = (StatusCode, Option<String>, Option<String>);
+
+async fn post(gw: &Gateway, body: &'static [u8]) -> Answer {
     let req = Request::builder()
         .method("POST")
         .uri("/demo/s?x=1")
@@ -149,14 +152,21 @@ async fn dead_base() -> String {
     format!("http://{addr}")
 }
 
-#[tokio::test]
-async fn a_marked_redirect_keeps_the_leaders_marker_with_the_vouch() {
+/// A POST through a gateway in front of `a` and `b`, where `a` redirects to `b` (the redirect
+/// `marked` or not) and `b` refuses with a marked `RaftLogPressure`. Returns `b` and the answer.
+async fn redirected_to_a_refusal(marked: bool) -> (Node, Answer) {
     let (la, lb) = (listener().await, listener().await);
     let b_base = format!("http://{}", lb.local_addr().expect("addr"));
-    let a = start(la, Script::Redirect(b_base, true));
+    let a = start(la, Script::Redirect(b_base, marked));
     let b = start(lb, Script::Refuse("RaftLogPressure"));
     let gw = gateway(&[a.base(), b.base()], 1024);
-    let (status, marker, vouch) = post(&gw, b"x").await;
+    let answer = post(&gw, b"x").await;
+    (b, answer)
+}
+
+#[tokio::test]
+async fn a_marked_redirect_keeps_the_leaders_marker_with_the_vouch() {
+    let (b, (status, marker, vouch)) = redirected_to_a_refusal(true).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(marker.as_deref(), Some("RaftLogPressure"));
     assert_eq!(vouch.as_deref(), Some("1"));
@@ -165,12 +175,7 @@ async fn a_marked_redirect_keeps_the_leaders_marker_with_the_vouch() {
 
 #[tokio::test]
 async fn an_unmarked_redirect_drops_the_final_marker() {
-    let (la, lb) = (listener().await, listener().await);
-    let b_base = format!("http://{}", lb.local_addr().expect("addr"));
-    let a = start(la, Script::Redirect(b_base, false));
-    let b = start(lb, Script::Refuse("RaftLogPressure"));
-    let gw = gateway(&[a.base(), b.base()], 1024);
-    let (status, marker, vouch) = post(&gw, b"x").await;
+    let (_b, (status, marker, vouch)) = redirected_to_a_refusal(false).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(marker, None);
     assert_eq!(vouch.as_deref(), Some("1"));

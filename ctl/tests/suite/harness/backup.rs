@@ -120,11 +120,8 @@ pub fn ctl(args: &[&str], envs: &[(String, String)]) -> (Option<i32>, String, St
         .stdin(Stdio::null())
         .output()
         .expect("run ursulactl");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
 
 /// `ursulactl backup-verify --location loc`, expected to fail: its one stderr line.

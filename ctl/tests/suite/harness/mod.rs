@@ -2,7 +2,6 @@
 //! real binaries, plus what only these tests need: backups written by hand (`backup`) and a
 //! scripted node for answers a real one cannot be made to give (`stub`).
 
-pub use ursula_testkit::bins;
 pub use ursula_testkit::cluster;
 pub use ursula_testkit::ctl;
 pub use ursula_testkit::gateway;

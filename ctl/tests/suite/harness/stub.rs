@@ -24,10 +24,8 @@ pub struct Request {
 
 impl Request {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        let (_, value) = self.headers.iter().find(|(n, _)| n == name)?;
+        Some(value)
     }
 }
 
