@@ -6,7 +6,6 @@
 
 #![allow(dead_code)]
 
-use std::io::Read;
 use std::io::Write;
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -67,24 +66,19 @@ pub enum Key {
 
 impl Key {
     fn encoding(self) -> (Algorithm, EncodingKey) {
-        match self {
-            Key::Ed => (
-                Algorithm::EdDSA,
-                EncodingKey::from_ed_der(&key_file("issuer-ed25519.pk8")),
-            ),
-            Key::Foreign => (
-                Algorithm::EdDSA,
-                EncodingKey::from_ed_der(&key_file("foreign-ed25519.pk8")),
-            ),
-            Key::Ec => (
-                Algorithm::ES256,
-                EncodingKey::from_ec_der(&key_file("issuer-p256.pk8")),
-            ),
-            Key::Rsa => (
-                Algorithm::RS256,
-                EncodingKey::from_rsa_der(&key_file("issuer-rsa.der")),
-            ),
-        }
+        let (algorithm, file) = match self {
+            Key::Ed => (Algorithm::EdDSA, "issuer-ed25519.pk8"),
+            Key::Foreign => (Algorithm::EdDSA, "foreign-ed25519.pk8"),
+            Key::Ec => (Algorithm::ES256, "issuer-p256.pk8"),
+            Key::Rsa => (Algorithm::RS256, "issuer-rsa.der"),
+        };
+        let der = key_file(file);
+        let key = match algorithm {
+            Algorithm::EdDSA => EncodingKey::from_ed_der(&der),
+            Algorithm::ES256 => EncodingKey::from_ec_der(&der),
+            _ => EncodingKey::from_rsa_der(&der),
+        };
+        (algorithm, key)
     }
 }
 
@@ -250,14 +244,9 @@ fn answer(
 ) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match conn.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-    }
+    let Ok(head) = crate::conn::read_head(&mut conn) else {
+        return;
+    };
     let text = String::from_utf8_lossy(&head);
     let path = text.split(' ').nth(1).unwrap_or_default().to_owned();
     let (meta_path, named) = metadata.lock().expect("metadata").clone();

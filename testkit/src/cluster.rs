@@ -21,6 +21,7 @@ pub use crate::ports::free_port;
 pub use crate::scratch::Scratch;
 
 pub use crate::bins::ursula as ursula_bin;
+use crate::process::exit_within;
 
 pub fn agent() -> ureq::Agent {
     crate::http::agent(Duration::from_secs(5))
@@ -115,6 +116,13 @@ impl Proc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Asserts the node's log says `text`, showing the log when it does not.
+    #[track_caller]
+    pub fn assert_log_says(&self, text: &str) {
+        let log = self.log_text();
+        assert!(log.contains(text), "the log lacks {text:?}: {log}");
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(Child::id).expect("running")
     }
@@ -134,17 +142,8 @@ impl Proc {
             .status()
             .expect("run kill");
         assert!(sent.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("no exit within 30 s of SIGTERM: {}", self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        exit_within(&mut child, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("no exit within 30 s of SIGTERM: {}", self.log_text()))
     }
 
     /// `GET path` as JSON, with its status.
@@ -153,6 +152,12 @@ impl Proc {
         let status = r.status().as_u16();
         let text = r.body_mut().read_to_string().expect("body");
         (status, serde_json::from_str(&text).expect("JSON"))
+    }
+
+    /// Starts the stopped node again on its WAL and waits until it answers ready (200).
+    pub fn respawn_ready(&mut self) {
+        self.spawn();
+        self.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
     }
 
     /// Polls `/__ursula/ready` until `want` accepts its status and body; returns the body.
@@ -213,21 +218,12 @@ pub fn refused_start(args: &[String]) -> (Option<i32>, String) {
         .stderr(out)
         .spawn()
         .expect("spawn ursula");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "ursula did not refuse to start: {}",
-                std::fs::read_to_string(&out_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_within(&mut child, Duration::from_secs(20)).unwrap_or_else(|| {
+        panic!(
+            "ursula did not refuse to start: {}",
+            std::fs::read_to_string(&out_path).unwrap_or_default()
+        )
+    });
     let stderr = std::fs::read_to_string(&out_path).unwrap_or_default();
     let _ = std::fs::remove_file(&out_path);
     (status.code(), stderr)
@@ -268,6 +264,30 @@ pub fn start_single_node(dir: &Path, toml: &str, wal: &str) -> Proc {
         single_node_args(dir, port, toml, wal),
         dir.join("node.log"),
     )
+}
+
+/// A scratch directory `name` ([`tempfile_dir`]) with a single durable node started in it
+/// ([`start_single_node`]).
+pub fn single_node(name: &str, toml: &str, wal: &str) -> (Scratch, Proc) {
+    let dir = tempfile_dir(name);
+    let node = start_single_node(&dir, toml, wal);
+    (dir, node)
+}
+
+/// [`single_node`] holding the stream `path` with `count` producer records ([`producer_load`]);
+/// returns the node's base URL as the one-element list the request helpers take.
+pub fn loaded_single_node(
+    name: &str,
+    toml: &str,
+    wal: &str,
+    path: &str,
+    count: u64,
+) -> (Scratch, Proc, Vec<String>) {
+    let (dir, node) = single_node(name, toml, wal);
+    let bases = vec![node.base()];
+    create_when_led(&bases, path);
+    producer_load(&bases, path, 0, count, |_| {});
+    (dir, node, bases)
 }
 
 /// The peer secret of the test clusters, as `[raft]`'s line naming its file under `dir`
@@ -374,6 +394,16 @@ pub fn start_cluster(
     (ports, nodes, bases)
 }
 
+/// A 3-voter cluster ([`start_cluster`]) in the scratch directory `name`, holding the stream
+/// `path` with `count` producer records ([`producer_load`]).
+pub fn loaded_cluster(name: &str, path: &str, count: u64) -> (Scratch, Vec<Proc>, Vec<String>) {
+    let dir = tempfile_dir(name);
+    let (_, nodes, bases) = start_cluster(&dir, 3, 3);
+    create_when_led(&bases, path);
+    producer_load(&bases, path, 0, count, |_| {});
+    (dir, nodes, bases)
+}
+
 pub type Answer = (u16, BTreeMap<String, String>, Vec<u8>);
 
 /// Sends a request to `base`, following 307s to the leader by hand (at most a few hops).
@@ -388,6 +418,13 @@ pub fn send(
     let url = format!("{}{path}", bases[start % bases.len()]);
     let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     send_url(method, &url, &headers, body)
+}
+
+/// Appends `body` to `path` as `application/octet-stream` through `bases[start]`, following
+/// 307s ([`send`]).
+pub fn send_octets(bases: &[String], start: usize, path: &str, body: &[u8]) -> Option<Answer> {
+    let octet = [("content-type", "application/octet-stream".to_owned())];
+    send(bases, start, "POST", path, &octet, body)
 }
 
 /// Sends a request to `url`, following 307s by hand (at most a few hops).
@@ -585,21 +622,33 @@ pub fn assert_third_node_sheds(nodes: &[Proc], leader: u64, bits: u64, reason: &
     assert_eq!(state["bits"], bits, "{state}");
     assert_eq!(state["should_campaign"], false, "{state}");
     assert_eq!(state["should_accept_transfer"], false, "{state}");
-    let (status, body) = admin(
+    let (status, body) = transfer_group_0_to_the_third(nodes, leader);
+    assert_ne!(status, 200, "{body}");
+    assert!(body.contains(reason), "{body}");
+}
+
+/// Waits until every group is led, then asserts node 3 (`nodes[2]`) takes a transfer of group
+/// 0's leadership: it no longer sheds.
+pub fn assert_third_node_takes_a_transfer(nodes: &[Proc]) {
+    let leader = wait_for(30, "every group led", || leaders(nodes))[0];
+    let (status, body) = transfer_group_0_to_the_third(nodes, leader);
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Asks node `leader` (1-based) to transfer group 0's leadership to node 3; `(status, body)`.
+fn transfer_group_0_to_the_third(nodes: &[Proc], leader: u64) -> (u16, String) {
+    admin(
         &nodes[leader as usize - 1],
         "POST",
         "/__ursula/raft/0/leader/transfer/3",
-    );
-    assert_ne!(status, 200, "{body}");
-    assert!(body.contains(reason), "{body}");
+    )
 }
 
 /// Asserts the cluster takes a write to `path` through nodes 1 and 2.
 pub fn assert_writable_through_the_first_two(nodes: &[Proc], path: &str) {
     let bases: Vec<String> = nodes.iter().take(2).map(Proc::base).collect();
     create_when_led(&bases, path);
-    let octet = [("content-type", "application/octet-stream".to_owned())];
-    let answer = send(&bases, 0, "POST", path, &octet, b"still writable");
+    let answer = send_octets(&bases, 0, path, b"still writable");
     assert!(
         answer.as_ref().is_some_and(|a| a.0 == 200 || a.0 == 204),
         "{answer:?}"

@@ -32,6 +32,21 @@ pub fn half_heads(port: u16, path: &str, count: usize) -> Vec<TcpStream> {
         .collect()
 }
 
+/// Reads from `conn` until a whole request or response head (through its blank line) has
+/// come: `Ok` with what was read, or `Err` with the part read when the connection ended or
+/// failed first.
+pub fn read_head(conn: &mut impl Read) -> Result<Vec<u8>, Vec<u8>> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return Err(head),
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Ok(head)
+}
+
 /// Whether the peer closed `s` within `wait`: EOF or a reset, not a read that timed out.
 pub fn closed_by_peer(mut s: &TcpStream, wait: Duration) -> bool {
     s.set_read_timeout(Some(wait)).expect("read timeout");

@@ -79,24 +79,10 @@ impl Proc {
     /// Polls `probe` until its status passes `ready`, failing when the process exits or after
     /// 30 s, with its log.
     fn wait_until(&mut self, name: &str, probe: &str, ready: impl Fn(u16) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let quick = crate::http::agent(Duration::from_millis(500));
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("{name} exited early with {status}: {}", self.log());
-            }
-            if crate::http::request(&quick, "GET", &self.url(probe), &[], b"")
-                .is_ok_and(|(status, _, _)| ready(status))
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} not ready: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (url, path) = (self.url(probe), self.log.clone());
+        let log = || std::fs::read_to_string(&path).unwrap_or_default();
+        let within = Duration::from_secs(30);
+        crate::process::wait_answering(&mut self.child, name, &url, within, ready, log);
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -17,6 +17,19 @@ pub fn agent(timeout: Duration) -> ureq::Agent {
         .into()
 }
 
+/// Reads an SSE body from `reader` up to the end of its first `control` event; returns the
+/// text read. Fails when the stream ends first.
+pub fn sse_through_control(reader: &mut impl std::io::Read) -> String {
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("event: control") || !text.ends_with("\n\n") {
+        let n = reader.read(&mut buf).expect("SSE read");
+        assert!(n > 0, "the SSE stream ended early: {text:?}");
+        text.push_str(std::str::from_utf8(&buf[..n]).expect("SSE is UTF-8"));
+    }
+    text
+}
+
 /// Sends one request; `Err` when no answer came (nothing listens, the connection broke, the
 /// request could not be built).
 pub fn request(

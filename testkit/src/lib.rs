@@ -7,6 +7,7 @@
 //! - `scratch`: one scratch directory per test, kept when the test fails.
 //! - `bins`: the `ursula` and `ursulactl` binaries of the build under test.
 //! - `http`: an agent that reports every status, and one request's status, headers and body.
+//! - `process`: a child's exit within a deadline, and waiting until it answers HTTP.
 //! - `conn`: raw connections that never finish a request head, and whether one was closed.
 //! - `cluster`: `ursula` nodes on the Raft engine: single durable nodes and static clusters,
 //!   killed, stopped and restarted on their WAL; requests that follow 307s.
@@ -22,4 +23,5 @@ pub mod ctl;
 pub mod gateway;
 pub mod http;
 pub mod ports;
+pub mod process;
 pub mod scratch;

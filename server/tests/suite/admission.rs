@@ -6,6 +6,7 @@ use std::io::Write;
 use std::net::TcpStream;
 
 use crate::harness::cluster::*;
+use crate::harness::conn::read_head;
 
 /// Sends `POST path` with a `len`-byte body and closes the connection without reading.
 fn append_and_abort(port: u16, path: &str, len: usize) {
@@ -65,21 +66,24 @@ fn live_waiters(base: &str) -> u64 {
     per_core.iter().sum()
 }
 
-#[test]
-fn clients_that_abort_mid_append_leave_no_budget_behind_and_the_group_keeps_taking_writes() {
-    let dir = tempfile_dir("abort-append");
-    let node = start_single_node(
-        &dir,
-        "[raft]\ngroup_count = 1\nmax_uncommitted_size_per_group = \"4MiB\"",
-        "fsync = \"always\"",
-    );
-    let port = node.port;
+/// A single node (`toml`, `wal`) that has created the stream `path`; with its base URL as the
+/// one-element list the request helpers take.
+fn node_with_stream(name: &str, toml: &str, wal: &str, path: &str) -> (Scratch, Proc, Vec<String>) {
+    let (dir, node) = single_node(name, toml, wal);
     let bases = vec![node.base()];
     assert_eq!(
-        send(&bases, 0, "PUT", "/demo/abort", &[], b"").map(|r| r.0),
+        send(&bases, 0, "PUT", path, &[], b"").map(|r| r.0),
         Some(201)
     );
-    let ctype = [("content-type", "application/octet-stream".to_owned())];
+    (dir, node, bases)
+}
+
+#[test]
+fn clients_that_abort_mid_append_leave_no_budget_behind_and_the_group_keeps_taking_writes() {
+    let toml = "[raft]\ngroup_count = 1\nmax_uncommitted_size_per_group = \"4MiB\"";
+    let wal = "fsync = \"always\"";
+    let (_dir, node, bases) = node_with_stream("abort-append", toml, wal, "/demo/abort");
+    let port = node.port;
     // Several rounds of 40 clients each sending 1 MiB and leaving: with the group's budget at
     // 4 MiB, a leak of a few writes per round would lock the group's writes for good.
     for round in 0..4 {
@@ -94,15 +98,8 @@ fn clients_that_abort_mid_append_leave_no_budget_behind_and_the_group_keeps_taki
             (a == (0, 0)).then_some(a)
         });
         assert_eq!((inflight, uncommitted), (0, 0), "round {round}");
-        let r = send(
-            &bases,
-            0,
-            "POST",
-            "/demo/abort",
-            &ctype,
-            &vec![b'b'; 1 << 20],
-        )
-        .expect("append after the aborted round");
+        let r = send_octets(&bases, 0, "/demo/abort", &vec![b'b'; 1 << 20])
+            .expect("append after the aborted round");
         assert_eq!(
             r.0,
             204,
@@ -285,17 +282,10 @@ fn raw_exchange(port: u16, head: String, body: Vec<u8>) -> (u16, Option<String>)
 
 /// The status and `x-ursula-not-applied` of the answer read from `s`.
 fn read_answer(mut s: TcpStream) -> (u16, Option<String>) {
-    use std::io::Read;
     s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .expect("timeout");
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => answer.extend_from_slice(&buf[..n]),
-        }
-    }
+    // A head cut short still shows in the failure below.
+    let answer = read_head(&mut s).unwrap_or_else(|partial| partial);
     let text = String::from_utf8_lossy(&answer).into_owned();
     let status = text
         .split_whitespace()
@@ -311,15 +301,9 @@ fn read_answer(mut s: TcpStream) -> (u16, Option<String>) {
 
 #[test]
 fn chunked_bodies_and_snapshot_bodies_count_against_the_in_flight_budget_as_they_arrive() {
-    let dir = tempfile_dir("chunked-admission");
     let toml = "[server]\nhttp_inflight_body_size = \"1MiB\"\n[raft]\ngroup_count = 1";
-    let node = start_single_node(&dir, toml, "");
+    let (_dir, node, bases) = node_with_stream("chunked-admission", toml, "", "/demo/c");
     let port = node.port;
-    let bases = vec![node.base()];
-    assert_eq!(
-        send(&bases, 0, "PUT", "/demo/c", &[], b"").map(|r| r.0),
-        Some(201)
-    );
     // A chunked append that has sent 800 KiB and stalls holds those bytes.
     let holder = chunked_start(port, "POST", "/demo/c", 800 << 10);
     wait_for(20, "the stalled chunked body's bytes held", || {

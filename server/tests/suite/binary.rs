@@ -9,7 +9,6 @@ use std::process::Child;
 use std::process::Command;
 use std::process::Stdio;
 use std::time::Duration;
-use std::time::Instant;
 
 use base64::Engine as _;
 
@@ -30,7 +29,10 @@ struct Node {
     scratch: Scratch,
 }
 
+use crate::harness::http::sse_through_control;
 use crate::harness::ports::free_port;
+use crate::harness::process::exit_within;
+use crate::harness::process::wait_answering;
 use crate::harness::scratch::Scratch;
 
 fn ursula(scratch: &Scratch, args: &[&str]) -> Command {
@@ -53,6 +55,13 @@ impl Node {
     fn create(&self, path: &str) {
         let r = agent().put(&self.url(path)).send_empty().expect("PUT");
         assert_eq!(r.status(), 201, "PUT {path}");
+    }
+
+    /// A node ([`Node::start`]) holding the empty stream `/demo/s`.
+    fn with_stream(name: &str) -> Node {
+        let node = Node::start(name);
+        node.create("/demo/s");
+        node
     }
 
     fn start(name: &str) -> Node {
@@ -85,28 +94,15 @@ impl Node {
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + BOOT;
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_millis(500)))
-            .build()
-            .into();
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("ursula exited early with {status}: {}", self.log());
-            }
-            if let Ok(r) = agent.get(&self.url("/__ursula/ready")).call()
-                && r.status() == 200
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ursula was not ready in {BOOT:?}: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        let url = self.url("/__ursula/ready");
+        let path = self.scratch.path().join("stderr.log");
+        let log = || std::fs::read_to_string(&path).unwrap_or_default();
+        wait_answering(&mut self.child, "ursula", &url, BOOT, |s| s == 200, log);
+    }
+
+    /// `GET path`, whatever its status; `what` names the request when none came.
+    fn get(&self, path: &str, what: &str) -> ureq::http::Response<ureq::Body> {
+        agent().get(&self.url(path)).call().expect(what)
     }
 
     fn log(&self) -> String {
@@ -203,10 +199,7 @@ fn the_readme_quick_start_works_against_the_binary() {
             .expect("POST");
         assert_eq!(r.status(), 204);
     }
-    let mut r = a
-        .get(&node.url("/demo/hello?offset=-1"))
-        .call()
-        .expect("GET");
+    let mut r = node.get("/demo/hello?offset=-1", "GET");
     assert_eq!(r.status(), 200);
     assert_eq!(
         header(&r, "stream-next-offset").as_deref(),
@@ -219,10 +212,7 @@ fn the_readme_quick_start_works_against_the_binary() {
     );
 
     // SSE: base64 data for an octet-stream, then a control event; the connection stays open.
-    let r = a
-        .get(&node.url("/demo/hello?offset=-1&live=sse"))
-        .call()
-        .expect("SSE");
+    let r = node.get("/demo/hello?offset=-1&live=sse", "SSE");
     assert_eq!(r.status(), 200);
     assert_eq!(
         header(&r, "content-type").as_deref(),
@@ -233,13 +223,7 @@ fn the_readme_quick_start_works_against_the_binary() {
         Some("base64")
     );
     let mut reader = r.into_body().into_reader();
-    let mut text = String::new();
-    let mut buf = [0u8; 4096];
-    while !text.contains("event: control") || !text.ends_with("\n\n") {
-        let n = reader.read(&mut buf).expect("SSE read");
-        assert!(n > 0, "the SSE stream ended early: {text:?}");
-        text.push_str(std::str::from_utf8(&buf[..n]).expect("SSE is UTF-8"));
-    }
+    let text = sse_through_control(&mut reader);
     let data: String = text
         .lines()
         .skip_while(|l| *l != "event: data")
@@ -257,10 +241,7 @@ fn the_readme_quick_start_works_against_the_binary() {
     );
     drop(reader);
 
-    let mut r = a
-        .get(&node.url("/__ursula/metrics"))
-        .call()
-        .expect("metrics");
+    let mut r = node.get("/__ursula/metrics", "metrics");
     assert_eq!(r.status(), 200);
     let m: serde_json::Value =
         serde_json::from_str(&r.body_mut().read_to_string().expect("body")).expect("JSON");
@@ -270,9 +251,8 @@ fn the_readme_quick_start_works_against_the_binary() {
 
 #[test]
 fn the_binary_frames_bodies_on_the_wire() {
-    let node = Node::start("wire");
+    let node = Node::with_stream("wire");
     let a = agent();
-    node.create("/demo/s");
     // A chunked append.
     let (status, _) = node.raw(
         b"POST /demo/s HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n\
@@ -299,7 +279,7 @@ fn the_binary_frames_bodies_on_the_wire() {
         assert!(status.is_none_or(|s| (400..500).contains(&s)), "{:?} answered {text}", String::from_utf8_lossy(bad));
     }
     // Only the chunked append was stored.
-    let mut r = a.get(&node.url("/demo/s?offset=-1")).call().expect("GET");
+    let mut r = node.get("/demo/s?offset=-1", "GET");
     assert_eq!(r.body_mut().read_to_string().expect("body"), "abcde");
 
     // A snapshot read carries Content-Length; HEAD carries no body.
@@ -309,29 +289,24 @@ fn the_binary_frames_bodies_on_the_wire() {
         .send("state")
         .expect("publish");
     assert_eq!(r.status(), 204);
-    let mut r = a
-        .get(&node.url("/demo/s/snapshot/00000000000000000005"))
-        .call()
-        .expect("snapshot");
+    let mut r = node.get("/demo/s/snapshot/00000000000000000005", "snapshot");
     assert_eq!(header(&r, "content-length").as_deref(), Some("5"));
     assert_eq!(r.body_mut().read_to_string().expect("body"), "state");
     let (status, text) = node.raw(b"HEAD /demo/s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert_eq!(status, 200);
     assert!(text.ends_with("\r\n\r\n"), "HEAD sent a body: {text:?}");
     // A long-poll times out over the wire with 204.
-    let r = a
-        .get(&node.url("/demo/s?offset=00000000000000000005&live=long-poll&timeout_ms=50"))
-        .call()
-        .expect("long-poll");
+    let r = node.get(
+        "/demo/s?offset=00000000000000000005&live=long-poll&timeout_ms=50",
+        "long-poll",
+    );
     assert_eq!(r.status(), 204);
     assert!(header(&r, "stream-cursor").is_some());
 }
 
 #[test]
 fn a_declared_oversized_append_is_refused_before_its_body_is_sent() {
-    let node = Node::start("oversized");
-    let a = agent();
-    node.create("/demo/s");
+    let node = Node::with_stream("oversized");
     // The client never sends the body: the 413 must come from the headers alone.
     let (status, text) = node.raw(
         b"POST /demo/s HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n\
@@ -345,7 +320,7 @@ fn a_declared_oversized_append_is_refused_before_its_body_is_sent() {
     );
     assert_eq!(
         header(
-            &a.head(&node.url("/demo/s")).call().expect("HEAD"),
+            &agent().head(&node.url("/demo/s")).call().expect("HEAD"),
             "stream-next-offset"
         )
         .as_deref(),
@@ -477,21 +452,9 @@ fn a_node_past_its_memory_abort_cap_aborts_and_says_why() {
     .stderr(std::fs::File::create(&log).expect("log"))
     .spawn()
     .expect("spawn ursula");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!(
-                "no abort within 20 s: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_within(&mut child, Duration::from_secs(20));
     let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let status = status.unwrap_or_else(|| panic!("no abort within 20 s: {text}"));
     assert_eq!(status.signal(), Some(6), "{status:?}: {text}");
     assert!(
         text.contains("resident memory is past runtime.node_memory_abort_cap_size"),
@@ -582,20 +545,11 @@ fn the_node_stops_cleanly_on_sigterm() {
         .status()
         .expect("run kill");
     assert!(killed.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = node.child.try_wait().expect("try_wait") {
-            assert!(
-                status.success(),
-                "ursula exited with {status} on SIGTERM: {}",
-                node.log()
-            );
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "ursula did not stop within 10 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = exit_within(&mut node.child, Duration::from_secs(10))
+        .expect("ursula stops within 10 s of SIGTERM");
+    assert!(
+        status.success(),
+        "ursula exited with {status} on SIGTERM: {}",
+        node.log()
+    );
 }

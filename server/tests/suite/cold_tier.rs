@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use crate::harness::cluster::*;
+use crate::harness::http::sse_through_control;
 use ursula_cold::testing::ACCESS_KEY_ID;
 use ursula_cold::testing::BUCKET;
 use ursula_cold::testing::SECRET_ACCESS_KEY;
@@ -430,7 +431,6 @@ async fn a_large_snapshot_body_lives_in_the_cold_tier_and_reads_back_whole() {
 
 #[tokio::test]
 async fn long_polls_and_sse_that_start_in_the_cold_part_deliver_it_then_follow_the_tail() {
-    use std::io::Read;
     let weed = SeaweedFs::start().await;
     let dir = tempfile_dir("cold-live");
     let node = start_node(&dir, &cold_toml(&weed, "live", ""), vec![]);
@@ -462,14 +462,7 @@ async fn long_polls_and_sse_that_start_in_the_cold_part_deliver_it_then_follow_t
         .call()
         .expect("SSE");
     assert_eq!(resp.status().as_u16(), 200);
-    let mut reader = resp.into_body().into_reader();
-    let mut events = String::new();
-    let mut buf = [0u8; 4096];
-    while !events.contains("event: control") || !events.ends_with("\n\n") {
-        let n = reader.read(&mut buf).expect("SSE read");
-        assert!(n > 0, "the SSE stream ended early: {events:?}");
-        events.push_str(std::str::from_utf8(&buf[..n]).expect("SSE is UTF-8"));
-    }
+    let events = sse_through_control(&mut resp.into_body().into_reader());
     let data: String = events
         .lines()
         .filter_map(|l| l.strip_prefix("data:"))

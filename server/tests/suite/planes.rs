@@ -12,6 +12,12 @@ fn status(method: &str, url: &str, headers: &[(&str, &str)]) -> (u16, String) {
     (s, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// What a peer RPC to node `i + 1` (`i` 0-based) claims: another voter as its sender and that
+/// node as its addressee, `(from, to)` as node ids.
+fn claimed_peers(i: usize) -> (&'static str, String) {
+    (if i == 0 { "2" } else { "1" }, (i + 1).to_string())
+}
+
 fn incarnation(base: &str) -> String {
     metrics(base)["process_incarnation"]
         .as_str()
@@ -21,8 +27,7 @@ fn incarnation(base: &str) -> String {
 
 #[test]
 fn admin_mutations_are_served_on_the_admin_plane_only_and_metrics_and_ready_on_both() {
-    let dir = tempfile_dir("planes-admin");
-    let node = start_single_node(&dir, "[raft]\ngroup_count = 2", "");
+    let (_dir, node) = single_node("planes-admin", "[raft]\ngroup_count = 2", "");
     let inc = incarnation(&node.base());
     let with = [("x-ursula-process-incarnation", inc.as_str())];
     let accept = "/__ursula/raft/0/recovery/accept-unsynced-loss";
@@ -119,9 +124,8 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
     // Writes go through: the groups elected leaders over the cluster listeners, and a
     // follower's redirect names the leader's peer URL, which serves the client plane too.
     create_when_led(&bases, "/demo/c");
-    let ctype = [("content-type", "application/octet-stream".to_owned())];
     for i in 0..6 {
-        let r = send(&bases, i, "POST", "/demo/c", &ctype, b"x").expect("append");
+        let r = send_octets(&bases, i, "/demo/c", b"x").expect("append");
         assert_eq!(r.0, 204, "{}", String::from_utf8_lossy(&r.2));
     }
     assert_eq!(read_all(&bases, "/demo/c"), "xxxxxx");
@@ -129,9 +133,11 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
         let probe = "/__ursula/raft-rpc/0/probe";
         assert_eq!(status("POST", &n.url(probe), &[]).0, 404, "client plane");
         let on_cluster = format!("http://127.0.0.1:{}{probe}", cluster[i]);
-        let me = (i + 1).to_string();
-        let peer = if i == 0 { "2" } else { "1" };
-        let from_peer = [("x-ursula-raft-from", peer), ("x-ursula-raft-to", &me)];
+        let (from, to) = claimed_peers(i);
+        let from_peer = [
+            ("x-ursula-raft-from", from),
+            ("x-ursula-raft-to", to.as_str()),
+        ];
         assert_eq!(
             status("POST", &on_cluster, &from_peer).0,
             200,
@@ -141,16 +147,18 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
     }
 }
 
+/// A ready single node whose request heads time out after 2 s, with `server` in its `[server]`.
+fn node_with_a_head_timeout(name: &str, server: &str) -> (Scratch, Proc) {
+    let toml = format!("[server]\nrequest_head_timeout = \"2s\"\n{server}[raft]\ngroup_count = 2");
+    let (dir, node) = single_node(name, &toml, "");
+    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
+    (dir, node)
+}
+
 #[test]
 fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on() {
-    let dir = tempfile_dir("planes-half-heads");
-    let node = start_single_node(
-        &dir,
-        "[server]\nrequest_head_timeout = \"2s\"\n[raft]\ngroup_count = 2",
-        "",
-    );
+    let (_dir, node) = node_with_a_head_timeout("planes-half-heads", "");
     let port = node.port;
-    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
     // Thousands where the machine allows it; the server holds as many descriptors again.
     let count = open_files_limit().saturating_sub(300).clamp(100, 3_000);
     let slow = half_heads(port, "/demo/slow", count);
@@ -185,14 +193,8 @@ fn connections_that_never_finish_a_request_head_are_closed_while_requests_go_on(
 
 #[test]
 fn at_the_connection_cap_a_new_connection_waits_for_a_slot_and_is_then_served() {
-    let dir = tempfile_dir("planes-cap");
-    let node = start_single_node(
-        &dir,
-        "[server]\nrequest_head_timeout = \"2s\"\nmax_connections = 4\n[raft]\ngroup_count = 2",
-        "",
-    );
+    let (_dir, node) = node_with_a_head_timeout("planes-cap", "max_connections = 4\n");
     let port = node.port;
-    node.wait_ready_until(Duration::from_secs(30), |code, _| code == 200);
     // Every core's loop may hold one accepted slot's worth: fill the cap with half heads.
     let slow = half_heads(port, "/demo/slow", 4);
     // The cap is per listener: the admin plane still answers.
@@ -214,8 +216,7 @@ const PURGE_VICTIM: &[u8] = b"\x81\xa5Purge\x92\xa6victim\xc2";
 /// Creates `/victim/s1` holding `x` and returns its path.
 fn victim_stream(bases: &[String]) -> &'static str {
     create_when_led(bases, "/victim/s1");
-    let ctype = [("content-type", "application/octet-stream".to_owned())];
-    let r = send(bases, 0, "POST", "/victim/s1", &ctype, b"x").expect("append");
+    let r = send_octets(bases, 0, "/victim/s1", b"x").expect("append");
     assert_eq!(r.0, 204, "{}", String::from_utf8_lossy(&r.2));
     "/victim/s1"
 }
@@ -234,14 +235,8 @@ fn forged_purges(base: &str, groups: u32, headers: &[(&str, &str)]) -> Vec<u16> 
 
 #[test]
 fn a_stranger_on_a_single_nodes_client_port_cannot_purge_a_bucket_through_the_propose_rpc() {
-    let dir = tempfile_dir("planes-propose-single");
-    let port = free_port();
     // The Docker image's shape: one Raft node, its peer routes on the client listener.
-    let node = Proc::start(
-        port,
-        single_node_args(&dir, port, "[raft]\ngroup_count = 4", ""),
-        dir.join("node.log"),
-    );
+    let (_dir, node) = single_node("planes-propose-single", "[raft]\ngroup_count = 4", "");
     let bases = [node.base()];
     let path = victim_stream(&bases);
     // Bare, and claiming to be a peer: a single node has none, so it takes no RPC at all.
@@ -279,11 +274,10 @@ fn a_cluster_without_a_peer_secret_takes_no_operator_command_over_its_peer_route
     // A stranger who names a real sender and addressee still cannot have a leader propose an
     // operator command: without a secret, nothing proves the sender is a peer.
     for (i, n) in nodes.iter().enumerate() {
-        let me = (i + 1).to_string();
-        let peer = if i == 0 { "2" } else { "1" };
+        let (from, to) = claimed_peers(i);
         let headers = [
-            ("x-ursula-raft-from", peer),
-            ("x-ursula-raft-to", me.as_str()),
+            ("x-ursula-raft-from", from),
+            ("x-ursula-raft-to", to.as_str()),
         ];
         let statuses = forged_purges(&n.base(), 4, &headers);
         assert!(statuses.iter().all(|s| *s == 403), "{statuses:?}");
@@ -310,11 +304,10 @@ fn a_cluster_with_a_peer_secret_refuses_every_peer_rpc_without_it_and_forwards_p
     let path = victim_stream(&bases);
     let wrong = PEER_SECRET.replace('0', "1");
     for (i, n) in nodes.iter().enumerate() {
-        let me = (i + 1).to_string();
-        let peer = if i == 0 { "2" } else { "1" };
+        let (from, to) = claimed_peers(i);
         let claims = [
-            ("x-ursula-raft-from", peer),
-            ("x-ursula-raft-to", me.as_str()),
+            ("x-ursula-raft-from", from),
+            ("x-ursula-raft-to", to.as_str()),
         ];
         for secret in [None, Some(wrong.as_str())] {
             let mut headers = claims.to_vec();

@@ -202,12 +202,8 @@ fn a_three_voter_cluster_keeps_acknowledged_appends_exactly_once_through_leader_
 
 #[test]
 fn a_wal_filesystem_below_its_minimum_refuses_writes_marked_and_the_node_is_unready() {
-    let dir = tempfile_dir("pressure");
-    let node = start_single_node(
-        &dir,
-        "[raft]\ngroup_count = 2",
-        "min_available_size = \"1000000GiB\"\nresume_available_size = \"2000000GiB\"",
-    );
+    let wal = "min_available_size = \"1000000GiB\"\nresume_available_size = \"2000000GiB\"";
+    let (_dir, node) = single_node("pressure", "[raft]\ngroup_count = 2", wal);
     let resp = agent()
         .put(&node.url("/demo/full"))
         .send_empty()
@@ -236,12 +232,8 @@ fn a_wal_filesystem_below_its_minimum_refuses_writes_marked_and_the_node_is_unre
 
 #[test]
 fn a_raft_log_past_twice_its_budget_refuses_bodies_but_not_closes() {
-    let dir = tempfile_dir("logpressure");
-    let node = start_single_node(
-        &dir,
-        "[raft]\ngroup_count = 1\nsnapshot_log_budget = \"1KiB\"",
-        "",
-    );
+    let toml = "[raft]\ngroup_count = 1\nsnapshot_log_budget = \"1KiB\"";
+    let (_dir, node) = single_node("logpressure", toml, "");
     let bases = vec![node.url("")];
     assert_eq!(
         send(&bases, 0, "PUT", "/demo/log", &[], b"").map(|r| r.0),
@@ -250,15 +242,7 @@ fn a_raft_log_past_twice_its_budget_refuses_bodies_but_not_closes() {
     let body = vec![b'x'; 600];
     let mut refused = None;
     for _ in 0..20 {
-        let r = send(
-            &bases,
-            0,
-            "POST",
-            "/demo/log",
-            &[("content-type", "application/octet-stream".to_owned())],
-            &body,
-        )
-        .expect("post");
+        let r = send_octets(&bases, 0, "/demo/log", &body).expect("post");
         if r.0 == 503 {
             refused = Some(r);
             break;
@@ -463,19 +447,14 @@ fn a_follower_serves_its_replicated_tail_without_up_to_date_and_judges_cursors_p
     let dir = tempfile_dir("follower-reads");
     let (_, nodes, bases) = start_cluster(&dir, 3, 3);
     create_when_led(&bases, "/demo/tail");
-    let octet = [("content-type", "application/octet-stream".to_owned())];
-    for i in 0..5 {
-        let (status, _, _) = send(
-            &bases,
-            0,
-            "POST",
-            "/demo/tail",
-            &octet,
-            format!("m{i}|").as_bytes(),
-        )
-        .expect("append");
-        assert_eq!(status, 204);
-    }
+    // Appends `m{i}|` for each `i` of `records` through `bases`.
+    let append = |bases: &[String], records: std::ops::Range<u32>| {
+        for i in records {
+            let answer = send_octets(bases, 0, "/demo/tail", format!("m{i}|").as_bytes());
+            assert_eq!(answer.map(|a| a.0), Some(204), "append m{i}");
+        }
+    };
+    append(&bases, 0..5);
     let follower = bases
         .iter()
         .find(|b| agent_raw(b, "/demo/tail").0 == 307)
@@ -556,18 +535,8 @@ fn a_follower_serves_its_replicated_tail_without_up_to_date_and_judges_cursors_p
     };
     signal("-STOP");
     let others: Vec<String> = bases.iter().filter(|b| **b != follower).cloned().collect();
-    for i in 5..8 {
-        let (status, _, _) = send(
-            &others,
-            0,
-            "POST",
-            "/demo/tail",
-            &octet,
-            format!("m{i}|").as_bytes(),
-        )
-        .expect("append while the follower is stopped");
-        assert_eq!(status, 204);
-    }
+    // Appended while the follower is stopped.
+    append(&others, 5..8);
     signal("-CONT");
     let inside = format!("{:020}", tail.parse::<u64>().expect("offset") + 3);
     // A barrier the resumed follower cannot finish (its own election timer may have fired

@@ -56,6 +56,11 @@ impl Cluster {
         &self.nodes[id as usize - 1]
     }
 
+    /// An admin-plane POST to node `id` (1-based) with its incarnation; `(status, body)`.
+    fn post(&self, id: u64, path: &str) -> (u16, String) {
+        admin(self.node(id), "POST", path)
+    }
+
     fn leader_of(&self, group: usize) -> u64 {
         self.wait_led()[group]
     }
@@ -101,11 +106,8 @@ fn a_leader_transfer_moves_the_group_to_the_named_voter_and_refuses_what_it_must
         .find(|n| *n != leader && *n != target)
         .expect("third");
 
-    let (status, body) = admin(
-        c.node(leader),
-        "POST",
-        &format!("/__ursula/raft/0/leader/transfer/{target}"),
-    );
+    let transfer_to = |to: u64| format!("/__ursula/raft/0/leader/transfer/{to}");
+    let (status, body) = c.post(leader, &transfer_to(target));
     assert_eq!(status, 200, "{body}");
     let t = json(&body);
     assert_eq!(
@@ -117,58 +119,31 @@ fn a_leader_transfer_moves_the_group_to_the_named_voter_and_refuses_what_it_must
     assert_eq!(seen[0], target, "every node sees the new leader");
 
     // The old leader no longer leads: 409. A node outside the voters: 400. No group: 404.
-    let (status, body) = admin(
-        c.node(leader),
-        "POST",
-        &format!("/__ursula/raft/0/leader/transfer/{follower}"),
-    );
+    let (status, body) = c.post(leader, &transfer_to(follower));
     assert_eq!(status, 409, "{body}");
     assert!(
         body.contains(&format!("node {target}")),
         "names the leader: {body}"
     );
-    let (status, body) = admin(c.node(target), "POST", "/__ursula/raft/0/leader/transfer/9");
-    assert_eq!(status, 400, "{body}");
-    let (status, body) = admin(
-        c.node(target),
-        "POST",
-        &format!("/__ursula/raft/0/leader/transfer/{target}"),
-    );
-    assert_eq!(status, 400, "{body}");
-    let (status, _) = admin(
-        c.node(target),
-        "POST",
-        "/__ursula/raft/99/leader/transfer/1",
-    );
-    assert_eq!(status, 404);
+    let refusals = [
+        (transfer_to(9), 400),
+        (transfer_to(target), 400),
+        ("/__ursula/raft/99/leader/transfer/1".to_owned(), 404),
+    ];
+    for (path, want) in refusals {
+        let (status, body) = c.post(target, &path);
+        assert_eq!(status, want, "{path}: {body}");
+    }
     // Bound to the process: no incarnation 428, another one 412, and nothing moved.
-    let (status, _) = admin_with(
-        c.node(target),
-        "POST",
-        &format!("/__ursula/raft/0/leader/transfer/{leader}"),
-        None,
-    );
-    assert_eq!(status, 428);
-    let (status, _) = admin_with(
-        c.node(target),
-        "POST",
-        &format!("/__ursula/raft/0/leader/transfer/{leader}"),
-        Some("00000000deadbeef"),
-    );
-    assert_eq!(status, 412);
+    for (incarnation, want) in [(None, 428), (Some("00000000deadbeef"), 412)] {
+        let (status, body) = admin_with(c.node(target), "POST", &transfer_to(leader), incarnation);
+        assert_eq!(status, want, "incarnation {incarnation:?}: {body}");
+    }
     assert_eq!(c.leader_of(0), target);
 
     // Writes go on through the new leader.
     create_when_led(&c.bases(), "/demo/after");
-    let (status, _, _) = send(
-        &c.bases(),
-        0,
-        "POST",
-        "/demo/after",
-        &[("content-type", "application/octet-stream".into())],
-        b"x",
-    )
-    .expect("append");
+    let (status, _, _) = send_octets(&c.bases(), 0, "/demo/after", b"x").expect("append");
     assert!(status == 200 || status == 204, "{status}");
 }
 
@@ -278,15 +253,7 @@ fn the_quorum_proof_snapshot_and_purge_answer_on_the_leader() {
     let bases = c.bases();
     create_when_led(&bases, "/demo/ops");
     for i in 0..20 {
-        let (status, _, _) = send(
-            &bases,
-            i,
-            "POST",
-            "/demo/ops",
-            &[("content-type", "application/octet-stream".into())],
-            b"y",
-        )
-        .expect("append");
+        let (status, _, _) = send_octets(&bases, i, "/demo/ops", b"y").expect("append");
         assert!(status == 200 || status == 204, "{status}");
     }
     let leader = c.leader_of(0);
@@ -324,28 +291,17 @@ fn a_voter_dropped_by_the_membership_route_is_restored_by_its_leader() {
         .filter(|n| *n != dropped)
         .map(|n| n.to_string())
         .collect();
-    let (status, body) = admin(
-        c.node(dropped),
-        "POST",
-        &format!("/__ursula/raft/0/membership?voters={}", keep.join(",")),
-    );
+    let voters = format!("/__ursula/raft/0/membership?voters={}", keep.join(","));
+    let (status, body) = c.post(dropped, &voters);
     assert_eq!(status, 409, "{body}");
     assert_eq!(
         json(&body)["leader"].as_u64(),
         Some(leader),
         "names the leader"
     );
-    let (status, _) = admin(
-        c.node(leader),
-        "POST",
-        "/__ursula/raft/0/membership?voters=",
-    );
+    let (status, _) = c.post(leader, "/__ursula/raft/0/membership?voters=");
     assert_eq!(status, 400);
-    let (status, body) = admin(
-        c.node(leader),
-        "POST",
-        &format!("/__ursula/raft/0/membership?voters={}", keep.join(",")),
-    );
+    let (status, body) = c.post(leader, &voters);
     assert_eq!(status, 200, "{body}");
     let changed = json(&body);
     assert!(
@@ -423,13 +379,10 @@ fn a_wiped_voter_is_removed_re_added_as_a_learner_and_promoted_by_its_leaders() 
 
 #[test]
 fn a_second_signal_exits_at_once_without_recording_a_clean_run() {
-    let dir = tempfile_dir("second-signal");
-    let port = free_port();
     // The shutdown stalls far past the test: only the second signal can end it early.
     let toml = "[raft]\ngroup_count = 2\n[server]\nshutdown_deadline = \"60s\"\n\
                 [testing]\nshutdown_stall = \"60s\"";
-    let args = single_node_args(&dir, port, toml, "");
-    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let (_dir, mut node) = single_node("second-signal", toml, "");
     let mut child = node.child.take().expect("running");
     let kill = |pid: u32| {
         let sent = std::process::Command::new("kill")

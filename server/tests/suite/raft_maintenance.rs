@@ -85,20 +85,13 @@ fn sse_status(url: &str) -> (u16, String) {
 
 #[test]
 fn the_troubleshooting_selectors_read_values_and_the_wal_family_tells_a_crash_restart() {
-    let dir = tempfile_dir("selectors");
-    let mut node = start_single_node(
-        &dir,
-        "[raft]\ngroup_count = 2",
-        "fsync = \"never\"\nsegment_size = \"64KiB\"",
-    );
-    let bases = vec![node.url("")];
-    create_when_led(&bases, "/demo/health");
-    producer_load(&bases, "/demo/health", 0, 200, |_| {});
+    let toml = "[raft]\ngroup_count = 2";
+    let wal = "fsync = \"never\"\nsegment_size = \"64KiB\"";
+    let (_dir, mut node, bases) = loaded_single_node("selectors", toml, wal, "/demo/health", 200);
     // Bodies large enough to fill several 64 KiB segments.
     let big = vec![b'x'; 24 << 10];
-    let octets = [("content-type", "application/octet-stream".to_owned())];
     for _ in 0..8 {
-        let r = send(&bases, 0, "POST", "/demo/health", &octets, &big);
+        let r = send_octets(&bases, 0, "/demo/health", &big);
         assert!(matches!(r, Some((200 | 204, _, _))), "{r:?}");
     }
     let m = metrics(&bases[0]);
@@ -115,8 +108,7 @@ fn the_troubleshooting_selectors_read_values_and_the_wal_family_tells_a_crash_re
 
     // A process crash: the run state says the run did not end, on this boot.
     node.kill9();
-    node.spawn();
-    node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
+    node.respawn_ready();
     let opened = "/demo/health?offset=-1&live=sse";
     let (status, events) = sse_status(&node.url(opened));
     assert_eq!(status, 200);
@@ -198,10 +190,7 @@ fn every_group_has(m: &Value, issue: &str) -> bool {
 #[test]
 fn a_wiped_voter_reports_recovery_gate_closed_while_gated_and_its_survivors_stay_ready() {
     let path = "/demo/wipe";
-    let dir = tempfile_dir("maint-wipe");
-    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
-    create_when_led(&bases, path);
-    producer_load(&bases, path, 0, 20, |_| {});
+    let (dir, mut nodes, bases) = loaded_cluster("maint-wipe", path, 20);
     for n in &nodes {
         n.wait_ready_until(Duration::from_secs(30), |s, _| s == 200);
     }
@@ -275,13 +264,9 @@ fn a_wiped_voter_reports_recovery_gate_closed_while_gated_and_its_survivors_stay
 
 #[test]
 fn a_healthy_voter_whose_groups_lack_a_configured_voter_reports_it_and_stays_ready() {
-    let dir = tempfile_dir("maint-incomplete");
-    let port = free_port();
-    let alone = single_node_args(&dir, port, "[raft]\ngroup_count = 2", "");
-    let mut node = Proc::start(port, alone, dir.join("node.log"));
-    let bases = vec![node.url("")];
-    create_when_led(&bases, "/demo/alone");
-    producer_load(&bases, "/demo/alone", 0, 5, |_| {});
+    let toml = "[raft]\ngroup_count = 2";
+    let (dir, mut node, bases) = loaded_single_node("maint-incomplete", toml, "", "/demo/alone", 5);
+    let port = node.port;
     assert!(node.sigterm().success());
 
     // The same WAL, now configured with a second voter that no group has: lost redundancy,

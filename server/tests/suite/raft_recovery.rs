@@ -115,8 +115,7 @@ fn a_wal_refuses_another_topology_naming_both_counts_and_a_missing_or_corrupt_re
     assert!(stderr.contains("topology.bin is missing"), "{stderr}");
 
     std::fs::write(&topology, &stored).expect("restore");
-    node.spawn();
-    node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
+    node.respawn_ready();
     drop(node);
 }
 
@@ -145,59 +144,48 @@ fn a_wal_of_another_format_epoch_or_with_data_but_no_marker_refuses_to_start() {
     assert!(!marker.exists(), "a refused start writes no marker");
 
     std::fs::write(&marker, "3\n").expect("restore");
-    node.spawn();
-    node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
+    node.respawn_ready();
     drop(node);
 }
 
 #[test]
 fn sigterm_records_a_clean_run_state_and_neither_it_nor_a_process_crash_gates_the_restart() {
-    let dir = tempfile_dir("runstate");
-    let mut node = start_single_node(&dir, "[raft]\ngroup_count = 2", "fsync = \"never\"");
+    let toml = "[raft]\ngroup_count = 2";
+    let (dir, mut node, bases) =
+        loaded_single_node("runstate", toml, "fsync = \"never\"", "/demo/clean", 5);
     let wal = dir.join("wal");
-    let bases = vec![node.url("")];
-    create_when_led(&bases, "/demo/clean");
-    producer_load(&bases, "/demo/clean", 0, 5, |_| {});
     assert_eq!(run_state(&wal), 1, "running");
+    // Restarted, the node gates no group and serves all five records.
+    let restart_ungated = |node: &mut Proc| {
+        node.respawn_ready();
+        assert_eq!(
+            node.json("/__ursula/metrics").1["recovery_gates"]["gated"],
+            json!({})
+        );
+        assert_eq!(read_all(&bases, "/demo/clean"), expected(5));
+    };
 
     assert!(node.sigterm().success());
     assert_eq!(run_state(&wal), 2, "a graceful shutdown records clean");
-    node.spawn();
-    node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
-    assert_eq!(
-        node.json("/__ursula/metrics").1["recovery_gates"]["gated"],
-        json!({})
-    );
-    assert_eq!(read_all(&bases, "/demo/clean"), expected(5));
+    restart_ungated(&mut node);
 
     // Under `never` a process crash loses nothing: the page cache outlived the process.
     node.kill9();
     assert_eq!(run_state(&wal), 1, "a killed process records nothing");
-    node.spawn();
-    node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
-    assert_eq!(
-        node.json("/__ursula/metrics").1["recovery_gates"]["gated"],
-        json!({})
-    );
-    assert_eq!(read_all(&bases, "/demo/clean"), expected(5));
+    restart_ungated(&mut node);
     assert!(!node.log_text().contains("recovery gate closed"));
     drop(node);
 }
 
 #[test]
 fn a_shutdown_past_its_deadline_exits_without_recording_a_clean_run() {
-    let dir = tempfile_dir("deadline");
-    let port = free_port();
     // The test hook stalls the shutdown for a minute, far past the 3 s deadline: the deadline,
     // not the machine's speed, decides how the process ends.
     let toml = "[raft]\ngroup_count = 2\n[server]\nshutdown_deadline = \"3s\"\n\
                 [testing]\nshutdown_stall = \"60s\"";
-    let args = single_node_args(&dir, port, toml, "fsync = \"never\"");
-    let mut node = Proc::start(port, args, dir.join("node.log"));
+    let wal = "fsync = \"never\"";
+    let (dir, mut node, _) = loaded_single_node("deadline", toml, wal, "/demo/deadline", 5);
     let wal = dir.join("wal");
-    let bases = vec![node.url("")];
-    create_when_led(&bases, "/demo/deadline");
-    producer_load(&bases, "/demo/deadline", 0, 5, |_| {});
     let started = Instant::now();
     let status = node.sigterm();
     let took = started.elapsed();
@@ -207,22 +195,14 @@ fn a_shutdown_past_its_deadline_exits_without_recording_a_clean_run() {
         "the process exited at the deadline, 3 s after the signal: {took:?}"
     );
     assert_eq!(run_state(&wal), 1, "no clean shutdown recorded");
-    assert!(
-        node.log_text()
-            .contains("shutdown did not finish within 3s of the signal"),
-        "{}",
-        node.log_text()
-    );
+    node.assert_log_says("shutdown did not finish within 3s of the signal");
     drop(node);
 }
 
 #[test]
 fn a_single_node_without_its_run_state_stays_gated_until_the_operator_accepts_the_loss() {
-    let dir = tempfile_dir("single-gate");
-    let mut node = start_single_node(&dir, "[raft]\ngroup_count = 2", "");
-    let bases = vec![node.url("")];
-    create_when_led(&bases, "/demo/gated");
-    producer_load(&bases, "/demo/gated", 0, 20, |_| {});
+    let toml = "[raft]\ngroup_count = 2";
+    let (dir, mut node, bases) = loaded_single_node("single-gate", toml, "", "/demo/gated", 20);
     let old_incarnation = node.json("/__ursula/metrics").1["process_incarnation"]
         .as_str()
         .expect("process_incarnation")
@@ -309,8 +289,7 @@ fn a_single_node_without_its_run_state_stays_gated_until_the_operator_accepts_th
     assert_eq!(read_all(&bases, "/demo/gated"), expected(25));
     // The open gates were recorded: a restart does not close them again.
     assert!(node.sigterm().success());
-    node.spawn();
-    node.wait_ready_until(Duration::from_secs(20), |s, _| s == 200);
+    node.respawn_ready();
     drop(node);
 }
 
@@ -343,30 +322,34 @@ fn wait_for_local_prefix(base: &str, path: &str, want: &str) {
     });
 }
 
+/// Waits until `node` is ready, then asserts its log says `said` and that its gates opened
+/// through the leader's barrier, never says `unsaid`, and that it gates nothing any more.
+fn assert_gates_opened_by_the_barrier(node: &Proc, said: &str, unsaid: &str) {
+    node.wait_ready_until(Duration::from_secs(60), |s, _| s == 200);
+    let log = node.log_text();
+    assert!(log.contains(said), "{log}");
+    assert!(
+        log.contains("recovery gate opened: applied the leader's barrier"),
+        "{log}"
+    );
+    assert!(!log.contains(unsaid), "{log}");
+    assert_eq!(
+        node.json("/__ursula/metrics").1["recovery_gates"],
+        json!({"gated": {}, "stalled": [], "wiped": {}})
+    );
+}
+
 #[test]
 fn a_follower_restarted_without_its_run_state_opens_its_gate_through_the_leaders_barrier() {
-    let dir = tempfile_dir("follower-gate");
-    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
-    create_when_led(&bases, "/demo/barrier");
-    producer_load(&bases, "/demo/barrier", 0, 30, |_| {});
+    let (dir, mut nodes, bases) = loaded_cluster("follower-gate", "/demo/barrier", 30);
     let f = follower_of(&bases, "/demo/barrier");
     assert!(nodes[f].sigterm().success());
     std::fs::remove_file(cluster_wal(&dir, f).join("raft-log/run-state.bin")).expect("remove");
     producer_load(&bases, "/demo/barrier", 30, 10, |_| {});
     nodes[f].spawn();
 
-    nodes[f].wait_ready_until(Duration::from_secs(60), |s, _| s == 200);
-    let log = nodes[f].log_text();
-    assert!(log.contains("recovery gate closed"), "{log}");
-    assert!(
-        log.contains("recovery gate opened: applied the leader's barrier"),
-        "{log}"
-    );
-    assert!(!log.contains("accept-unsynced-loss"), "{log}");
-    assert_eq!(
-        nodes[f].json("/__ursula/metrics").1["recovery_gates"],
-        json!({"gated": {}, "stalled": [], "wiped": {}})
-    );
+    let (closed, accepted) = ("recovery gate closed", "accept-unsynced-loss");
+    assert_gates_opened_by_the_barrier(&nodes[f], closed, accepted);
     let all = expected(40);
     wait_for_local_prefix(&bases[f], "/demo/barrier", &all[..all.len() - 1]);
     drop(nodes);
@@ -374,10 +357,7 @@ fn a_follower_restarted_without_its_run_state_opens_its_gate_through_the_leaders
 
 #[test]
 fn a_wiped_lowest_voter_rejoins_without_initializing_its_groups_and_catches_up() {
-    let dir = tempfile_dir("wiped");
-    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
-    create_when_led(&bases, "/demo/wiped");
-    producer_load(&bases, "/demo/wiped", 0, 30, |_| {});
+    let (dir, mut nodes, bases) = loaded_cluster("wiped", "/demo/wiped", 30);
     let initialized = |n: &Proc| {
         n.log_text()
             .matches("initialized: every voter was empty")
@@ -398,13 +378,7 @@ fn a_wiped_lowest_voter_rejoins_without_initializing_its_groups_and_catches_up()
         4,
         "the wiped node initialized nothing again"
     );
-    assert!(
-        nodes[0]
-            .log_text()
-            .contains("holds nothing of a group another voter holds"),
-        "{}",
-        nodes[0].log_text()
-    );
+    nodes[0].assert_log_says("holds nothing of a group another voter holds");
     producer_load(&bases, "/demo/wiped", 40, 5, |_| {});
     assert_eq!(read_all(&bases, "/demo/wiped"), expected(45));
     drop(nodes);
@@ -423,10 +397,7 @@ fn raft_groups(base: &str, key: &str) -> Vec<Value> {
 /// A 3-voter cluster with `path` created and 20 producer records acknowledged, once node 1
 /// (which initialized every group and campaigned at once) leads every group.
 fn cluster_led_by_node_1(name: &str, path: &str) -> (Scratch, Vec<Proc>, Vec<String>) {
-    let dir = tempfile_dir(name);
-    let (_, nodes, bases) = start_cluster(&dir, 3, 3);
-    create_when_led(&bases, path);
-    producer_load(&bases, path, 0, 20, |_| {});
+    let (dir, nodes, bases) = loaded_cluster(name, path, 20);
     wait_for(20, "node 1 leading every group", || {
         raft_groups(&bases[0], "current_leader")
             .iter()
@@ -434,6 +405,11 @@ fn cluster_led_by_node_1(name: &str, path: &str) -> (Scratch, Vec<Proc>, Vec<Str
             .then_some(())
     });
     (dir, nodes, bases)
+}
+
+/// `v` for each of the 4 groups, as the recovery gates' maps name them.
+fn every_group(v: Value) -> Value {
+    (0..4).map(|g| (g.to_string(), v.clone())).collect()
 }
 
 /// Producer record 30, sent through `bases[start]` (following redirects), is not acknowledged.
@@ -465,7 +441,6 @@ fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it
     nodes[1].kill9();
     nodes[2].spawn();
 
-    let every_group = |v: Value| -> Value { (0..4).map(|g| (g.to_string(), v.clone())).collect() };
     let gates = wait_for(20, "node 3 gating every group as wiped", || {
         let g = metrics(&bases[2])["recovery_gates"].clone();
         // A group is named wiped a moment before its gate reads gated: wait for both.
@@ -512,27 +487,13 @@ fn a_wiped_voter_refuses_replication_until_the_leader_proves_a_quorum_without_it
         metrics(&bases[2])["recovery_gates"]["wiped"],
         every_group(json!({"vote_floor": null}))
     );
-    assert!(
-        nodes[2].log_text().contains("lost_vote"),
-        "{}",
-        nodes[2].log_text()
-    );
+    nodes[2].assert_log_says("lost_vote");
 
     // Node 2 is back: node 1 proves its leadership with it, node 3 takes node 1's vote as its
     // floor, catches up and opens its gates.
     nodes[1].spawn();
-    nodes[2].wait_ready_until(Duration::from_secs(60), |s, _| s == 200);
-    let log = nodes[2].log_text();
-    assert!(log.contains("vote floor recorded"), "{log}");
-    assert!(
-        log.contains("recovery gate opened: applied the leader's barrier"),
-        "{log}"
-    );
-    assert!(!log.contains("initialized: every voter was empty"), "{log}");
-    assert_eq!(
-        metrics(&bases[2])["recovery_gates"],
-        json!({"gated": {}, "stalled": [], "wiped": {}})
-    );
+    let (floored, initialized) = ("vote floor recorded", "initialized: every voter was empty");
+    assert_gates_opened_by_the_barrier(&nodes[2], floored, initialized);
     load_and_read_back_everywhere(&bases, path, 30, 10);
     drop(nodes);
 }
@@ -561,18 +522,11 @@ fn a_wiped_voter_restarting_without_a_leader_in_sight_withholds_its_vote_from_a_
     });
     nodes[1].spawn();
 
-    let every_group = |v: Value| -> Value { (0..4).map(|g| (g.to_string(), v.clone())).collect() };
     wait_for(20, "node 2 gating every group as wiped", || {
         let g = metrics(&bases[1])["recovery_gates"].clone();
         (g["wiped"] == every_group(json!({"vote_floor": null}))).then_some(())
     });
-    assert!(
-        nodes[1]
-            .log_text()
-            .contains("holds nothing of a group another voter holds"),
-        "{}",
-        nodes[1].log_text()
-    );
+    nodes[1].assert_log_says("holds nothing of a group another voter holds");
     // Several election timeouts (1.5-3 s each): node 3 campaigns and is never elected, so
     // nothing is acknowledged either.
     let until = Instant::now() + Duration::from_secs(8);
@@ -613,13 +567,7 @@ fn a_cluster_whose_third_voter_starts_late_bootstraps_only_once_every_voter_is_u
         );
         assert_eq!(g["current_leader"], Value::Null);
     }
-    assert!(
-        nodes[0]
-            .log_text()
-            .contains("waits for every voter before initializing"),
-        "{}",
-        nodes[0].log_text()
-    );
+    nodes[0].assert_log_says("waits for every voter before initializing");
     nodes.push(start_cluster_node(&dir, &ports, 2));
     let bases: Vec<String> = nodes.iter().map(|n| n.url("")).collect();
     create_when_led(&bases, "/demo/late");
@@ -634,15 +582,9 @@ fn a_cluster_whose_third_voter_starts_late_bootstraps_only_once_every_voter_is_u
 
 #[test]
 fn a_damaged_complete_frame_at_the_journal_tail_gates_every_group_of_its_core_before_the_cut() {
-    let dir = tempfile_dir("damaged");
-    let mut node = start_single_node(
-        &dir,
-        "[runtime]\ncore_count = 2\n[raft]\ngroup_count = 4",
-        "fsync = \"always\"",
-    );
-    let bases = vec![node.url("")];
-    create_when_led(&bases, "/demo/damaged");
-    producer_load(&bases, "/demo/damaged", 0, 10, |_| {});
+    let toml = "[runtime]\ncore_count = 2\n[raft]\ngroup_count = 4";
+    let wal = "fsync = \"always\"";
+    let (dir, mut node, _) = loaded_single_node("damaged", toml, wal, "/demo/damaged", 10);
     assert!(node.sigterm().success());
     // A complete frame (`len | crc | seq, kind, group | payload`) whose checksum is wrong,
     // appended to core 0's newest segment.
@@ -681,10 +623,7 @@ fn a_damaged_complete_frame_at_the_journal_tail_gates_every_group_of_its_core_be
         dir.join("wal/raft-log/recovery-gates.bin").exists(),
         "the gates are recorded"
     );
-    assert!(
-        node.log_text()
-            .contains("journal tail failed verification and was cut")
-    );
+    node.assert_log_says("journal tail failed verification and was cut");
     // The gates survive a restart until they open.
     assert!(node.sigterm().success());
     node.spawn();

@@ -41,15 +41,7 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
         let mut b = body.clone();
         b[..4].copy_from_slice(&i.to_be_bytes());
         loop {
-            let r = send(
-                &bases,
-                0,
-                "POST",
-                "/demo/log",
-                &[("content-type", "application/octet-stream".to_owned())],
-                &b,
-            )
-            .expect("append");
+            let r = send_octets(&bases, 0, "/demo/log", &b).expect("append");
             if r.0 == 503 {
                 // RaftLogPressure is allowed while the driver catches up; nothing applied.
                 assert_eq!(
@@ -140,11 +132,8 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
 /// stream from it.
 #[test]
 fn a_wiped_follower_catches_up_from_a_snapshot_its_leader_reads_back_from_disk() {
-    let dir = tempfile_dir("snapfile");
-    let (_, mut nodes, bases) = start_cluster(&dir, 3, 3);
     let path = "/demo/snapfile";
-    create_when_led(&bases, path);
-    producer_load(&bases, path, 0, 30, |_| {});
+    let (dir, mut nodes, bases) = loaded_cluster("snapfile", path, 30);
     // Every node snapshots and purges every group, so no log holds the stream's start.
     for n in &nodes {
         for g in 0..4 {
@@ -203,12 +192,9 @@ fn applied_total(base: &str) -> u64 {
 /// group's first entries are in its core's first segment, which was never deleted).
 #[test]
 fn idle_groups_add_no_entries_and_keep_no_journal_segment_while_one_stream_fills_many() {
-    let dir = tempfile_dir("idlepins");
-    let node = start_single_node(
-        &dir,
-        "[storage.snapshot]\ndrive_interval = \"100ms\"",
-        "fsync = \"never\"\nsegment_size = \"1MiB\"",
-    );
+    let toml = "[storage.snapshot]\ndrive_interval = \"100ms\"";
+    let wal = "fsync = \"never\"\nsegment_size = \"1MiB\"";
+    let (dir, node) = single_node("idlepins", toml, wal);
     let bases = vec![node.base()];
     let put = |path: &str, headers: &[(&str, String)]| {
         send(&bases, 0, "PUT", path, headers, b"").map(|r| r.0)
@@ -236,11 +222,10 @@ fn idle_groups_add_no_entries_and_keep_no_journal_segment_while_one_stream_fills
         "{first_segments:?}"
     );
     let body = vec![b'b'; 4096];
-    let octet = [("content-type", "application/octet-stream".to_owned())];
     let mut appended: u64 = 0;
     let released = loop {
         for _ in 0..64 {
-            let r = send(&bases, 0, "POST", "/demo/busy", &octet, &body).expect("append");
+            let r = send_octets(&bases, 0, "/demo/busy", &body).expect("append");
             if r.0 == 503 {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;

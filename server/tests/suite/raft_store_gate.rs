@@ -80,12 +80,6 @@ async fn a_node_whose_store_hangs_hands_its_leaderships_away_and_leads_again_onc
             .log_text()
             .contains("snapshot store healthy again: this node may lead")
     );
-    let leader = wait_for(30, "every group led", || leaders(&nodes))[0];
-    let (status, body) = admin(
-        &nodes[leader as usize - 1],
-        "POST",
-        "/__ursula/raft/0/leader/transfer/3",
-    );
-    assert_eq!(status, 200, "{body}");
+    assert_third_node_takes_a_transfer(&nodes);
     drop(nodes);
 }

@@ -103,12 +103,6 @@ fn a_node_short_of_wal_disk_hands_its_leaderships_away_takes_none_and_leads_agai
     wait_for(10, "node 3's shed state to clear", || {
         (shed_state(&nodes[2])["state"] == "none").then_some(())
     });
-    let leader = wait_for(30, "every group led", || leaders(&nodes))[0];
-    let (status, body) = admin(
-        &nodes[leader as usize - 1],
-        "POST",
-        "/__ursula/raft/0/leader/transfer/3",
-    );
-    assert_eq!(status, 200, "{body}");
+    assert_third_node_takes_a_transfer(&nodes);
     drop(nodes);
 }

@@ -452,6 +452,14 @@ impl Sse {
         self.expect_event("control").await.json()
     }
 
+    /// Expects a control event that says the reader is up to date at the byte offset `tail`.
+    async fn expect_up_to_date_at(&mut self, tail: u64) -> Value {
+        let c = self.expect_control().await;
+        assert_eq!(c["streamNextOffset"], off(tail), "{c}");
+        assert_eq!(c["upToDate"], true, "{c}");
+        c
+    }
+
     /// Asserts that nothing arrives for a short while.
     async fn expect_quiet(&mut self) {
         assert!(self.buf.is_empty(), "unread SSE bytes: {:?}", self.buf);
@@ -478,9 +486,7 @@ async fn sse_on_a_text_stream_sends_headers_data_then_control_and_then_live_appe
     assert!(h("cache-control").is_some_and(|c| c.contains("no-cache")));
     assert_eq!(h("stream-sse-data-encoding"), None);
     assert_eq!(sse.expect_event("data").await.data, vec!["hello"]);
-    let c = sse.expect_control().await;
-    assert_eq!(c["streamNextOffset"], off(5));
-    assert_eq!(c["upToDate"], true);
+    let c = sse.expect_up_to_date_at(5).await;
     assert!(c["streamCursor"].is_string());
     assert!(c.get("streamClosed").is_none());
     sse.expect_quiet().await;
@@ -493,9 +499,7 @@ async fn sse_on_a_text_stream_sends_headers_data_then_control_and_then_live_appe
 async fn sse_on_an_empty_stream_sends_a_control_event_at_once() {
     let s = Server::with_stream("/demo/s", TEXT, "").await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=-1&live=sse").await;
-    let c = sse.expect_control().await;
-    assert_eq!(c["streamNextOffset"], off(0));
-    assert_eq!(c["upToDate"], true);
+    sse.expect_up_to_date_at(0).await;
     sse.expect_quiet().await;
 }
 
@@ -503,9 +507,7 @@ async fn sse_on_an_empty_stream_sends_a_control_event_at_once() {
 async fn sse_at_now_sends_no_history() {
     let s = Server::with_stream("/demo/s", TEXT, "old").await;
     let (_, mut sse) = Sse::open(&s, "/demo/s?offset=now&live=sse").await;
-    let c = sse.expect_control().await;
-    assert_eq!(c["streamNextOffset"], off(3));
-    assert_eq!(c["upToDate"], true);
+    sse.expect_up_to_date_at(3).await;
     s.append("/demo/s", TEXT, "new").await;
     assert_eq!(sse.expect_event("data").await.data, vec!["new"]);
 }

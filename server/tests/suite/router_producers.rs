@@ -53,12 +53,8 @@ async fn a_duplicate_answers_204_with_its_original_offset_and_the_highest_seq() 
     let r = send(&s, "p", 0, 2, "c").await.expect(204);
     r.expect_header("stream-next-offset", &off(6));
     // A duplicate is recognised by its tuple alone: another body or type changes nothing.
-    s.post("/demo/s")
-        .ctype("text/plain")
-        .producer("p", 0, 1)
-        .body("zzz")
-        .expect(204)
-        .await;
+    let text = s.append_with("/demo/s", "text/plain", &[], "zzz");
+    text.producer("p", 0, 1).expect(204).await;
     assert_eq!(s.read_all("/demo/s").await, b"aabbbc");
 }
 
@@ -166,12 +162,8 @@ async fn a_refused_409_uses_up_no_producer_seq() {
         .header("stream-seq", "1")
         .refused(409)
         .await;
-    s.post("/demo/s")
-        .ctype("text/plain")
-        .producer("p", 0, 1)
-        .body("x")
-        .refused(409)
-        .await;
+    let text = s.append_with("/demo/s", "text/plain", &[], "x");
+    text.producer("p", 0, 1).refused(409).await;
     // Seq 1 is still the next one, and it is not a duplicate.
     let r = send(&s, "p", 0, 1, "b").await.expect(200);
     r.expect_header("stream-next-offset", &off(2));

@@ -213,10 +213,8 @@ async fn malformed_snapshot_publishes_answer_400_and_missing_streams_404() {
         .refused(404)
         .await;
     // A percent-encoded offset is decoded first.
-    s.put("/demo/s/snapshot/0000000000000000000%31")
-        .body("x")
-        .expect(204)
-        .await;
+    let encoded = "/demo/s/snapshot/0000000000000000000%31";
+    s.put(encoded).body("x").expect(204).await;
 }
 
 #[tokio::test]

@@ -547,10 +547,8 @@ async fn an_append_answers_204_with_the_new_tail_and_incarnation_and_no_etag() {
     assert_eq!(r.header("stream-incarnation"), inc.as_deref());
     assert!(r.body.is_empty());
     // Prefer: return=minimal is ignored.
-    s.post("/demo/s")
-        .ctype(OCTET)
-        .header("prefer", "return=minimal")
-        .body("d")
+    let minimal = [("prefer", "return=minimal")];
+    s.append_with("/demo/s", OCTET, &minimal, "d")
         .expect(204)
         .await;
     assert_eq!(s.read_all("/demo/s").await, b"abcd");

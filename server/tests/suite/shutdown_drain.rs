@@ -101,6 +101,18 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
+/// Opens a live read of `PATH` at `query` on a raw connection, waits until the node counts
+/// it as a waiter, and then stops the node; returns the connection, to read the answer from.
+fn live_read_when_the_node_stops(node: &Proc, query: &str) -> TcpStream {
+    let mut conn = TcpStream::connect(("127.0.0.1", node.port)).expect("connect");
+    write!(conn, "GET {PATH}?{query} HTTP/1.1\r\nHost: n\r\n\r\n").expect("send the live read");
+    wait_for(10, "the live reader to wait", || {
+        (live_waiters(node) == 1).then_some(())
+    });
+    signal(node);
+    conn
+}
+
 fn read_all(node: &Proc) -> Vec<u8> {
     let (status, _, body) = send_url("GET", &node.url(&format!("{PATH}?offset=-1")), &[], b"")
         .expect("read the stream");
@@ -136,11 +148,7 @@ fn a_write_whose_body_is_still_arriving_when_the_node_stops_is_answered_and_surv
     );
     assert!(header(&head, "stream-next-offset").is_some(), "{head}");
     assert!(exited_cleanly(&mut node), "{}", node.log_text());
-    assert!(
-        node.log_text().contains("HTTP listeners drained"),
-        "{}",
-        node.log_text()
-    );
+    node.assert_log_says("HTTP listeners drained");
     node.spawn();
     assert_eq!(read_all(&node), b"helloworld, bye");
 }
@@ -150,16 +158,8 @@ fn a_long_poll_waiting_when_the_node_stops_is_answered_up_to_date_at_its_offset(
     let (_dir, mut node) = node_with_stream("drain-long-poll");
     let (_, hs, _) = send_url("HEAD", &node.url(PATH), &[], b"").expect("head");
     let tail = hs.get("stream-next-offset").expect("tail").clone();
-    let mut conn = TcpStream::connect(("127.0.0.1", node.port)).expect("connect");
-    write!(
-        conn,
-        "GET {PATH}?offset={tail}&live=long-poll&timeout_ms=60000 HTTP/1.1\r\nHost: n\r\n\r\n"
-    )
-    .expect("send the long-poll");
-    wait_for(10, "the long-poll to wait", || {
-        (live_waiters(&node) == 1).then_some(())
-    });
-    signal(&node);
+    let query = format!("offset={tail}&live=long-poll&timeout_ms=60000");
+    let mut conn = live_read_when_the_node_stops(&node, &query);
     let (head, body) = read_to_close(&mut conn).expect("an answer, not a reset");
     assert!(head.starts_with("http/1.1 204"), "{head}");
     assert_eq!(header(&head, "stream-up-to-date"), Some("true"), "{head}");
@@ -174,16 +174,7 @@ fn a_long_poll_waiting_when_the_node_stops_is_answered_up_to_date_at_its_offset(
 #[test]
 fn an_sse_response_open_when_the_node_stops_ends_after_its_last_whole_event() {
     let (_dir, mut node) = node_with_stream("drain-sse");
-    let mut conn = TcpStream::connect(("127.0.0.1", node.port)).expect("connect");
-    write!(
-        conn,
-        "GET {PATH}?offset=-1&live=sse HTTP/1.1\r\nHost: n\r\n\r\n"
-    )
-    .expect("send");
-    wait_for(10, "the SSE reader to wait", || {
-        (live_waiters(&node) == 1).then_some(())
-    });
-    signal(&node);
+    let mut conn = live_read_when_the_node_stops(&node, "offset=-1&live=sse");
     let (head, body) = read_to_close(&mut conn).expect("the events, then the close");
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert_eq!(header(&head, "transfer-encoding"), Some("chunked"));

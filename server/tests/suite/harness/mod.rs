@@ -4,7 +4,9 @@
 
 pub use ursula_testkit::cluster;
 pub use ursula_testkit::conn;
+pub use ursula_testkit::http;
 pub use ursula_testkit::ports;
+pub use ursula_testkit::process;
 pub use ursula_testkit::scratch;
 
 pub mod router;
