@@ -2,17 +2,9 @@
 //! leader by hand so the history can name the node that answered.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// An agent that reports every status as an answer and follows no redirect itself.
-pub fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_global(Some(timeout))
-        .build()
-        .into()
-}
+pub use ursula_testkit::http::agent;
 
 /// An answer: its status, its headers (lower-case names), its body and the URL that gave it.
 #[derive(Clone, Debug)]
