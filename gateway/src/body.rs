@@ -277,42 +277,27 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-    use std::task::Context;
-    use std::task::Poll;
 
-    use tokio::sync::mpsc;
+    use http_body_util::channel::Channel;
+    use http_body_util::channel::Sender;
 
     use super::*;
     use crate::uploads::UploadArgs;
     use crate::uploads::UploadLimitsSpec;
 
+    type Fed = Channel<Bytes>;
+
     /// A body fed from a channel, so that a test decides when each piece arrives.
-    struct Fed(mpsc::Receiver<Bytes>);
-
-    impl Body for Fed {
-        type Data = Bytes;
-        type Error = Infallible;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-            self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
-        }
-    }
-
-    fn fed() -> (mpsc::Sender<Bytes>, Fed) {
-        let (tx, rx) = mpsc::channel(64);
-        (tx, Fed(rx))
+    fn fed() -> (Sender<Bytes>, Fed) {
+        Channel::new(64)
     }
 
     /// A body of `piece` `times` over, sent by a task as fast as the reader takes it.
     fn fed_with(piece: Bytes, times: usize) -> Fed {
-        let (tx, body) = fed();
+        let (mut tx, body) = fed();
         tokio::spawn(async move {
             for _ in 0..times {
-                let _ = tx.send(piece.clone()).await;
+                let _ = tx.send_data(piece.clone()).await;
             }
         });
         body
@@ -361,9 +346,11 @@ mod tests {
     async fn a_body_that_stops_arriving_is_too_slow_and_gives_its_share_back() {
         let l = limits(200, 0);
         let budget = Budget::new(&l);
-        let (tx, body) = fed();
+        let (mut tx, body) = fed();
         let mut body = std::pin::pin!(body);
-        tx.send(Bytes::from_static(b"half")).await.expect("send");
+        tx.send_data(Bytes::from_static(b"half"))
+            .await
+            .expect("send");
         let got = read_body(body.as_mut(), Some(100), &l, &budget).await;
         assert_eq!(got.err(), Some(BodyError::TooSlow));
         assert_eq!(budget.reserved_bytes(), 0);
@@ -375,11 +362,11 @@ mod tests {
         // 300 ms windows at 100 KiB/s want 30 KiB per window; 10 bytes every 20 ms never stall.
         let l = limits(300, 100 * 1024);
         let budget = Budget::new(&l);
-        let (tx, body) = fed();
+        let (mut tx, body) = fed();
         let mut body = std::pin::pin!(body);
         let feeder = tokio::spawn(async move {
             for _ in 0..500 {
-                if tx.send(Bytes::from_static(&[0; 10])).await.is_err() {
+                if tx.send_data(Bytes::from_static(&[0; 10])).await.is_err() {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -402,9 +389,11 @@ mod tests {
         for _ in 0..32 {
             headroom.push(budget.reserve(1024 * 1024).await.expect("headroom"));
         }
-        let (tx, body) = fed();
+        let (mut tx, body) = fed();
         let mut body = std::pin::pin!(body);
-        tx.send(Bytes::from_static(b"abc")).await.expect("send");
+        tx.send_data(Bytes::from_static(b"abc"))
+            .await
+            .expect("send");
         drop(tx);
         let got = read_body(body.as_mut(), Some(3), &l, &budget).await;
         assert_eq!(got.err(), Some(BodyError::BudgetExhausted { read: 0 }));
@@ -422,10 +411,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_drain_stops_past_the_limit_and_leaves_a_declared_oversize_unread() {
-        let (tx, body) = fed();
+        let (mut tx, body) = fed();
         let mut body = std::pin::pin!(body);
         for _ in 0..3 {
-            tx.send(Bytes::from_static(&[0; 60])).await.expect("send");
+            tx.send_data(Bytes::from_static(&[0; 60]))
+                .await
+                .expect("send");
         }
         let d = drain(body.as_mut(), None, 0, 100, Pace::HEAD_REFUSAL).await;
         assert_eq!(

@@ -316,14 +316,7 @@ impl Inner {
         };
         if let Some((resp, untrusted)) = refused {
             return self
-                .refuse_after_drain(
-                    incoming.as_mut(),
-                    declared,
-                    0,
-                    resp,
-                    Pace::HEAD_REFUSAL,
-                    untrusted,
-                )
+                .refuse_from_head(incoming.as_mut(), declared, resp, untrusted)
                 .await;
         }
         // With access control, a request admitted for no principal is untrusted: its body is
@@ -347,14 +340,7 @@ impl Inner {
             // holds none of the budget, and its reading ends within the drain's bounds.
             let resp = reply::concealed_not_found();
             return self
-                .refuse_after_drain(
-                    incoming.as_mut(),
-                    declared,
-                    0,
-                    resp,
-                    Pace::HEAD_REFUSAL,
-                    untrusted,
-                )
+                .refuse_from_head(incoming.as_mut(), declared, resp, untrusted)
                 .await;
         }
         let ticket = match self.tenants.admit(&parts, admitted.as_ref(), addr) {

@@ -108,6 +108,24 @@ impl Inner {
         resp
     }
 
+    /// Sends `resp`, a refusal decided from the request's head alone, after draining the body
+    /// at the head refusal's pace.
+    pub(super) async fn refuse_from_head<B>(
+        &self,
+        incoming: Pin<&mut B>,
+        declared: Option<u64>,
+        resp: Response<GatewayBody>,
+        untrusted: Option<IpAddr>,
+    ) -> Response<GatewayBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let pace = Pace::HEAD_REFUSAL;
+        self.refuse_after_drain(incoming, declared, 0, resp, pace, untrusted)
+            .await
+    }
+
     /// Sends `resp`, a refusal decided before the body was read, once the rest of the body
     /// was read and dropped; a body not read to its end closes the connection. `untrusted`:
     /// the client address an untrusted request's reading counts against.
