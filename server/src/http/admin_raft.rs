@@ -8,10 +8,13 @@ use std::collections::BTreeSet;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::FromRequestParts;
 use axum::extract::Path;
 use axum::extract::Query;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
 use axum::routing::post;
@@ -43,6 +46,49 @@ fn refuse(status: StatusCode, why: String) -> Response {
 
 fn no_group(raw: &str) -> Response {
     refuse(StatusCode::NOT_FOUND, format!("no group {raw:?}"))
+}
+
+/// The `{group}` of a route: a group id, or a `404` naming what was asked for.
+struct Group(u32);
+
+impl<S: Send + Sync> FromRequestParts<S> for Group {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        raw.parse().map(Group).map_err(|_| no_group(&raw))
+    }
+}
+
+/// The `{group}` and `{node}` of a route: a `404` for a bad group, a `400` for a bad node.
+struct GroupNode(u32, u64);
+
+impl<S: Send + Sync> FromRequestParts<S> for GroupNode {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Path((group, node)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let group = group.parse().map_err(|_| no_group(&group))?;
+        let node = node.parse().map_err(|_| {
+            refuse(
+                StatusCode::BAD_REQUEST,
+                format!("{node:?} is not a node id"),
+            )
+        })?;
+        Ok(GroupNode(group, node))
+    }
+}
+
+/// A log operation's answer: its JSON, or its refusal.
+fn logop_answer<T: Serialize>(r: Result<T, LogOpError>) -> Response {
+    match r {
+        Ok(a) => ok(&a),
+        Err(e) => logop_refusal(&e),
+    }
 }
 
 /// The admin plane's Raft routes.
@@ -96,29 +142,14 @@ fn handoff_status(e: &HandoffError) -> StatusCode {
     }
 }
 
-async fn transfer(
-    State(op): State<Operator>,
-    Path((group, target)): Path<(String, String)>,
-) -> Response {
-    let Ok(group) = group.parse::<u32>() else {
-        return no_group(&group);
-    };
-    let Ok(target) = target.parse::<u64>() else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            format!("{target:?} is not a node id"),
-        );
-    };
+async fn transfer(State(op): State<Operator>, GroupNode(group, target): GroupNode) -> Response {
     match op.transfer(group, target).await {
         Ok(t) => ok(&t),
         Err(e) => refuse(handoff_status(&e), e.to_string()),
     }
 }
 
-async fn self_election(State(op): State<Operator>, Path(group): Path<String>) -> Response {
-    let Ok(group) = group.parse::<u32>() else {
-        return no_group(&group);
-    };
+async fn self_election(State(op): State<Operator>, Group(group): Group) -> Response {
     match op.self_elect(group).await {
         Ok(e) => ok(&e),
         Err(HandoffError::Stopped { group, why }) => refuse(
@@ -151,34 +182,16 @@ fn logop_refusal(e: &LogOpError) -> Response {
     r
 }
 
-async fn quorum(State(op): State<Operator>, Path(group): Path<String>) -> Response {
-    let Ok(group) = group.parse::<u32>() else {
-        return no_group(&group);
-    };
-    match op.quorum(group).await {
-        Ok(p) => ok(&p),
-        Err(e) => logop_refusal(&e),
-    }
+async fn quorum(State(op): State<Operator>, Group(group): Group) -> Response {
+    logop_answer(op.quorum(group).await)
 }
 
-async fn snapshot(State(op): State<Operator>, Path(group): Path<String>) -> Response {
-    let Ok(group) = group.parse::<u32>() else {
-        return no_group(&group);
-    };
-    match op.snapshot(group).await {
-        Ok(a) => ok(&a),
-        Err(e) => logop_refusal(&e),
-    }
+async fn snapshot(State(op): State<Operator>, Group(group): Group) -> Response {
+    logop_answer(op.snapshot(group).await)
 }
 
-async fn purge(State(op): State<Operator>, Path(group): Path<String>) -> Response {
-    let Ok(group) = group.parse::<u32>() else {
-        return no_group(&group);
-    };
-    match op.purge(group).await {
-        Ok(a) => ok(&a),
-        Err(e) => logop_refusal(&e),
-    }
+async fn purge(State(op): State<Operator>, Group(group): Group) -> Response {
+    logop_answer(op.purge(group).await)
 }
 
 fn membership_status(e: &MembershipError) -> StatusCode {
@@ -212,18 +225,9 @@ struct LearnerQuery {
 
 async fn learner(
     State(op): State<Operator>,
-    Path((group, learner)): Path<(String, String)>,
+    GroupNode(group, learner): GroupNode,
     Query(q): Query<LearnerQuery>,
 ) -> Response {
-    let Ok(group) = group.parse::<u32>() else {
-        return no_group(&group);
-    };
-    let Ok(learner) = learner.parse::<u64>() else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            format!("{learner:?} is not a node id"),
-        );
-    };
     let blocking = q.blocking.unwrap_or(true);
     match op.add_learner(group, learner, q.addr, blocking).await {
         Ok(c) => ok(&c),
@@ -238,12 +242,9 @@ struct VotersQuery {
 
 async fn voters(
     State(op): State<Operator>,
-    Path(group): Path<String>,
+    Group(group): Group,
     Query(q): Query<VotersQuery>,
 ) -> Response {
-    let Ok(group) = group.parse::<u32>() else {
-        return no_group(&group);
-    };
     let parsed: Result<BTreeSet<u64>, _> = q
         .voters
         .as_deref()

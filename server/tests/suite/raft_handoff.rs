@@ -107,6 +107,8 @@ fn a_leader_transfer_moves_the_group_to_the_named_voter_and_refuses_what_it_must
         .expect("third");
 
     let transfer_to = |to: u64| format!("/__ursula/raft/0/leader/transfer/{to}");
+    let transfer_to_raw =
+        |group: &str, to: &str| format!("/__ursula/raft/{group}/leader/transfer/{to}");
     let (status, body) = c.post(leader, &transfer_to(target));
     assert_eq!(status, 200, "{body}");
     let t = json(&body);
@@ -125,14 +127,28 @@ fn a_leader_transfer_moves_the_group_to_the_named_voter_and_refuses_what_it_must
         body.contains(&format!("node {target}")),
         "names the leader: {body}"
     );
+    // Ids that do not parse: the group's 404 names it, the node's 400 says what it is not.
     let refusals = [
-        (transfer_to(9), 400),
-        (transfer_to(target), 400),
-        ("/__ursula/raft/99/leader/transfer/1".to_owned(), 404),
+        (transfer_to(9), 400, ""),
+        (transfer_to(target), 400, ""),
+        ("/__ursula/raft/99/leader/transfer/1".to_owned(), 404, ""),
+        (transfer_to_raw("x", "1"), 404, "no group \"x\""),
+        (transfer_to_raw("0", "abc"), 400, "\"abc\" is not a node id"),
+        (
+            "/__ursula/raft/g1/snapshot".to_owned(),
+            404,
+            "no group \"g1\"",
+        ),
+        (
+            "/__ursula/raft/-1/self-election".to_owned(),
+            404,
+            "no group \"-1\"",
+        ),
     ];
-    for (path, want) in refusals {
+    for (path, want, says) in refusals {
         let (status, body) = c.post(target, &path);
         assert_eq!(status, want, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
     }
     // Bound to the process: no incarnation 428, another one 412, and nothing moved.
     for (incarnation, want) in [(None, 428), (Some("00000000deadbeef"), 412)] {
