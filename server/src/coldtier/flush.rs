@@ -62,25 +62,12 @@ pub fn spawn(rt: &Runtime, engine: Arc<dyn GroupEngine>, tier: ColdTier) {
                     if !engine.leads(group) {
                         continue;
                     }
-                    flush_group(&rt, engine.as_ref(), &tier, &uploads, group, false).await;
+                    flush_streams(&rt, engine.as_ref(), &tier, &uploads, group, false, None).await;
                 }
                 super::gc::collect_core(&rt, engine.as_ref(), &tier, core).await;
             }
         });
     }
-}
-
-/// Flushes what is due in `group`; with `force`, every hot byte of the group. Returns the
-/// bytes whose move to the cold tier committed.
-pub async fn flush_group(
-    rt: &Runtime,
-    engine: &dyn GroupEngine,
-    tier: &ColdTier,
-    uploads: &tokio::sync::Semaphore,
-    group: GroupId,
-    force: bool,
-) -> u64 {
-    flush_streams(rt, engine, tier, uploads, group, force, None).await
 }
 
 /// What flushing one stream did.
@@ -133,6 +120,8 @@ pub async fn flush_stream(
     Some(Flushed { moved, hot_start })
 }
 
+/// Flushes what is due in `group`, or with `force` every hot byte of it; with `only`, of that
+/// one stream alone. Returns the bytes whose move to the cold tier committed.
 async fn flush_streams(
     rt: &Runtime,
     engine: &dyn GroupEngine,

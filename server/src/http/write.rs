@@ -83,8 +83,7 @@ pub async fn create_stream(
         incarnation,
         body,
     });
-    let group = st.rt.group_of(&sp.key);
-    match st.engine.submit(group, cmd, charge).await?? {
+    match submit(st, &sp.key, cmd, charge).await? {
         Applied::Created { meta, fresh } => {
             let mut reply = Reply::new(if fresh {
                 StatusCode::CREATED
@@ -150,8 +149,7 @@ pub async fn append(
         incarnation,
         body,
     });
-    let group = st.rt.group_of(&sp.key);
-    match st.engine.submit(group, cmd, charge).await?? {
+    match submit(st, &sp.key, cmd, charge).await? {
         Applied::Appended {
             incarnation,
             next_offset,
@@ -186,15 +184,11 @@ pub async fn delete(
     headers: &HeaderMap,
 ) -> Result<Reply, ApiError> {
     let incarnation = request::incarnation(headers)?;
-    let group = st.rt.group_of(&sp.key);
-    let proposal = st.engine.propose(
-        group,
-        Command::Delete {
-            key: sp.key.clone(),
-            incarnation,
-        },
-    );
-    match unmarked(proposal.await)?? {
+    let cmd = Command::Delete {
+        key: sp.key.clone(),
+        incarnation,
+    };
+    match propose(st, &sp.key, cmd).await? {
         Applied::Deleted => Ok(Reply::new(StatusCode::NO_CONTENT)),
         other => Err(unexpected(other)),
     }
@@ -277,16 +271,12 @@ pub async fn retain(
 ) -> Result<Reply, ApiError> {
     let offset = request::path_offset(raw_offset)?;
     let incarnation = request::incarnation(headers)?;
-    let group = st.rt.group_of(&sp.key);
-    let proposal = st.engine.propose(
-        group,
-        Command::Retain {
-            key: sp.key.clone(),
-            offset,
-            incarnation,
-        },
-    );
-    match unmarked(proposal.await)?? {
+    let cmd = Command::Retain {
+        key: sp.key.clone(),
+        offset,
+        incarnation,
+    };
+    match propose(st, &sp.key, cmd).await? {
         Applied::Retained {
             incarnation,
             offset,
@@ -295,6 +285,24 @@ pub async fn retain(
             .incarnation(incarnation)),
         other => Err(unexpected(other)),
     }
+}
+
+/// Submits a client write of the stream `key` under admission's `charge`, to the group that
+/// holds the stream.
+async fn submit(
+    st: &AppState,
+    key: &str,
+    cmd: Command,
+    charge: Option<GroupCharge>,
+) -> Result<Applied, ApiError> {
+    let group = st.rt.group_of(key);
+    Ok(st.engine.submit(group, cmd, charge).await??)
+}
+
+/// Proposes a delete or a retention move of the stream `key`, outside admission.
+async fn propose(st: &AppState, key: &str, cmd: Command) -> Result<Applied, ApiError> {
+    let group = st.rt.group_of(key);
+    Ok(unmarked(st.engine.propose(group, cmd).await)??)
 }
 
 /// Deletes, snapshot publishes and retention moves go to Raft without a leadership check of

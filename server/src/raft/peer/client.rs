@@ -244,32 +244,6 @@ impl Peers {
         rmp_serde::from_slice(&bytes).map_err(|e| PeerError::Network(e.to_string()))
     }
 
-    async fn call<
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
-    >(
-        &self,
-        target: u64,
-        group: u32,
-        kind: RpcKind,
-        req: &Req,
-        timeout: Duration,
-    ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>> {
-        let result: Result<Resp, RaftError<u64, E>> = self
-            .ask(target, group, kind, req, timeout)
-            .await
-            .map_err(|e| match e {
-                PeerError::Unreachable(m) => {
-                    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(m)))
-                }
-                e @ (PeerError::Network(_) | PeerError::NoSecret) => {
-                    RPCError::Network(NetworkError::new(&std::io::Error::other(e.to_string())))
-                }
-            })?;
-        result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(target, e)))
-    }
-
     /// Asks `leader` for a fresh ReadIndex barrier of `group`: the index a replica must apply
     /// to hold every write the group committed before the call, and the vote it was confirmed
     /// under.
@@ -354,22 +328,43 @@ pub struct Connection {
     target: u64,
 }
 
+impl Connection {
+    /// One of openraft's RPCs to this connection's peer, its failures in openraft's terms.
+    async fn call<Req, Resp, E>(
+        &self,
+        kind: RpcKind,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let target = self.target;
+        let result: Result<Resp, RaftError<u64, E>> = self
+            .peers
+            .ask(target, self.group, kind, req, timeout)
+            .await
+            .map_err(|e| match e {
+                PeerError::Unreachable(m) => {
+                    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(m)))
+                }
+                e @ (PeerError::Network(_) | PeerError::NoSecret) => {
+                    RPCError::Network(NetworkError::new(&std::io::Error::other(e.to_string())))
+                }
+            })?;
+        result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(target, e)))
+    }
+}
+
 impl RaftNetwork<TypeConfig> for Connection {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let answer = self
-            .peers
-            .call(
-                self.target,
-                self.group,
-                RpcKind::Append,
-                &rpc,
-                option.hard_ttl(),
-            )
-            .await;
+        let answer = self.call(RpcKind::Append, &rpc, option.hard_ttl()).await;
         // Any answer but a higher vote acknowledges this leader (a conflict only says where
         // the logs part).
         if let Ok(a) = &answer
@@ -388,15 +383,7 @@ impl RaftNetwork<TypeConfig> for Connection {
         InstallSnapshotResponse<u64>,
         RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
     > {
-        self.peers
-            .call(
-                self.target,
-                self.group,
-                RpcKind::Snapshot,
-                &rpc,
-                option.hard_ttl(),
-            )
-            .await
+        self.call(RpcKind::Snapshot, &rpc, option.hard_ttl()).await
     }
 
     async fn vote(
@@ -404,14 +391,6 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.peers
-            .call(
-                self.target,
-                self.group,
-                RpcKind::Vote,
-                &rpc,
-                option.hard_ttl(),
-            )
-            .await
+        self.call(RpcKind::Vote, &rpc, option.hard_ttl()).await
     }
 }
