@@ -43,17 +43,32 @@ pub enum BackendConfig {
     Fs {
         dir: PathBuf,
     },
-    S3 {
-        bucket: String,
-        region: Option<String>,
-        endpoint: Option<String>,
-        access_key_id: Option<String>,
-        secret_access_key: Option<String>,
-        session_token: Option<String>,
-        sse: Sse,
-        timeout: Option<Duration>,
-        max_retries: Option<u32>,
-    },
+    S3(S3Config),
+}
+
+/// `storage.cold.s3.*`: where the bucket is and how to reach it. `None` takes the default or,
+/// for credentials, the environment.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct S3Config {
+    pub bucket: String,
+    pub region: Option<String>,
+    pub endpoint: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub session_token: Option<String>,
+    pub sse: Sse,
+    pub timeout: Option<Duration>,
+    pub max_retries: Option<u32>,
+}
+
+impl S3Config {
+    /// The bucket `bucket`, with every other setting left to its default.
+    pub fn bucket(bucket: &str) -> S3Config {
+        S3Config {
+            bucket: bucket.to_owned(),
+            ..S3Config::default()
+        }
+    }
 }
 
 // By hand, so that a logged config never shows the secret or the session token.
@@ -62,35 +77,25 @@ impl fmt::Debug for BackendConfig {
         match self {
             Self::Memory => f.write_str("Memory"),
             Self::Fs { dir } => f.debug_struct("Fs").field("dir", dir).finish(),
-            Self::S3 {
-                bucket,
-                region,
-                endpoint,
-                access_key_id,
-                secret_access_key,
-                session_token,
-                sse,
-                timeout,
-                max_retries,
-            } => f
-                .debug_struct("S3")
-                .field("bucket", bucket)
-                .field("region", region)
-                .field("endpoint", endpoint)
-                .field("access_key_id", access_key_id)
-                .field(
-                    "secret_access_key",
-                    &secret_access_key.as_ref().map(|_| "<redacted>"),
-                )
-                .field(
-                    "session_token",
-                    &session_token.as_ref().map(|_| "<redacted>"),
-                )
-                .field("sse", sse)
-                .field("timeout", timeout)
-                .field("max_retries", max_retries)
-                .finish(),
+            Self::S3(s3) => s3.fmt(f),
         }
+    }
+}
+
+impl fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
+        f.debug_struct("S3")
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &redacted(&self.secret_access_key))
+            .field("session_token", &redacted(&self.session_token))
+            .field("sse", &self.sse)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .finish()
     }
 }
 
@@ -106,16 +111,11 @@ impl BackendConfig {
     /// (`max_retries` plus one) running into `timeout`, and the longest backoff before each
     /// retry. `None` for the other backends, whose writes do not retry.
     pub fn write_give_up_after(&self) -> Option<Duration> {
-        let BackendConfig::S3 {
-            timeout,
-            max_retries,
-            ..
-        } = self
-        else {
+        let BackendConfig::S3(s3) = self else {
             return None;
         };
-        let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
-        let retries = max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
+        let timeout = s3.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        let retries = s3.max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
         let b = BackoffConfig::default();
         // object_store's backoff grows by `base` from `init_backoff`, jittered up to its next
         // step and capped at `max_backoff`: the upper bound of each wait is the next step.
@@ -174,51 +174,19 @@ pub(crate) fn build(cfg: &BackendConfig) -> Result<Backend, ColdError> {
                 bucket: None,
             })
         }
-        BackendConfig::S3 {
-            bucket,
-            region,
-            endpoint,
-            access_key_id,
-            secret_access_key,
-            session_token,
-            sse,
-            timeout,
-            max_retries,
-        } => {
-            let store = build_s3(&S3Settings {
-                bucket,
-                region: region.as_deref(),
-                endpoint: endpoint.as_deref(),
-                access_key_id: access_key_id.as_deref(),
-                secret_access_key: secret_access_key.as_deref(),
-                session_token: session_token.as_deref(),
-                sse,
-                timeout: *timeout,
-                max_retries: *max_retries,
-            })?;
+        BackendConfig::S3(s3) => {
+            let store = build_s3(s3)?;
             Ok(Backend {
                 store: Arc::new(store),
                 base: Path::default(),
-                scheme: format!("s3://{bucket}"),
-                bucket: Some(bucket.clone()),
+                scheme: format!("s3://{}", s3.bucket),
+                bucket: Some(s3.bucket.clone()),
             })
         }
     }
 }
 
-struct S3Settings<'a> {
-    bucket: &'a str,
-    region: Option<&'a str>,
-    endpoint: Option<&'a str>,
-    access_key_id: Option<&'a str>,
-    secret_access_key: Option<&'a str>,
-    session_token: Option<&'a str>,
-    sse: &'a Sse,
-    timeout: Option<Duration>,
-    max_retries: Option<u32>,
-}
-
-fn build_s3(s: &S3Settings<'_>) -> Result<object_store::aws::AmazonS3, ColdError> {
+fn build_s3(s: &S3Config) -> Result<object_store::aws::AmazonS3, ColdError> {
     if s.bucket.trim().is_empty() {
         return Err(ColdError::config(
             "storage.cold.s3.bucket is required when cold backend is 's3'",
@@ -232,13 +200,13 @@ fn build_s3(s: &S3Settings<'_>) -> Result<object_store::aws::AmazonS3, ColdError
     }
     let max_retries = s.max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
 
-    let mut builder = AmazonS3Builder::new().with_bucket_name(s.bucket);
-    builder = match (s.access_key_id, s.secret_access_key) {
+    let mut builder = AmazonS3Builder::new().with_bucket_name(&s.bucket);
+    builder = match (s.access_key_id.as_deref(), s.secret_access_key.as_deref()) {
         (Some(key_id), Some(secret)) => {
             let builder = builder
                 .with_access_key_id(key_id)
                 .with_secret_access_key(secret);
-            match s.session_token {
+            match s.session_token.as_deref() {
                 Some(token) => builder.with_token(token),
                 None => builder,
             }
@@ -262,7 +230,7 @@ fn build_s3(s: &S3Settings<'_>) -> Result<object_store::aws::AmazonS3, ColdError
     let mut client = ClientOptions::new()
         .with_timeout(timeout)
         .with_connect_timeout(timeout.min(MAX_CONNECT_TIMEOUT));
-    match s.endpoint {
+    match s.endpoint.as_deref() {
         Some(endpoint) => {
             let endpoint = endpoint.trim_end_matches('/');
             if endpoint.starts_with("http://") {
@@ -276,11 +244,11 @@ fn build_s3(s: &S3Settings<'_>) -> Result<object_store::aws::AmazonS3, ColdError
             builder = builder
                 .with_endpoint(endpoint)
                 .with_virtual_hosted_style_request(false)
-                .with_region(s.region.unwrap_or(ENDPOINT_DEFAULT_REGION));
+                .with_region(s.region.as_deref().unwrap_or(ENDPOINT_DEFAULT_REGION));
         }
         None => {
             builder = builder.with_virtual_hosted_style_request(true);
-            let region = s.region.map(str::to_owned).or_else(region_from_env);
+            let region = s.region.clone().or_else(region_from_env);
             if let Some(region) = region {
                 builder = builder.with_region(region);
             }
@@ -291,7 +259,7 @@ fn build_s3(s: &S3Settings<'_>) -> Result<object_store::aws::AmazonS3, ColdError
     let sse_key: AmazonS3ConfigKey = "aws_server_side_encryption"
         .parse()
         .map_err(|e| ColdError::config(format!("storage.cold.s3.server_side_encryption: {e}")))?;
-    builder = match s.sse {
+    builder = match &s.sse {
         Sse::Aes256 => builder.with_config(sse_key, "AES256"),
         Sse::AwsKms {
             key_id: Some(key_id),
@@ -375,37 +343,25 @@ mod tests {
     use super::*;
 
     fn s3(bucket: &str) -> BackendConfig {
-        BackendConfig::S3 {
-            bucket: bucket.into(),
-            region: None,
+        BackendConfig::S3(S3Config {
             endpoint: Some("http://127.0.0.1:1".into()),
             access_key_id: Some("id".into()),
             secret_access_key: Some("very-secret".into()),
             session_token: Some("token-secret".into()),
-            sse: Sse::Aes256,
-            timeout: None,
-            max_retries: None,
-        }
+            ..S3Config::bucket(bucket)
+        })
     }
 
     #[test]
     fn a_write_gives_up_within_every_attempts_timeout_and_the_backoff_before_each_retry() {
         // The defaults: 5 attempts of 10 s, waits of at most 0.2, 0.4, 0.8 and 1.6 s.
         assert_eq!(s3("b").write_give_up_after(), Some(Duration::from_secs(53)));
-        let BackendConfig::S3 { bucket, .. } = s3("b") else {
-            unreachable!()
-        };
-        let short = BackendConfig::S3 {
-            bucket,
-            region: None,
-            endpoint: None,
-            access_key_id: None,
-            secret_access_key: None,
-            session_token: None,
+        let short = BackendConfig::S3(S3Config {
             sse: Sse::None,
             timeout: Some(Duration::from_millis(500)),
             max_retries: Some(1),
-        };
+            ..S3Config::bucket("b")
+        });
         assert_eq!(
             short.write_give_up_after(),
             Some(Duration::from_millis(1200))
@@ -436,54 +392,37 @@ mod tests {
 
     #[test]
     fn half_static_credentials_are_refused() {
-        let BackendConfig::S3 { bucket, .. } = s3("b") else {
-            unreachable!()
-        };
-        let cfg = BackendConfig::S3 {
-            bucket,
-            region: None,
-            endpoint: None,
+        let cfg = BackendConfig::S3(S3Config {
             access_key_id: Some("id".into()),
-            secret_access_key: None,
-            session_token: None,
             sse: Sse::None,
-            timeout: None,
-            max_retries: None,
-        };
+            ..S3Config::bucket("b")
+        });
         assert!(matches!(build(&cfg), Err(ColdError::Config { .. })));
     }
 
     #[test]
     fn an_endpoint_without_scheme_is_refused() {
-        let cfg = BackendConfig::S3 {
-            bucket: "b".into(),
-            region: None,
+        let cfg = BackendConfig::S3(S3Config {
             endpoint: Some("127.0.0.1:9000".into()),
-            access_key_id: None,
-            secret_access_key: None,
-            session_token: None,
             sse: Sse::None,
             timeout: Some(Duration::from_secs(1)),
             max_retries: Some(0),
-        };
+            ..S3Config::bucket("b")
+        });
         assert!(matches!(build(&cfg), Err(ColdError::Config { .. })));
     }
 
     #[test]
     fn an_https_client_builds_with_the_ring_provider() {
-        let cfg = BackendConfig::S3 {
-            bucket: "b".into(),
+        let cfg = BackendConfig::S3(S3Config {
             region: Some("eu-west-1".into()),
-            endpoint: None,
             access_key_id: Some("id".into()),
             secret_access_key: Some("secret".into()),
-            session_token: None,
             sse: Sse::AwsKms {
                 key_id: Some("arn:aws:kms:eu-west-1:1:key/k".into()),
             },
-            timeout: None,
-            max_retries: None,
-        };
+            ..S3Config::bucket("b")
+        });
         let backend = build(&cfg).expect("https client");
         assert_eq!(backend.scheme, "s3://b");
     }

@@ -14,7 +14,7 @@ mod store;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
-pub use config::{BackendConfig, ColdConfig, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, Sse};
+pub use config::{BackendConfig, ColdConfig, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, S3Config, Sse};
 pub use error::{BoxError, ColdError};
 pub use store::ColdStore;
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tempfile::TempDir;
 
-use crate::{BackendConfig, ColdConfig, ColdStore, Sse};
+use crate::{BackendConfig, ColdConfig, ColdStore, S3Config, Sse};
 
 /// weed's admin identity: it takes these from its environment (`AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY`) and then enforces SigV4 with them.
@@ -182,17 +182,15 @@ impl SeaweedFs {
         timeout: Option<Duration>,
         max_retries: Option<u32>,
     ) -> BackendConfig {
-        BackendConfig::S3 {
-            bucket: bucket.to_owned(),
-            region: None,
+        BackendConfig::S3(S3Config {
             endpoint: Some(self.endpoint()),
             access_key_id: Some(ACCESS_KEY_ID.to_owned()),
             secret_access_key: Some(SECRET_ACCESS_KEY.to_owned()),
-            session_token: None,
             sse,
             timeout,
             max_retries,
-        }
+            ..S3Config::bucket(bucket)
+        })
     }
 
     /// A store on [`BUCKET`] under `root`.

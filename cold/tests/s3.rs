@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ursula_cold::testing::{self, SeaweedFs};
-use ursula_cold::{BackendConfig, ColdConfig, ColdError, ColdStore, Sse};
+use ursula_cold::{BackendConfig, ColdConfig, ColdError, ColdStore, S3Config, Sse};
 
 struct Weed(SeaweedFs);
 
@@ -53,7 +53,7 @@ async fn a_missing_bucket_is_named_by_open_probe_and_put() {
     let weed = SeaweedFs::start().await;
     let mut backend = weed.backend();
     match &mut backend {
-        BackendConfig::S3 { bucket, .. } => *bucket = "no-such-bucket".into(),
+        BackendConfig::S3(s3) => s3.bucket = "no-such-bucket".into(),
         other => panic!("not s3: {other:?}"),
     }
     let store = store_with(backend, "root");
@@ -74,17 +74,13 @@ async fn a_missing_bucket_is_named_by_open_probe_and_put() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_secret_is_denied() {
     let weed = SeaweedFs::start().await;
-    let backend = BackendConfig::S3 {
-        bucket: testing::BUCKET.into(),
-        region: None,
+    let backend = BackendConfig::S3(S3Config {
         endpoint: Some(weed.endpoint()),
         access_key_id: Some(testing::ACCESS_KEY_ID.into()),
         secret_access_key: Some("not-the-secret".into()),
-        session_token: None,
         sse: Sse::None,
-        timeout: None,
-        max_retries: None,
-    };
+        ..S3Config::bucket(testing::BUCKET)
+    });
     let store = store_with(backend, "");
     match store.put("k", Bytes::from_static(b"x")).await {
         Err(err @ ColdError::Denied { .. }) => {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ursula_cold::BackendConfig;
 use ursula_cold::ColdConfig;
+use ursula_cold::S3Config;
 use ursula_cold::Sse;
 
 use super::error::ConfigError;
@@ -160,7 +161,7 @@ pub fn resolve(
                 _ => Sse::Aes256,
             };
             (
-                BackendConfig::S3 {
+                BackendConfig::S3(S3Config {
                     bucket: s3.bucket.clone().unwrap_or_default(),
                     region: s3.region.clone(),
                     endpoint: s3.endpoint.clone(),
@@ -170,7 +171,7 @@ pub fn resolve(
                     sse,
                     timeout: s3.timeout.map(|d| d.0),
                     max_retries: s3.max_retries,
-                },
+                }),
                 root,
             )
         }
