@@ -67,10 +67,10 @@ pub struct Append {
     pub body: Body,
 }
 
-#[cfg(test)]
 impl Create {
-    /// A test's create of the `application/octet-stream` stream `key`, with nothing else set.
-    pub(crate) fn octet_stream(key: &str) -> Create {
+    /// A create of the `application/octet-stream` stream `key`, with nothing else set (tools
+    /// and tests that build state directly).
+    pub fn octet_stream(key: &str) -> Create {
         Create {
             key: key.into(),
             content_type: "application/octet-stream".into(),
@@ -84,11 +84,10 @@ impl Create {
     }
 }
 
-#[cfg(test)]
 impl Append {
-    /// A test's append of `body` to the `application/octet-stream` stream `key`, with nothing
-    /// else set.
-    pub(crate) fn octet_stream(key: &str, body: Bytes) -> Append {
+    /// An append of `body` to the `application/octet-stream` stream `key`, with nothing else
+    /// set (tools and tests that build state directly).
+    pub fn octet_stream(key: &str, body: Bytes) -> Append {
         Append {
             key: key.into(),
             content_type: Some("application/octet-stream".into()),

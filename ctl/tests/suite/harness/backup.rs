@@ -29,28 +29,17 @@ pub fn state(streams: usize) -> GroupState {
         let key = format!("demo/s{i}");
         st.apply(
             StreamCommand::Create(Create {
-                key: key.clone(),
-                content_type: "application/octet-stream".into(),
-                lifetime: None,
-                closed: false,
-                stream_seq: None,
-                producer: None,
-                incarnation: None,
                 body: Some(Body::Raw(bytes::Bytes::from_static(b"hello"))),
+                ..Create::octet_stream(&key)
             }),
             1_000,
         )
         .expect("create");
         st.apply(
-            StreamCommand::Append(Append {
-                key,
-                content_type: Some("application/octet-stream".into()),
-                close: false,
-                stream_seq: None,
-                producer: None,
-                incarnation: None,
-                body: Body::Raw(bytes::Bytes::from(vec![i as u8; 3_000])),
-            }),
+            StreamCommand::Append(Append::octet_stream(
+                &key,
+                bytes::Bytes::from(vec![i as u8; 3_000]),
+            )),
             2_000,
         )
         .expect("append");
