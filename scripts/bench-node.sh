@@ -4,9 +4,7 @@
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 . scripts/lib.sh
-cargo build --release -p ursula >&2
-scripts/test-js.sh --build-only >&2
-node=$(scripts/install-node.sh)
+bench_js_prologue
 trap 'stop_pid "${node_pid:-}"' EXIT
 start_release_node
 URSULA_URL="$node_url" "$node" --no-warnings js/bench/commit-bench.mjs "${1:-3000}"

@@ -7,9 +7,7 @@
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 . scripts/lib.sh
-cargo build --release -p ursula >&2
-scripts/test-js.sh --build-only >&2
-node=$(scripts/install-node.sh)
+bench_js_prologue
 data=$(mktemp -d)
 trap 'stop_pid "${node_pid:-}"; rm -rf "$data"' EXIT
 start_release_node

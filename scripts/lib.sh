@@ -32,6 +32,45 @@ interop_node() {
   fi
 }
 
+# Reads a script's arguments: each flag named in FLAGS (one word, e.g. "--ci --no-build") sets
+# the variable of its name to 1 (ci=1, no_build=1; 0 when absent); the words after `--` and any
+# other word go, in order, to the array `extra`.
+# Usage: take_flags FLAGS "$@"
+take_flags() {
+  local known=" $1 " word name
+  shift
+  for word in $known; do name=${word#--}; printf -v "${name//-/_}" 0; done
+  extra=()
+  while (($#)); do
+    if [[ "$1" == -- ]]; then
+      shift
+      extra+=("$@")
+      break
+    elif [[ "$known" == *" $1 "* ]]; then
+      name=${1#--}
+      printf -v "${name//-/_}" 1
+    else
+      extra+=("$1")
+    fi
+    shift
+  done
+}
+
+# Builds cargo package PKG with the ci profile, unless the caller's no_build is 1.
+build_ci() {
+  ((no_build)) && return 0
+  step "cargo build --profile ci -p $1"
+  cargo build --profile ci -p "$1"
+}
+
+# What the Node benchmarks need: a release `ursula`, the npm package's addon in js/, and Node
+# 22 (its path in `node`).
+bench_js_prologue() {
+  cargo build --release -p ursula >&2
+  scripts/test-js.sh --build-only >&2
+  node=$(scripts/install-node.sh)
+}
+
 # Exports URSULA_PROFILE_DIR (default target/ci) as an absolute path.
 profile_dir() {
   URSULA_PROFILE_DIR=${URSULA_PROFILE_DIR:-target/ci}

@@ -11,16 +11,8 @@
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 
-ci=0
-extra=()
-while (($#)); do
-  case "$1" in
-    --ci) ci=1 ;;
-    --) shift; extra=("$@"); break ;;
-    *) extra+=("$1") ;;
-  esac
-  shift
-done
+. scripts/lib.sh
+take_flags "--ci" "$@"
 
 [[ -n "${URSULA_BIN:-}" && -x "$URSULA_BIN" ]] || { echo "test-browser.sh: set URSULA_BIN to the ursula binary" >&2; exit 1; }
 [[ -f js/sqlite-ursula.linux-x64-gnu.node ]] || { echo "test-browser.sh: js/ has no addon: run scripts/test-js.sh --build-only first" >&2; exit 1; }

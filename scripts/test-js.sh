@@ -15,27 +15,10 @@
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 
-ci=0
-build_only=0
-no_build=0
-extra=()
-while (($#)); do
-  case "$1" in
-    --ci) ci=1 ;;
-    --build-only) build_only=1 ;;
-    --no-build) no_build=1 ;;
-    --) shift; extra=("$@"); break ;;
-    *) extra+=("$1") ;;
-  esac
-  shift
-done
-
 . scripts/lib.sh
+take_flags "--ci --build-only --no-build" "$@"
 profile_dir
-if ((!no_build)); then
-  step "cargo build --profile ci -p sqlite-ursula-node"
-  cargo build --profile ci -p sqlite-ursula-node
-fi
+build_ci sqlite-ursula-node
 
 # One shared object is both the napi module and the SQLite extension.
 lib=$URSULA_PROFILE_DIR/libsqlite_ursula_node.so
@@ -53,10 +36,7 @@ echo "test-js.sh: $addon ($(du -h "$addon" | cut -f1))" >&2
 ((build_only)) && exit 0
 
 if [[ -z "${URSULA_BIN:-}" ]]; then
-  if ((!no_build)); then
-    step "cargo build --profile ci -p ursula"
-    cargo build --profile ci -p ursula
-  fi
+  build_ci ursula
   export URSULA_BIN="$URSULA_PROFILE_DIR/ursula"
 fi
 

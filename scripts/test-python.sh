@@ -14,28 +14,12 @@
 set -euo pipefail
 cd "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 
-no_build=0
-extra=()
-while (($#)); do
-  case "$1" in
-    --no-build) no_build=1 ;;
-    --) shift; extra=("$@"); break ;;
-    *) extra+=("$1") ;;
-  esac
-  shift
-done
-
 . scripts/lib.sh
+take_flags "--no-build" "$@"
 profile_dir
-if ((!no_build)); then
-  step "cargo build --profile ci -p sqlite-ursula-vfs"
-  cargo build --profile ci -p sqlite-ursula-vfs
-fi
+build_ci sqlite-ursula-vfs
 if [[ -z "${URSULA_BIN:-}" ]]; then
-  if ((!no_build)); then
-    step "cargo build --profile ci -p ursula"
-    cargo build --profile ci -p ursula
-  fi
+  build_ci ursula
   export URSULA_BIN="$URSULA_PROFILE_DIR/ursula"
 fi
 [[ -x "$URSULA_BIN" ]] || { echo "test-python.sh: $URSULA_BIN is missing (build it, or drop --no-build)" >&2; exit 1; }
