@@ -10,6 +10,15 @@ use crate::config::{self, ColdConfig};
 use crate::error::{self, BoxError, ColdError, Kind};
 use crate::{FORMAT_EPOCH, FORMAT_EPOCH_MARKER};
 
+/// One object of a listing: its key (relative to the root), its size, and when the store last
+/// wrote it (unix ms, the store's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub key: String,
+    pub size: u64,
+    pub modified_ms: u64,
+}
+
 /// The cold tier's object store: one bucket (or directory, or memory) and a root prefix inside
 /// it. Keys are relative to the root. Cheap to clone; clones share the connection pool.
 #[derive(Clone)]
@@ -264,6 +273,13 @@ impl ColdStore {
     /// `list("a/b")` finds `a/b/c` but not `a/bc`; `list("")` finds every key. The format-epoch
     /// marker is not listed.
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>, ColdError> {
+        let listed = self.list_objects(prefix).await?;
+        Ok(listed.into_iter().map(|o| o.key).collect())
+    }
+
+    /// The objects under `prefix` as [`list`](Self::list) finds them, with their size and
+    /// when the store last wrote them.
+    pub async fn list_objects(&self, prefix: &str) -> Result<Vec<Listed>, ColdError> {
         let prefix = prefix.trim_matches('/');
         let under = if prefix.is_empty() {
             self.inner.root.clone()
@@ -275,7 +291,7 @@ impl ColdStore {
             join(&self.inner.root, &rel)
         };
         let mut listing = self.inner.store.list(scope(&under));
-        let mut keys = Vec::new();
+        let mut out = Vec::new();
         while let Some(meta) = listing.next().await {
             let meta = meta.map_err(|e| self.err("LIST", prefix, e))?;
             let Some(parts) = meta.location.prefix_match(&self.inner.root) else {
@@ -286,11 +302,16 @@ impl ColdStore {
                 .collect::<Vec<_>>()
                 .join("/");
             if key != FORMAT_EPOCH_MARKER {
-                keys.push(key);
+                let modified_ms = u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0);
+                out.push(Listed {
+                    key,
+                    size: meta.size,
+                    modified_ms,
+                });
             }
         }
-        keys.sort_unstable();
-        Ok(keys)
+        out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
     }
 
     /// One cheap request that needs the bucket and the credentials to work: a read of the
