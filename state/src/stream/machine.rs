@@ -579,6 +579,14 @@ impl GroupState {
         &self.cold_garbage
     }
 
+    /// Every cold object this group's state names: the streams' chunks and cold snapshot
+    /// bodies, and the released objects still waiting out their grace. An object of the
+    /// group's that is not among them is referenced by nothing the group committed.
+    pub fn cold_references(&self) -> impl Iterator<Item = Arc<str>> + '_ {
+        let live = self.streams.values().flat_map(|s| s.objects());
+        live.chain(self.cold_garbage.iter().map(|(o, _)| o.clone()))
+    }
+
     /// Queues for deletion each object in `objects` no live stream still references. Packed
     /// objects are shared by streams, so only the last reference frees one.
     pub(super) fn release(&mut self, objects: Vec<Arc<str>>, now_ms: u64) {

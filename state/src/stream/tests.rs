@@ -458,3 +458,57 @@ fn stream_seq_is_compared_bytewise_against_the_last_accepted_value() {
         "the stored value did not change"
     );
 }
+
+#[test]
+fn cold_references_name_chunks_cold_snapshot_bodies_and_released_objects() {
+    let mut g = GroupState::default();
+    for (key, object) in [("demo/a", "demo/g0/a"), ("demo/b", "demo/g0/b")] {
+        let incarnation = incarnation_of(g.apply(create_key(key, None), SEC).expect("create"));
+        let body = Bytes::from_static(b"abc");
+        g.apply(Command::Append(Append::octet_stream(key, body)), SEC)
+            .expect("append");
+        let slice = FlushSlice {
+            key: key.into(),
+            incarnation,
+            start: 0,
+            end: 3,
+            at: 0,
+        };
+        let flush = Command::ColdFlush {
+            object: object.into(),
+            slices: vec![slice],
+        };
+        g.apply(flush, SEC).expect("flush");
+    }
+    let publish = PublishSnapshot {
+        key: "demo/a".into(),
+        offset: 3,
+        content_type: "application/octet-stream".into(),
+        body: Bytes::new(),
+        incarnation: None,
+        cold: Some(ColdBody {
+            object: "demo/snap/g0/s".into(),
+            len: 5,
+            digest: "d".into(),
+        }),
+    };
+    g.apply(Command::PublishSnapshot(publish), SEC)
+        .expect("publish");
+    let delete = Command::Delete {
+        key: "demo/b".into(),
+        incarnation: None,
+    };
+    g.apply(delete, 2 * SEC).expect("delete");
+    let refs = |g: &GroupState| {
+        let mut r: Vec<String> = g.cold_references().map(|o| o.to_string()).collect();
+        r.sort();
+        r
+    };
+    // The deleted stream's object is released, not yet deleted: still named.
+    assert_eq!(refs(&g), ["demo/g0/a", "demo/g0/b", "demo/snap/g0/s"]);
+    let forget = Command::ColdForget {
+        objects: vec!["demo/g0/b".into()],
+    };
+    g.apply(forget, 3 * SEC).expect("forget");
+    assert_eq!(refs(&g), ["demo/g0/a", "demo/snap/g0/s"]);
+}
