@@ -430,6 +430,28 @@ pub struct ColdTierMetrics {
     pub cold_cache_bytes: u64,
     pub cold_cache_hits: u64,
     pub cold_cache_misses: u64,
+    #[serde(flatten)]
+    pub sweep: ColdSweepMetrics,
+}
+
+/// The orphan sweep (`storage.cold.orphan_min_age`, `orphan_sweep_interval`): the age past
+/// which an unreferenced object goes, and what the passes found and deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdSweepMetrics {
+    pub cold_orphan_min_age_ms: u64,
+    /// Passes completed, and when the last one ended (unix ms; 0 before the first).
+    pub cold_orphan_sweep_passes: u64,
+    pub cold_orphan_sweep_last_pass_ms: u64,
+    /// Objects the last pass listed under the cold root.
+    pub cold_orphan_sweep_listed_objects: u64,
+    /// Of those, the ones the last pass found unreferenced and past the minimum age.
+    pub cold_orphans_found: u64,
+    /// The oldest unreferenced object the last pass judged, whatever its age (ms).
+    pub cold_orphan_oldest_age_ms: u64,
+    pub cold_orphans_deleted: u64,
+    pub cold_orphan_deleted_bytes: u64,
+    /// Listings and deletions of the sweep that failed.
+    pub cold_orphan_sweep_errors: u64,
 }
 
 #[cfg(test)]

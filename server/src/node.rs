@@ -67,7 +67,13 @@ pub async fn attach_cold(state: &mut AppState, config: &Config) -> Result<(), No
         return Ok(());
     };
     let tier = crate::coldtier::ColdTier::open(settings.clone()).await?;
+    if settings.abort_after_upload {
+        tracing::warn!(
+            "testing.cold_abort_after_upload is set: a test hook; the first cold flush aborts this process between its upload and its commit"
+        );
+    }
     crate::coldtier::flush::spawn(&state.rt, state.engine.clone(), tier.clone());
+    crate::coldtier::sweep::spawn(&state.rt, state.engine.clone(), tier.clone());
     state.cold = Some(tier);
     Ok(())
 }

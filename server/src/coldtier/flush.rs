@@ -251,20 +251,25 @@ async fn upload_and_commit(
     p: Pack,
 ) -> u64 {
     let len = p.body.len() as u64;
+    let object: Arc<str> = p.object.as_str().into();
+    let _staged = tier.stage(object.clone());
     {
         let Ok(_permit) = uploads.acquire().await else {
             return 0;
         };
-        if let Err(e) = tier.store.put(&p.object, p.body).await {
+        if let Err(e) = tier.store.put(&object, p.body).await {
             tier.counters
                 .flush_write_errors
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(group, object = %p.object, error = %e, "cold flush upload failed; retrying next tick");
+            tracing::warn!(group, object = %object, error = %e, "cold flush upload failed; retrying next tick");
             return 0;
         }
         tier.counters.flush_writes.fetch_add(1, Ordering::Relaxed);
     }
-    let object: Arc<str> = p.object.as_str().into();
+    if tier.settings.abort_after_upload {
+        tracing::error!(group, object = %object, "testing.cold_abort_after_upload: aborting between the upload and its commit");
+        std::process::abort();
+    }
     let cmd = Command::ColdFlush {
         object: object.clone(),
         slices: p.slices,

@@ -5,10 +5,15 @@
 //! - [`cache`]: the read cache of cold ranges, bounded by bytes.
 //! - [`flush`]: the flush worker that moves hot bytes to objects and commits their references.
 //! - [`gc`]: deletion of objects no stream references any more, after the grace.
+//! - [`sweep`]: deletion of objects no state ever referenced (orphans), after a day.
 
 pub mod cache;
 pub mod flush;
 pub mod gc;
+pub mod sweep;
+
+use std::collections::HashSet;
+use std::sync::Mutex;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -18,6 +23,7 @@ use bytes::Bytes;
 use bytes::BytesMut;
 use ursula_cold::ColdError;
 use ursula_cold::ColdStore;
+use ursula_protocol::metrics::ColdSweepMetrics;
 
 use self::cache::CacheStats;
 use self::cache::ColdCache;
@@ -45,6 +51,27 @@ pub struct ColdCounters {
     pub read_bytes: AtomicU64,
     pub read_errors: AtomicU64,
     pub deleted_objects: AtomicU64,
+    pub sweep: SweepCounters,
+}
+
+/// The orphan sweep's progress (the metrics' `cold_orphan_*` fields).
+#[derive(Debug, Default)]
+pub struct SweepCounters {
+    /// Passes completed.
+    pub passes: AtomicU64,
+    /// When the last pass ended (unix ms); 0 before the first.
+    pub last_pass_ms: AtomicU64,
+    /// Objects the last pass listed.
+    pub listed: AtomicU64,
+    /// Objects the last pass found unreferenced and past the minimum age.
+    pub unreferenced: AtomicU64,
+    /// The age of the oldest unreferenced object the last pass judged, past the minimum age
+    /// or not (ms).
+    pub oldest_unreferenced_ms: AtomicU64,
+    pub deleted: AtomicU64,
+    pub deleted_bytes: AtomicU64,
+    /// Listings and deletions that failed.
+    pub errors: AtomicU64,
 }
 
 /// The node's cold tier.
@@ -55,6 +82,24 @@ pub struct ColdTier {
     pub counters: Arc<ColdCounters>,
     /// `None` with `storage.cold.cache_size = 0`.
     pub cache: Option<Arc<ColdCache>>,
+    /// Objects this node uploaded and has not yet seen committed or refused: never orphans.
+    staged: Arc<Mutex<HashSet<Arc<str>>>>,
+}
+
+/// An object of [`ColdTier::stage`]'s, in flight until dropped.
+pub struct Staged {
+    staged: Arc<Mutex<HashSet<Arc<str>>>>,
+    object: Arc<str>,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        lock(&self.staged).remove(&self.object);
+    }
+}
+
+fn lock(m: &Mutex<HashSet<Arc<str>>>) -> std::sync::MutexGuard<'_, HashSet<Arc<str>>> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for ColdTier {
@@ -76,7 +121,23 @@ impl ColdTier {
             cache: ColdCache::new(settings.cache_size).map(Arc::new),
             settings: Arc::new(settings),
             counters: Arc::new(ColdCounters::default()),
+            staged: Arc::default(),
         })
+    }
+
+    /// Marks `object` as this node's upload in flight: the orphan sweep leaves it alone until
+    /// the returned guard is dropped, once its commit resolved.
+    pub fn stage(&self, object: Arc<str>) -> Staged {
+        lock(&self.staged).insert(object.clone());
+        Staged {
+            staged: self.staged.clone(),
+            object,
+        }
+    }
+
+    /// The objects staged now.
+    pub fn staged_now(&self) -> HashSet<Arc<str>> {
+        lock(&self.staged).clone()
     }
 
     /// Fetches `pieces` in order, several at once, and joins them. Runs on the caller's task,
@@ -144,6 +205,23 @@ impl ColdTier {
             read_errors: load(&c.read_errors),
             deleted_objects: load(&c.deleted_objects),
             cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
+            sweep: self.sweep_stats(),
+        }
+    }
+
+    fn sweep_stats(&self) -> ColdSweepMetrics {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let s = &self.counters.sweep;
+        ColdSweepMetrics {
+            cold_orphan_min_age_ms: self.settings.orphan_min_age.as_millis() as u64,
+            cold_orphan_sweep_passes: load(&s.passes),
+            cold_orphan_sweep_last_pass_ms: load(&s.last_pass_ms),
+            cold_orphan_sweep_listed_objects: load(&s.listed),
+            cold_orphans_found: load(&s.unreferenced),
+            cold_orphan_oldest_age_ms: load(&s.oldest_unreferenced_ms),
+            cold_orphans_deleted: load(&s.deleted),
+            cold_orphan_deleted_bytes: load(&s.deleted_bytes),
+            cold_orphan_sweep_errors: load(&s.errors),
         }
     }
 
@@ -163,15 +241,17 @@ impl ColdTier {
         publish: impl FnOnce(ColdBody) -> Command + Send + 'static,
     ) -> Result<Result<Result<Applied, Refusal>, EngineError>, ColdError> {
         let object: Arc<str> = format!(
-            "{bucket}/snap/{:013}-{:016x}",
+            "{bucket}/snap/g{group}/{:013}-{:016x}",
             crate::runtime::now_ms(),
             rand::random::<u64>()
         )
         .into();
+        let staged = self.stage(object.clone());
         let digest = ursula_state::stream::machine::snapshot_digest(content_type, &body);
         let len = body.len() as u64;
         let store = self.store.clone();
         let task = tokio::spawn(async move {
+            let _staged = staged;
             if let Err(e) = store.put(&object, body).await {
                 // A failed upload may have left a part behind: nothing will reference it.
                 let _ = store.delete(&object).await;
@@ -213,4 +293,5 @@ pub struct ColdStats {
     pub deleted_objects: u64,
     /// The read cache's size, fill and counters; all zero with the cache off.
     pub cache: CacheStats,
+    pub sweep: ColdSweepMetrics,
 }

@@ -35,6 +35,14 @@ pub struct ColdSettings {
     pub gate: Option<StoreGate>,
     /// `cache_size` (ours; the presets' cold cache): bytes of cold ranges kept in memory, 0 off.
     pub cache_size: u64,
+    /// `orphan_min_age` (ours): how old an unreferenced object must be for the orphan sweep to
+    /// delete it; a day unless set.
+    pub orphan_min_age: Duration,
+    /// `orphan_sweep_interval` (ours): the sweep's period; an hour unless set.
+    pub orphan_sweep_interval: Duration,
+    /// `testing.cold_abort_after_upload`, a test hook: the flush aborts the process between
+    /// its upload and its commit.
+    pub abort_after_upload: bool,
 }
 
 /// The snapshot-store health gate's settings (Configuration, "Cold storage").
@@ -53,6 +61,12 @@ pub struct StoreGate {
 
 /// The spec's grace before a released cold object is deleted.
 const GC_GRACE: Duration = Duration::from_secs(300);
+
+/// The spec's age past which an unreferenced object is an orphan: a day.
+const ORPHAN_MIN_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// How often the orphan sweep lists the store unless `orphan_sweep_interval` says otherwise.
+const ORPHAN_SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Refuses a `[storage.cold]` the cold tier could not run with, naming the key.
 fn check(c: &ColdSection) -> Result<(), ConfigError> {
@@ -104,6 +118,21 @@ fn check(c: &ColdSection) -> Result<(), ConfigError> {
     if c.gc_grace.is_some_and(|d| d.0.is_zero()) {
         // A read that resolved the object just before its release still fetches it.
         return Err(invalid("storage.cold.gc_grace", "must be non-zero"));
+    }
+    // An upload is committed within seconds; an age under a second would race commits.
+    if c.orphan_min_age
+        .is_some_and(|d| d.0 < Duration::from_secs(1))
+    {
+        return Err(invalid(
+            "storage.cold.orphan_min_age",
+            "must be at least 1s",
+        ));
+    }
+    if c.orphan_sweep_interval.is_some_and(|d| d.0.is_zero()) {
+        return Err(invalid(
+            "storage.cold.orphan_sweep_interval",
+            "must be non-zero",
+        ));
     }
     Ok(())
 }
@@ -211,5 +240,10 @@ pub fn resolve(
         gc_grace: c.gc_grace.map_or(GC_GRACE, |d| d.0),
         gate,
         cache_size: c.cache_size.map_or(preset.cache_size, |s| s.0),
+        orphan_min_age: c.orphan_min_age.map_or(ORPHAN_MIN_AGE, |d| d.0),
+        orphan_sweep_interval: c
+            .orphan_sweep_interval
+            .map_or(ORPHAN_SWEEP_INTERVAL, |d| d.0),
+        abort_after_upload: false,
     }))
 }

@@ -229,6 +229,11 @@ pub struct ColdSection {
     pub gc_grace: Option<Dur>,
     /// Ours, naming the presets' "cold cache": the bytes of cold ranges kept in memory; 0 off.
     pub cache_size: Option<Size>,
+    /// Ours: an object under the cold root that nothing references is deleted by the orphan
+    /// sweep once it is this old (the spec's day unless set).
+    pub orphan_min_age: Option<Dur>,
+    /// Ours: how often the orphan sweep lists the store (an hour unless set).
+    pub orphan_sweep_interval: Option<Dur>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -269,6 +274,9 @@ pub struct TestingSection {
     /// A producer idle this long is forgotten, instead of 7 days: lets a test reach the state
     /// of an owner idle for a week without waiting one.
     pub producer_forget_after: Option<Dur>,
+    /// The cold flush uploads its object, then aborts the process before it proposes the
+    /// commit: the crash between upload and commit that leaves an object nothing references.
+    pub cold_abort_after_upload: Option<bool>,
 }
 
 /// `[governance]`, as far as the spec names it: the leadership balancer

@@ -347,7 +347,10 @@ fn resolve_engine(
             .map_or(p.max_uncommitted, |s| s.0),
         snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
         snapshot_driver: raft::snapshot_driver(file),
-        cold: cold::resolve(&file.storage.cold, &p.cold)?,
+        cold: cold::resolve(&file.storage.cold, &p.cold)?.map(|c| ColdSettings {
+            abort_after_upload: file.testing.cold_abort_after_upload.unwrap_or(false),
+            ..c
+        }),
         shutdown_deadline: shutdown_deadline(file)?,
         request_head_timeout: request_head_timeout(file)?,
         max_connections: max_connections(file)?,

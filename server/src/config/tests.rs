@@ -82,6 +82,59 @@ fn the_cold_gc_grace_is_five_minutes_unless_set_and_never_zero() {
 }
 
 #[test]
+fn the_orphan_sweep_waits_a_day_every_hour_unless_set_and_refuses_what_races_commits() {
+    use std::time::Duration;
+    let cold = "[storage.cold]\nbackend = \"memory\"\n";
+    let set = format!(
+        "{cold}orphan_min_age = \"1s\"\norphan_sweep_interval = \"200ms\"\n\
+         [testing]\ncold_abort_after_upload = true\n"
+    );
+    let cases = [
+        (
+            cold.to_owned(),
+            Duration::from_secs(86_400),
+            Duration::from_secs(3600),
+            false,
+        ),
+        (
+            set,
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            true,
+        ),
+    ];
+    for (text, min_age, interval, abort) in cases {
+        let c = resolve_text(&text)
+            .expect("valid")
+            .cold
+            .expect("a cold tier");
+        assert_eq!(
+            (
+                c.orphan_min_age,
+                c.orphan_sweep_interval,
+                c.abort_after_upload
+            ),
+            (min_age, interval, abort),
+            "{text}"
+        );
+    }
+    let refusals = [
+        (
+            "orphan_min_age = \"999ms\"",
+            "storage.cold.orphan_min_age: must be at least 1s",
+        ),
+        (
+            "orphan_sweep_interval = \"0s\"",
+            "storage.cold.orphan_sweep_interval: must be non-zero",
+        ),
+    ];
+    for (line, want) in refusals {
+        let err = resolve_text(&format!("{cold}{line}\n")).expect_err(line);
+        assert_eq!(err, want);
+    }
+}
+
+#[test]
 fn the_shutdown_deadline_is_20_s_unless_set_and_never_zero() {
     let c = resolve_text("").expect("valid");
     assert_eq!(c.shutdown_deadline, std::time::Duration::from_secs(20));

@@ -147,6 +147,7 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
             cold_cache_bytes: s.cache.bytes,
             cold_cache_hits: s.cache.hits,
             cold_cache_misses: s.cache.misses,
+            sweep: s.sweep,
         });
     }
     st.engine.report(&mut m);

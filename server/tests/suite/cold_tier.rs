@@ -12,10 +12,10 @@ use ursula_cold::testing::BUCKET;
 use ursula_cold::testing::SECRET_ACCESS_KEY;
 use ursula_cold::testing::SeaweedFs;
 
-const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
+pub(crate) const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
 
 /// `[storage.cold]` on `weed` under `root`, flushing everything every 50 ms, plus `extra`.
-fn cold_toml(weed: &SeaweedFs, root: &str, extra: &str) -> String {
+pub(crate) fn cold_toml(weed: &SeaweedFs, root: &str, extra: &str) -> String {
     format!(
         "[storage.cold]\nbackend = \"s3\"\nroot = \"{root}\"\nflush_size = 1\nflush_interval = \"50ms\"\n{extra}\n\
          [storage.cold.s3]\nbucket = \"{BUCKET}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n\
@@ -25,7 +25,7 @@ fn cold_toml(weed: &SeaweedFs, root: &str, extra: &str) -> String {
     )
 }
 
-fn start_node(dir: &Path, toml: &str, env: Vec<(String, String)>) -> Proc {
+pub(crate) fn start_node(dir: &Path, toml: &str, env: Vec<(String, String)>) -> Proc {
     let path = dir.join("node.toml");
     std::fs::write(&path, toml).expect("toml");
     let port = free_port();
@@ -37,7 +37,7 @@ fn create(base: &str, path: &str) {
     assert_eq!(status, 201);
 }
 
-fn append(base: &str, path: &str, body: &[u8]) -> u16 {
+pub(crate) fn append(base: &str, path: &str, body: &[u8]) -> u16 {
     send_url("POST", &format!("{base}{path}"), &[OCTET], body).map_or(0, |a| a.0)
 }
 
@@ -51,14 +51,14 @@ fn head(base: &str, path: &str) -> (u64, u64) {
     )
 }
 
-fn read_from(base: &str, path: &str, offset: u64) -> (u16, Vec<u8>) {
+pub(crate) fn read_from(base: &str, path: &str, offset: u64) -> (u16, Vec<u8>) {
     let url = format!("{base}{path}?offset={offset:020}");
     let (status, _, body) = send_url("GET", &url, &[], b"").expect("read");
     (status, body)
 }
 
 /// Waits until every byte of `path` on `base` is in the cold tier.
-fn wait_all_cold(base: &str, path: &str) -> u64 {
+pub(crate) fn wait_all_cold(base: &str, path: &str) -> u64 {
     wait_for(30, "the stream to flush whole", || {
         let (hot_start, tail) = head(base, path);
         (hot_start == tail && tail > 0).then_some(tail)
@@ -550,7 +550,7 @@ async fn the_admin_flush_cold_route_flushes_one_stream_now_and_needs_the_process
 }
 
 /// Writes `count` bodies to `path`, waits until all of it is cold, and returns its bytes.
-fn fill_cold(base: &str, path: &str, count: usize) -> Vec<u8> {
+pub(crate) fn fill_cold(base: &str, path: &str, count: usize) -> Vec<u8> {
     create(base, path);
     let mut expected = Vec::new();
     for i in 0..count {

@@ -10,8 +10,9 @@
 //!   (`URSULA_TEST_ENGINE=raft` runs them on a single Raft node over a disk WAL).
 //! - `binary`, `planes`, `admission`, `shutdown_drain`, `scratch_dirs`, `formats`, `tenancy`:
 //!   one real node: its listeners, budgets, shutdown, and data an earlier build wrote.
-//! - `raft_*`, `cold_tier`: real Raft clusters: failover, handoff, recovery, snapshots, the WAL
-//!   cache and disk shedding, the store gate, partitions, the S3 cold tier.
+//! - `raft_*`, `cold_tier`, `cold_sweep`: real Raft clusters: failover, handoff, recovery,
+//!   snapshots, the WAL cache and disk shedding, the store gate, partitions, the S3 cold tier
+//!   and its orphan sweep.
 //!
 //! The gateway's suites are in `gateway/tests/suite`, `ursulactl`'s in `ctl/tests/suite`, on the
 //! same harness (`ursula-testkit`).
@@ -20,6 +21,7 @@ mod harness;
 
 mod admission;
 mod binary;
+mod cold_sweep;
 mod cold_tier;
 mod formats;
 mod planes;

@@ -1,0 +1,156 @@
+//! The orphan sweep: deletes objects under the cold root that nothing references and that are
+//! older than `storage.cold.orphan_min_age` (a day unless set). They are what a crash or a lost
+//! proposal leaves between an upload and its commit; the cold GC never sees them, because no
+//! state ever named them.
+//!
+//! Each pass lists the store once, then asks every group this node leads to confirm its
+//! leadership (which also brings its applied state level with every commit), and only then
+//! reads the groups' references: an object listed before the read and committed after it
+//! would have to have waited longer than the minimum age between its upload and its commit.
+//! A key says its group (`{bucket}/g{group}/…`, `{bucket}/snap/g{group}/…`): only that
+//! group's leader may delete it. A key that names no group (a snapshot body written before the
+//! group was part of its name) is judged only on a node that leads every group. Keys of any
+//! other shape are not the tier's and are never touched; neither is an object this node is
+//! uploading or committing right now.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ursula_cold::Listed;
+
+use super::ColdTier;
+use crate::engine::GroupEngine;
+use crate::runtime::GroupId;
+use crate::runtime::Runtime;
+use crate::runtime::now_ms;
+
+/// Objects deleted per pass at the most, so a pass stays short however much leaked.
+const PER_PASS: usize = 1000;
+
+/// Starts the sweep on the first core's runtime.
+pub fn spawn(rt: &Runtime, engine: Arc<dyn GroupEngine>, tier: ColdTier) {
+    let Some(handle) = rt.core_handle(0) else {
+        return;
+    };
+    let rt = rt.clone();
+    handle.spawn(async move {
+        let mut tick = tokio::time::interval(tier.settings.orphan_sweep_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            sweep(&rt, engine.as_ref(), &tier).await;
+        }
+    });
+}
+
+/// Who owns a key of the tier's layouts: `Some(Some(g))` for group `g`'s objects,
+/// `Some(None)` for a snapshot body without a group in its name, `None` for a key of no layout
+/// of ours.
+fn owner(key: &str) -> Option<Option<GroupId>> {
+    let mut parts = key.split('/');
+    let (_bucket, second, third) = (parts.next()?, parts.next()?, parts.next()?);
+    let group = |s: &str| s.strip_prefix('g').and_then(|n| n.parse::<GroupId>().ok());
+    match (second, parts.next()) {
+        ("snap", None) => Some(None),
+        ("snap", Some(_)) => group(third).map(Some),
+        (g, None) => group(g).map(Some),
+        _ => None,
+    }
+}
+
+/// One pass. Errors end the pass; the next one starts over.
+pub async fn sweep(rt: &Runtime, engine: &dyn GroupEngine, tier: &ColdTier) {
+    let groups = rt.group_count();
+    let led: Vec<GroupId> = (0..groups).filter(|g| engine.leads(*g)).collect();
+    if led.is_empty() {
+        return;
+    }
+    let started = now_ms();
+    let listed = match tier.store.list_objects("").await {
+        Ok(l) => l,
+        Err(e) => {
+            tier.counters.sweep.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "the orphan sweep cannot list the cold store; trying again next pass");
+            return;
+        }
+    };
+    // Before the references: an upload of this node that was staged when listed and has
+    // resolved since is committed by then, or was never referenced.
+    let staged = tier.staged_now();
+    let mut confirmed: HashSet<GroupId> = HashSet::new();
+    let mut referenced: HashSet<Arc<str>> = HashSet::new();
+    for group in led {
+        if engine.confirm_leadership(group).await.is_err() {
+            continue;
+        }
+        let refs = rt.with_group_now(group, |g| g.state.cold_references().collect::<Vec<_>>());
+        if let Some(refs) = refs {
+            referenced.extend(refs);
+            confirmed.insert(group);
+        }
+    }
+    let every_group = confirmed.len() as u32 == groups;
+    let min_age = tier.settings.orphan_min_age.as_millis() as u64;
+    let mut orphans: Vec<Listed> = Vec::new();
+    let mut oldest = 0u64;
+    for o in listed.iter() {
+        let judged = match owner(&o.key) {
+            Some(Some(g)) => confirmed.contains(&g),
+            Some(None) => every_group,
+            None => false,
+        };
+        if !judged || referenced.contains(o.key.as_str()) || staged.contains(o.key.as_str()) {
+            continue;
+        }
+        let age = started.saturating_sub(o.modified_ms);
+        oldest = oldest.max(age);
+        if age >= min_age {
+            orphans.push(o.clone());
+        }
+    }
+    let s = &tier.counters.sweep;
+    s.listed.store(listed.len() as u64, Ordering::Relaxed);
+    s.unreferenced
+        .store(orphans.len() as u64, Ordering::Relaxed);
+    s.oldest_unreferenced_ms.store(oldest, Ordering::Relaxed);
+    for o in orphans.into_iter().take(PER_PASS) {
+        match tier.store.delete(&o.key).await {
+            Ok(()) => {
+                s.deleted.fetch_add(1, Ordering::Relaxed);
+                s.deleted_bytes.fetch_add(o.size, Ordering::Relaxed);
+                tracing::info!(object = %o.key, bytes = o.size, age_ms = started.saturating_sub(o.modified_ms), "orphan sweep deleted an unreferenced cold object");
+            }
+            Err(e) => {
+                s.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(object = %o.key, error = %e, "the orphan sweep cannot delete an object; trying again next pass");
+                break;
+            }
+        }
+    }
+    s.passes.fetch_add(1, Ordering::Relaxed);
+    s.last_pass_ms.store(now_ms(), Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_says_which_group_owns_it_and_keys_of_no_layout_of_ours_belong_to_none() {
+        let cases = [
+            ("demo/g3/0000000000001-00000000000000ab", Some(Some(3))),
+            ("demo/snap/g7/0000000000001-00000000000000ab", Some(Some(7))),
+            ("demo/snap/0000000000001-00000000000000ab", Some(None)),
+            ("demo/g3", None),
+            ("demo/gx/obj", None),
+            ("demo/other/obj", None),
+            ("demo/g3/a/b", None),
+            ("snapshots/raft/g1/x", None),
+            ("demo/snap/gx/obj", None),
+        ];
+        for (key, want) in cases {
+            assert_eq!(owner(key), want, "{key}");
+        }
+    }
+}
