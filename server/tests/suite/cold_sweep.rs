@@ -2,7 +2,8 @@
 //! between a flush's upload and its commit (the `[testing]` hook) leaves an object nothing
 //! references; planted objects of the tier's layouts stand in for others. While they are younger
 //! than `orphan_min_age` the sweep keeps them; past it, it deletes them and only them, every
-//! referenced object stays, and every acknowledged byte reads back from the store.
+//! referenced object stays, and every acknowledged byte reads back from the store. A store that
+//! is down ends a pass with a counted error and nothing deleted.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -145,4 +146,40 @@ async fn orphans_past_the_minimum_age_are_swept_and_every_referenced_object_stay
         3,
         "nothing else was swept"
     );
+}
+
+#[tokio::test]
+async fn a_store_that_is_down_ends_the_sweep_with_an_error_and_deletes_nothing_until_it_is_back() {
+    let mut weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("cold-sweep-down");
+    let store = weed.store("down");
+    let cold = "cache_size = 0\norphan_sweep_interval = \"200ms\"\norphan_min_age = \"1s\"";
+    let node = start_node(&dir, &cold_toml(&weed, "down", cold), vec![]);
+    let base = node.base();
+    let expected = fill_cold(&base, "/down/s", 5);
+    let referenced = keys(&store).await;
+    let orphan = "down/g0/0000000000001-00000000000000cc";
+    store
+        .put(orphan, bytes::Bytes::from_static(b"x"))
+        .await
+        .expect("plant");
+
+    weed.kill();
+    let errors = sweep_metric(&base, "cold_orphan_sweep_errors");
+    wait_for(30, "a sweep pass to fail on the store", || {
+        (sweep_metric(&base, "cold_orphan_sweep_errors") > errors).then_some(())
+    });
+    assert_eq!(sweep_metric(&base, "cold_orphans_deleted"), 0);
+
+    weed.restart().await;
+    wait_for(30, "the orphan to be swept once the store is back", || {
+        (sweep_metric(&base, "cold_orphans_deleted") == 1).then_some(())
+    });
+    let after = keys(&store).await;
+    assert!(!after.contains(orphan), "{after:?}");
+    let lost: Vec<&String> = referenced.difference(&after).collect();
+    assert!(lost.is_empty(), "referenced objects were deleted: {lost:?}");
+    let (status, got) = read_from(&base, "/down/s", 0);
+    assert_eq!(status, 200);
+    assert_eq!(got, expected);
 }

@@ -55,6 +55,7 @@ fn a_leader_restarted_in_its_term_never_refuses_an_offset_it_acknowledged() {
                 })
             })
             .collect();
+        // The workload's length: the writers run this long before the leader dies under them.
         std::thread::sleep(Duration::from_millis(400));
         nodes[l].kill9();
         nodes[f].kill9();
