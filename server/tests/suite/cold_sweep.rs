@@ -3,7 +3,8 @@
 //! references; planted objects of the tier's layouts stand in for others. While they are younger
 //! than `orphan_min_age` the sweep keeps them; past it, it deletes them and only them, every
 //! referenced object stays, and every acknowledged byte reads back from the store. A store that
-//! is down ends a pass with a counted error and nothing deleted.
+//! is down ends a pass with a counted error and nothing deleted. In a cluster each group's
+//! leader sweeps that group's orphans, and a key of a group the cluster does not have stays.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -182,4 +183,75 @@ async fn a_store_that_is_down_ends_the_sweep_with_an_error_and_deletes_nothing_u
     let (status, got) = read_from(&base, "/down/s", 0);
     assert_eq!(status, 200);
     assert_eq!(got, expected);
+}
+
+#[tokio::test]
+async fn in_a_cluster_each_group_leader_sweeps_its_own_groups_orphans_and_no_other_key() {
+    let weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("cold-sweep-cluster");
+    let store = weed.store("clus");
+    let ports = [free_port(), free_port(), free_port()];
+    let cold = "cache_size = 0\norphan_sweep_interval = \"200ms\"\norphan_min_age = \"1s\"";
+    let cold = cold_toml(&weed, "clus", cold);
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node_with(&dir, &ports, i, &cold))
+        .collect();
+    let base = nodes[0].base();
+    wait_for(30, "a leader for the stream", || {
+        let (status, _, _) = send_url("PUT", &format!("{base}/clus/c"), &[OCTET], b"")?;
+        (status == 201).then_some(())
+    });
+    let mut expected = Vec::new();
+    for i in 0..10u8 {
+        let b = vec![b'a' + i; 100];
+        let (status, _, _) =
+            send_url("POST", &format!("{base}/clus/c"), &[OCTET], &b).expect("append");
+        assert_eq!(status, 204);
+        expected.extend_from_slice(&b);
+    }
+    wait_all_cold(&base, "/clus/c");
+    let referenced = keys(&store).await;
+
+    // One orphan in each of the four groups, and one of a group the cluster does not have.
+    let orphans: Vec<String> = (0..4)
+        .map(|g| format!("clus/g{g}/0000000000001-00000000000000d{g}"))
+        .collect();
+    let no_group = "clus/g9/0000000000001-00000000000000ee";
+    for key in orphans.iter().map(String::as_str).chain([no_group]) {
+        store
+            .put(key, bytes::Bytes::from_static(b"x"))
+            .await
+            .expect("plant");
+    }
+    let deleted = || -> u64 {
+        nodes
+            .iter()
+            .map(|n| sweep_metric(&n.base(), "cold_orphans_deleted"))
+            .sum()
+    };
+    wait_for(30, "every group's orphan to be swept", || {
+        (deleted() == 4).then_some(())
+    });
+    let after = keys(&store).await;
+    for key in &orphans {
+        assert!(!after.contains(key), "{key} stayed: {after:?}");
+    }
+    assert!(
+        after.contains(no_group),
+        "a key of no group of the cluster's was deleted"
+    );
+    let lost: Vec<&String> = referenced.difference(&after).collect();
+    assert!(lost.is_empty(), "referenced objects were deleted: {lost:?}");
+    // Every node serves every byte (a follower after its read barrier), from the store.
+    let served = nodes.iter().filter(|n| {
+        let url = format!("{}/clus/c?offset={:020}&consistency=leader", n.base(), 0);
+        let (status, _, got) = send_url("GET", &url, &[], b"").expect("read");
+        status == 200 && got == expected
+    });
+    assert_eq!(
+        served.count(),
+        nodes.len(),
+        "every node serves the whole stream"
+    );
+    assert_eq!(deleted(), 4, "nothing else was swept");
 }
