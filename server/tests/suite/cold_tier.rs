@@ -57,6 +57,33 @@ pub(crate) fn read_from(base: &str, path: &str, offset: u64) -> (u16, Vec<u8>) {
     (status, body)
 }
 
+/// A 3-voter cluster in `dir` with `cold` as its `[storage.cold]`, and the stream `path`
+/// created on it once a leader is known.
+pub(crate) fn cold_cluster(dir: &Path, cold: &str, path: &str) -> Vec<Proc> {
+    let ports = [free_port(), free_port(), free_port()];
+    let nodes: Vec<Proc> = (0..3)
+        .map(|i| start_cluster_node_with(dir, &ports, i, cold))
+        .collect();
+    let url = format!("{}{path}", nodes[0].base());
+    wait_for(30, "a leader for the stream", || {
+        let (status, _, _) = send_url("PUT", &url, &[OCTET], b"")?;
+        (status == 201).then_some(())
+    });
+    nodes
+}
+
+/// Reads `path` on `base` whole and checks it is `expected`.
+pub(crate) fn assert_reads_back(base: &str, path: &str, expected: &[u8]) {
+    let (status, got) = read_from(base, path, 0);
+    assert_eq!(status, 200, "{path}");
+    assert!(
+        got == expected,
+        "{path}: read back {} bytes, expected {}",
+        got.len(),
+        expected.len()
+    );
+}
+
 /// Waits until every byte of `path` on `base` is in the cold tier.
 pub(crate) fn wait_all_cold(base: &str, path: &str) -> u64 {
     wait_for(30, "the stream to flush whole", || {
@@ -143,9 +170,7 @@ async fn reads_while_flushes_are_in_flight_always_see_a_prefix_of_the_stream() {
     }
     let all = writer.join().expect("writer");
     wait_all_cold(&base, "/cold/live");
-    let (status, got) = read_from(&base, "/cold/live", 0);
-    assert_eq!(status, 200);
-    assert_eq!(got, all);
+    assert_reads_back(&base, "/cold/live", &all);
     assert!(reads > 0);
 }
 
@@ -204,9 +229,7 @@ async fn without_the_object_store_writes_commit_until_cold_backpressure_and_cold
     expected.extend(std::iter::repeat_n(b'y', 300 * accepted));
     expected.push(b'z');
     wait_all_cold(&base, "/cold/o");
-    let (status, got) = read_from(&base, "/cold/o", 0);
-    assert_eq!(status, 200);
-    assert_eq!(got, expected);
+    assert_reads_back(&base, "/cold/o", &expected);
 }
 
 #[tokio::test]
@@ -238,9 +261,7 @@ async fn a_durable_node_restarted_after_sigkill_serves_its_cold_chunks() {
     });
     assert_eq!(tail, expected.len() as u64);
     assert!(hot_start > 0, "the restart lost the cold chunk references");
-    let (status, got) = read_from(&base, "/cold/r", 0);
-    assert_eq!(status, 200);
-    assert_eq!(got, expected);
+    assert_reads_back(&base, "/cold/r", &expected);
 }
 
 #[tokio::test]
@@ -307,16 +328,8 @@ async fn a_deleted_stream_and_retention_release_their_cold_objects_after_the_gra
 async fn a_follower_serves_cold_ranges_its_leader_flushed() {
     let weed = SeaweedFs::start().await;
     let dir = tempfile_dir("cold-cluster");
-    let ports = [free_port(), free_port(), free_port()];
-    let cold = cold_toml(&weed, "cluster", "");
-    let nodes: Vec<Proc> = (0..3)
-        .map(|i| start_cluster_node_with(&dir, &ports, i, &cold))
-        .collect();
+    let nodes = cold_cluster(&dir, &cold_toml(&weed, "cluster", ""), "/clus/c");
     let base = nodes[0].base();
-    wait_for(30, "a leader for the stream", || {
-        let (status, _, _) = send_url("PUT", &format!("{base}/clus/c"), &[OCTET], b"")?;
-        (status == 201).then_some(())
-    });
     let mut expected = Vec::new();
     for i in 0..20 {
         let b = body(i);
