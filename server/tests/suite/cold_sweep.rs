@@ -20,6 +20,25 @@ async fn keys(store: &ColdStore) -> BTreeSet<String> {
     store.list("").await.expect("list").into_iter().collect()
 }
 
+/// Checks the store after a sweep: each of `gone` was deleted, each of `kept` and every key of
+/// `referenced` is still there.
+async fn assert_swept(
+    store: &ColdStore,
+    gone: &[&str],
+    kept: &[&str],
+    referenced: &BTreeSet<String>,
+) {
+    let after = keys(store).await;
+    for key in gone {
+        assert!(!after.contains(*key), "{key} stayed: {after:?}");
+    }
+    for key in kept {
+        assert!(after.contains(*key), "{key} was deleted: {after:?}");
+    }
+    let lost: Vec<&String> = referenced.difference(&after).collect();
+    assert!(lost.is_empty(), "referenced objects were deleted: {lost:?}");
+}
+
 fn sweep_metric(base: &str, name: &str) -> u64 {
     metrics(base)[name]
         .as_u64()
@@ -112,20 +131,8 @@ async fn orphans_past_the_minimum_age_are_swept_and_every_referenced_object_stay
         (sweep_metric(&base, "cold_orphans_deleted") == 3).then_some(())
     });
     assert!(sweep_metric(&base, "cold_orphan_deleted_bytes") >= 2);
-    let after = keys(&store).await;
-    assert!(
-        !after.contains(&leaked),
-        "the crash's orphan stayed: {after:?}"
-    );
-    for key in planted {
-        assert!(!after.contains(key), "{key} stayed: {after:?}");
-    }
-    assert!(
-        after.contains(foreign),
-        "a key of no layout of ours was deleted: {after:?}"
-    );
-    let lost: Vec<&String> = referenced.difference(&after).collect();
-    assert!(lost.is_empty(), "referenced objects were deleted: {lost:?}");
+    let gone = [leaked.as_str(), planted[0], planted[1]];
+    assert_swept(&store, &gone, &[foreign], &referenced).await;
 
     // Every acknowledged byte, the one appended before the crash when it was acknowledged,
     // reads back once it is cold again, and the snapshot body with it.
@@ -176,10 +183,7 @@ async fn a_store_that_is_down_ends_the_sweep_with_an_error_and_deletes_nothing_u
     wait_for(30, "the orphan to be swept once the store is back", || {
         (sweep_metric(&base, "cold_orphans_deleted") == 1).then_some(())
     });
-    let after = keys(&store).await;
-    assert!(!after.contains(orphan), "{after:?}");
-    let lost: Vec<&String> = referenced.difference(&after).collect();
-    assert!(lost.is_empty(), "referenced objects were deleted: {lost:?}");
+    assert_swept(&store, &[orphan], &[], &referenced).await;
     assert_reads_back(&base, "/down/s", &expected);
 }
 
@@ -222,16 +226,8 @@ async fn in_a_cluster_each_group_leader_sweeps_its_own_groups_orphans_and_no_oth
     wait_for(30, "every group's orphan to be swept", || {
         (deleted() == 4).then_some(())
     });
-    let after = keys(&store).await;
-    for key in &orphans {
-        assert!(!after.contains(key), "{key} stayed: {after:?}");
-    }
-    assert!(
-        after.contains(no_group),
-        "a key of no group of the cluster's was deleted"
-    );
-    let lost: Vec<&String> = referenced.difference(&after).collect();
-    assert!(lost.is_empty(), "referenced objects were deleted: {lost:?}");
+    let gone: Vec<&str> = orphans.iter().map(String::as_str).collect();
+    assert_swept(&store, &gone, &[no_group], &referenced).await;
     // Every node serves every byte (a follower after its read barrier), from the store.
     let served = nodes.iter().filter(|n| {
         let url = format!("{}/clus/c?offset={:020}&consistency=leader", n.base(), 0);
