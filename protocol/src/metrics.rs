@@ -108,6 +108,17 @@ pub struct GroupStateGauges {
     /// Cold objects released and waiting out their grace before deletion.
     #[serde(default)]
     pub cold_garbage_objects: u64,
+    /// Cold chunks the state holds (not yet in index pages), the packed ones among them, and
+    /// the most one stream holds.
+    #[serde(default)]
+    pub cold_chunks: u64,
+    #[serde(default)]
+    pub cold_packed_chunks: u64,
+    #[serde(default)]
+    pub cold_max_stream_chunks: u64,
+    /// Index pages the state names: the live streams' and the retired ones still collected.
+    #[serde(default)]
+    pub cold_index_pages: u64,
 }
 
 /// The per-core journals (Observability: "WAL operations"). Node totals at the top level,
@@ -432,6 +443,25 @@ pub struct ColdTierMetrics {
     pub cold_cache_misses: u64,
     #[serde(flatten)]
     pub sweep: ColdSweepMetrics,
+    #[serde(flatten)]
+    pub index: ColdIndexMetrics,
+}
+
+/// The cold index and compaction (docs/cold-tier.md): the page size new indexes use, and what
+/// this node's leaderships compacted, sealed and collected.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdIndexMetrics {
+    pub cold_index_page_bytes: u64,
+    /// Runs rewritten into one object, packed objects adopted as they were, bytes rewritten.
+    pub cold_compactions: u64,
+    pub cold_compaction_adoptions: u64,
+    pub cold_compacted_bytes: u64,
+    pub cold_index_pages_sealed: u64,
+    pub cold_index_pages_dropped: u64,
+    /// Pages refused when read: torn, corrupt, under the wrong key, or of a newer layout.
+    pub cold_index_page_errors: u64,
+    /// Reads and uploads of the index work that failed and are retried.
+    pub cold_index_errors: u64,
 }
 
 /// The orphan sweep (`storage.cold.orphan_min_age`, `orphan_sweep_interval`): the age past

@@ -72,6 +72,12 @@ pub async fn attach_cold(state: &mut AppState, config: &Config) -> Result<(), No
             "testing.cold_abort_after_upload is set: a test hook; the first cold flush aborts this process between its upload and its commit"
         );
     }
+    if settings.index_page_bytes != crate::coldtier::index::PAGE_BYTES {
+        tracing::warn!(
+            page_bytes = settings.index_page_bytes,
+            "testing.cold_index_page_bytes is set: a test hook; streams indexed from now on use pages of this span"
+        );
+    }
     crate::coldtier::flush::spawn(&state.rt, state.engine.clone(), tier.clone());
     crate::coldtier::sweep::spawn(&state.rt, state.engine.clone(), tier.clone());
     state.cold = Some(tier);

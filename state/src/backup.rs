@@ -182,12 +182,17 @@ impl GroupObject {
     }
 }
 
-/// Every cold object `state` references (chunks, cold snapshot bodies), each once, sorted.
+/// Every cold object `state` names (unindexed chunks, index pages, cold snapshot bodies), each
+/// once, sorted. The objects the pages list are not in the state: a reader of the pages
+/// (restore's cold-check) finds them there.
 pub fn cold_references(state: &GroupState) -> Vec<Arc<str>> {
     let mut out = BTreeSet::new();
     for (_, s) in state.streams() {
         for c in s.data.cold_chunks() {
             out.insert(c.object.clone());
+        }
+        if let Some(ix) = s.data.index() {
+            out.extend(ix.keys().map(Arc::from));
         }
         if let Some(o) = s.snapshot.as_ref().and_then(|s| s.cold.clone()) {
             out.insert(o);

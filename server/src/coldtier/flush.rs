@@ -53,6 +53,7 @@ pub fn spawn(rt: &Runtime, engine: Arc<dyn GroupEngine>, tier: ColdTier) {
         let (rt, engine, tier, uploads) =
             (rt.clone(), engine.clone(), tier.clone(), uploads.clone());
         handle.spawn(async move {
+            let mut cursors = super::index::Cursors::default();
             let mut tick = tokio::time::interval(tier.settings.flush_interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -65,6 +66,7 @@ pub fn spawn(rt: &Runtime, engine: Arc<dyn GroupEngine>, tier: ColdTier) {
                     flush_streams(&rt, engine.as_ref(), &tier, &uploads, group, false, None).await;
                 }
                 super::gc::collect_core(&rt, engine.as_ref(), &tier, core).await;
+                super::index::maintain_core(&rt, engine.as_ref(), &tier, core, &mut cursors).await;
             }
         });
     }
@@ -235,7 +237,7 @@ fn pack(group: GroupId, slices: Vec<Slice>, max: u64) -> Vec<Pack> {
 
 /// `{bucket}/g{group}/{ms}-{random}`: under its bucket's prefix, so a bucket purge can drop
 /// the prefix; unique without coordination, so a retried flush never overwrites a live object.
-fn object_name(bucket: &str, group: GroupId) -> String {
+pub(super) fn object_name(bucket: &str, group: GroupId) -> String {
     format!(
         "{bucket}/g{group}/{:013}-{:016x}",
         now_ms(),
@@ -273,6 +275,7 @@ async fn upload_and_commit(
     let cmd = Command::ColdFlush {
         object: object.clone(),
         slices: p.slices,
+        owned: true,
     };
     match engine.propose(group, cmd).await {
         Ok(Ok(Applied::ColdFlushed { accepted, slices })) => {

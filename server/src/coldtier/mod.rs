@@ -5,11 +5,13 @@
 //! - [`cache`]: the read cache of cold ranges, bounded by bytes.
 //! - [`flush`]: the flush worker that moves hot bytes to objects and commits their references.
 //! - [`gc`]: deletion of objects no stream references any more, after the grace.
+//! - [`index`]: the cold index: reading pages, compaction, sealing and collecting pages.
 //! - [`sweep`]: deletion of objects no state ever referenced (orphans), after a day.
 
 pub mod cache;
 pub mod flush;
 pub mod gc;
+pub mod index;
 pub mod sweep;
 
 use std::collections::HashSet;
@@ -52,6 +54,7 @@ pub struct ColdCounters {
     pub read_errors: AtomicU64,
     pub deleted_objects: AtomicU64,
     pub sweep: SweepCounters,
+    pub index: index::IndexCounters,
 }
 
 /// The orphan sweep's progress (the metrics' `cold_orphan_*` fields).
@@ -206,6 +209,7 @@ impl ColdTier {
             deleted_objects: load(&c.deleted_objects),
             cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             sweep: self.sweep_stats(),
+            index: self.counters.index.metrics(self.settings.index_page_bytes),
         }
     }
 
@@ -294,4 +298,5 @@ pub struct ColdStats {
     /// The read cache's size, fill and counters; all zero with the cache off.
     pub cache: CacheStats,
     pub sweep: ColdSweepMetrics,
+    pub index: ursula_protocol::metrics::ColdIndexMetrics,
 }

@@ -7,8 +7,9 @@
 //! leadership (which also brings its applied state level with every commit), and only then
 //! reads the groups' references: an object listed before the read and committed after it
 //! would have to have waited longer than the minimum age between its upload and its commit.
-//! A key says its group (`{bucket}/g{group}/…`, `{bucket}/snap/g{group}/…`): only that
-//! group's leader may delete it. A key that names no group (a snapshot body written before the
+//! A key says its group (`{bucket}/g{group}/…`, `{bucket}/snap/g{group}/…`,
+//! `{bucket}/cold-index/g{group}/…`): only that group's leader may delete it. The objects a
+//! group's index pages list are among its references: the pass reads the pages. A key that names no group (a snapshot body written before the
 //! group was part of its name) is judged only on a node that leads every group. Keys of any
 //! other shape are not the tier's and are never touched; neither is an object this node is
 //! uploading or committing right now.
@@ -48,13 +49,11 @@ pub fn spawn(rt: &Runtime, engine: Arc<dyn GroupEngine>, tier: ColdTier) {
 /// `Some(None)` for a snapshot body without a group in its name, `None` for a key of no layout
 /// of ours.
 fn owner(key: &str) -> Option<Option<GroupId>> {
-    let mut parts = key.split('/');
-    let (_bucket, second, third) = (parts.next()?, parts.next()?, parts.next()?);
+    let parts: Vec<&str> = key.split('/').collect();
     let group = |s: &str| s.strip_prefix('g').and_then(|n| n.parse::<GroupId>().ok());
-    match (second, parts.next()) {
-        ("snap", None) => Some(None),
-        ("snap", Some(_)) => group(third).map(Some),
-        (g, None) => group(g).map(Some),
+    match parts.as_slice() {
+        [_, "snap", _] => Some(None),
+        [_, "snap", g, _] | [_, "cold-index", g, _, _] | [_, g, _] => group(g).map(Some),
         _ => None,
     }
 }
@@ -84,9 +83,28 @@ pub async fn sweep(rt: &Runtime, engine: &dyn GroupEngine, tier: &ColdTier) {
         if engine.confirm_leadership(group).await.is_err() {
             continue;
         }
-        let refs = rt.with_group_now(group, |g| g.state.cold_references().collect::<Vec<_>>());
-        if let Some(refs) = refs {
-            referenced.extend(refs);
+        let refs = rt.with_group_now(group, |g| {
+            let refs = g.state.cold_references().collect::<Vec<_>>();
+            (refs, g.state.cold_indexes().cloned().collect::<Vec<_>>())
+        });
+        let Some((refs, indexes)) = refs else {
+            continue;
+        };
+        referenced.extend(refs);
+        let mut listed_all = true;
+        for ix in indexes {
+            match tier.listed_objects(&ix, ix.first..ix.sealed).await {
+                Ok(pages) => referenced.extend(pages.iter().flat_map(|p| p.objects())),
+                Err(e) => {
+                    // Without every page, the group's objects cannot be judged this pass.
+                    tier.counters.sweep.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(group, error = %e, "the orphan sweep cannot read an index page; skipping the group this pass");
+                    listed_all = false;
+                    break;
+                }
+            }
+        }
+        if listed_all {
             confirmed.insert(group);
         }
     }
@@ -146,6 +164,12 @@ mod tests {
             ("demo/gx/obj", None),
             ("demo/other/obj", None),
             ("demo/g3/a/b", None),
+            (
+                "demo/cold-index/g5/0000000000000007/0000000003",
+                Some(Some(5)),
+            ),
+            ("demo/cold-index/g5/0000000000000007", None),
+            ("demo/cold-index/gx/1/2", None),
             ("snapshots/raft/g1/x", None),
             ("demo/snap/gx/obj", None),
         ];

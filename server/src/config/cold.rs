@@ -43,6 +43,12 @@ pub struct ColdSettings {
     /// `testing.cold_abort_after_upload`, a test hook: the flush aborts the process between
     /// its upload and its commit.
     pub abort_after_upload: bool,
+    /// `compaction_enabled` (the spec's default `true`): background compaction of packed
+    /// slices and small chunks. Off, packed slices stay in replicated state.
+    pub compaction: bool,
+    /// `testing.cold_index_page_bytes` (a test hook; the spec's 64 MiB otherwise): the offset
+    /// span of one cold-index page of a stream indexed from now on.
+    pub index_page_bytes: u64,
 }
 
 /// The snapshot-store health gate's settings (Configuration, "Cold storage").
@@ -245,5 +251,7 @@ pub fn resolve(
             .orphan_sweep_interval
             .map_or(ORPHAN_SWEEP_INTERVAL, |d| d.0),
         abort_after_upload: false,
+        compaction: c.compaction_enabled.unwrap_or(true),
+        index_page_bytes: ursula_state::stream::page::PAGE_BYTES,
     }))
 }

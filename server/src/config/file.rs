@@ -277,6 +277,8 @@ pub struct TestingSection {
     /// The cold flush uploads its object, then aborts the process before it proposes the
     /// commit: the crash between upload and commit that leaves an object nothing references.
     pub cold_abort_after_upload: Option<bool>,
+    /// The offset span of a cold-index page, so tests reach page edges with little data.
+    pub cold_index_page_bytes: Option<Size>,
 }
 
 /// `[governance]`, as far as the spec names it: the leadership balancer

@@ -3,9 +3,8 @@
 //! metrics), so nobody takes such a setting for one that works.
 //!
 //! A key is listed when its value asks for something this build does not do. A value that
-//! asks for what the build does anyway is not: `storage.cold.compaction_enabled = false` (there
-//! is no compaction), `raft.init_membership_per_group = true` (groups always bootstrap per
-//! group).
+//! asks for what the build does anyway is not: `raft.init_membership_per_group = true` (groups
+//! always bootstrap per group).
 
 use super::file::FileConfig;
 
@@ -47,10 +46,6 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
         (
             "raft.init_membership",
             r.init_membership == Some(false) || (!raft && r.init_membership.is_some()),
-        ),
-        (
-            "storage.cold.compaction_enabled",
-            cold.compaction_enabled == Some(true),
         ),
         // The store's health gate runs on a Raft node whose cold tier is on S3.
         (

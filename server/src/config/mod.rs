@@ -349,6 +349,10 @@ fn resolve_engine(
         snapshot_driver: raft::snapshot_driver(file),
         cold: cold::resolve(&file.storage.cold, &p.cold)?.map(|c| ColdSettings {
             abort_after_upload: file.testing.cold_abort_after_upload.unwrap_or(false),
+            index_page_bytes: file
+                .testing
+                .cold_index_page_bytes
+                .map_or(c.index_page_bytes, |s| s.0.max(1)),
             ..c
         }),
         shutdown_deadline: shutdown_deadline(file)?,

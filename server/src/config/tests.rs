@@ -82,6 +82,22 @@ fn the_cold_gc_grace_is_five_minutes_unless_set_and_never_zero() {
 }
 
 #[test]
+fn compaction_is_on_unless_turned_off_and_pages_span_64_mib_unless_the_test_hook_says() {
+    let cold = "[storage.cold]\nbackend = \"memory\"\n";
+    let c = resolve_text(cold).expect("valid");
+    let s = c.cold.expect("a cold tier");
+    assert!(s.compaction);
+    assert_eq!(s.index_page_bytes, 64 << 20);
+    let text =
+        format!("{cold}compaction_enabled = false\n[testing]\ncold_index_page_bytes = 4096\n");
+    let c = resolve_text(&text).expect("valid");
+    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+    let s = c.cold.expect("a cold tier");
+    assert!(!s.compaction);
+    assert_eq!(s.index_page_bytes, 4096);
+}
+
+#[test]
 fn the_orphan_sweep_waits_a_day_every_hour_unless_set_and_refuses_what_races_commits() {
     use std::time::Duration;
     let cold = "[storage.cold]\nbackend = \"memory\"\n";
@@ -414,7 +430,6 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
             "raft.init_membership",
             "raft.init_membership_per_group",
             "runtime.external_payload_min_size",
-            "storage.cold.compaction_enabled",
             "storage.snapshot.backend",
             "storage.snapshot.s3_prefix",
         ]
@@ -460,7 +475,6 @@ fn a_value_that_asks_for_what_the_build_does_anyway_is_not_listed() {
     let text = "[runtime]\ncpu_affinity = false\nexternal_payload_min_size = \"1MiB\"\n\
                 [observability]\ntokio_console = false\n\
                 [raft]\ninit_membership_per_group = true\ninit_membership = true\n\
-                [storage.cold]\ncompaction_enabled = false\n\
                 [storage.snapshot]\nbackend = \"inline\"\n";
     let c = resolve_text(text).expect("valid");
     assert_eq!(c.ignored_keys, Vec::<String>::new());

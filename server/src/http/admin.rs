@@ -148,6 +148,7 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
             cold_cache_hits: s.cache.hits,
             cold_cache_misses: s.cache.misses,
             sweep: s.sweep,
+            index: s.index,
         });
     }
     st.engine.report(&mut m);
@@ -167,7 +168,12 @@ fn state_gauges(group: u32, state: &ursula_state::stream::GroupState) -> metrics
     for (_, s) in state.streams() {
         g.producers += s.producers.as_ref().map_or(0, |p| p.len() as u64);
         g.snapshots += u64::from(s.snapshot.is_some());
+        let chunks = s.data.cold_chunks();
+        g.cold_chunks += chunks.len() as u64;
+        g.cold_packed_chunks += chunks.iter().filter(|c| !c.owned).count() as u64;
+        g.cold_max_stream_chunks = g.cold_max_stream_chunks.max(chunks.len() as u64);
     }
+    g.cold_index_pages = state.cold_indexes().map(|ix| ix.sealed - ix.first).sum();
     g
 }
 

@@ -30,6 +30,7 @@ use super::reply::Reply;
 use super::reply::json_reply;
 use super::state::AppState;
 use super::tenancy::unavailable;
+use crate::coldtier::index::IndexError;
 use ursula_state::backup::BackupInfo;
 use ursula_state::backup::ColdCheck;
 use ursula_state::backup::FORMAT_VERSION;
@@ -157,37 +158,59 @@ async fn cold_check(State(st): State<AppState>, Path(raw): Path<String>, body: B
 
 async fn check_cold(st: &AppState, raw: &str, body: Body) -> Result<Reply, ApiError> {
     let (g, _, state) = posted(st, raw, body).await?;
-    let refs = cold_references(&state);
-    let checked = refs.len() as u64;
-    let mut missing: Vec<String> = match &st.cold {
+    let mut refs = cold_references(&state);
+    let Some(cold) = &st.cold else {
         // Without a cold store no referenced object can be read here.
-        None => refs.iter().map(|k| k.to_string()).collect(),
-        Some(cold) => {
-            let lookups = futures_util::stream::iter(refs)
-                .map(|key| {
-                    let store = cold.store.clone();
-                    async move { (store.exists(&key).await, key) }
-                })
-                .buffer_unordered(LOOKUPS_AT_ONCE)
-                .collect::<Vec<_>>()
-                .await;
-            let mut out = Vec::new();
-            for (found, key) in lookups {
-                match found {
-                    Ok(true) => {}
-                    Ok(false) => out.push(key.to_string()),
-                    Err(e) => {
-                        return Err(ApiError::new(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!("the cold store could not be asked for {key}: {e}"),
-                        )
-                        .header(header::RETRY_AFTER, "1"));
-                    }
-                }
-            }
-            out
-        }
+        let missing: Vec<String> = refs.iter().map(|k| k.to_string()).collect();
+        return cold_check_reply(g, refs.len() as u64, missing);
     };
+    // What the index pages list is checked too; a page that is missing or unusable stands for
+    // everything it lists (its key is reported).
+    let mut missing = Vec::new();
+    let indexes: Vec<_> = state
+        .streams()
+        .filter_map(|(_, s)| s.data.index().cloned())
+        .collect();
+    for ix in indexes {
+        for p in ix.first..ix.sealed {
+            match cold.page(&ix.key(p), ix.id(p)).await {
+                Ok(page) => refs.extend(page.objects()),
+                Err(IndexError::Store(ursula_cold::ColdError::NotFound { .. })) => {}
+                Err(IndexError::Page { key, .. }) => missing.push(key),
+                Err(IndexError::Store(e)) => return Err(store_unavailable(&ix.key(p), &e)),
+            }
+        }
+    }
+    refs.sort_unstable();
+    refs.dedup();
+    let checked = refs.len() as u64;
+    let lookups = futures_util::stream::iter(refs)
+        .map(|key| {
+            let store = cold.store.clone();
+            async move { (store.exists(&key).await, key) }
+        })
+        .buffer_unordered(LOOKUPS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await;
+    for (found, key) in lookups {
+        match found {
+            Ok(true) => {}
+            Ok(false) => missing.push(key.to_string()),
+            Err(e) => return Err(store_unavailable(&key, &e)),
+        }
+    }
+    cold_check_reply(g, checked, missing)
+}
+
+fn store_unavailable(key: &str, e: &dyn std::fmt::Display) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("the cold store could not be asked for {key}: {e}"),
+    )
+    .header(header::RETRY_AFTER, "1")
+}
+
+fn cold_check_reply(g: u32, checked: u64, mut missing: Vec<String>) -> Result<Reply, ApiError> {
     missing.sort_unstable();
     let missing_count = missing.len() as u64;
     missing.truncate(MISSING_SHOWN);

@@ -66,7 +66,7 @@ async fn read_and_subscribe(
     })
     .await??;
     let mut view = view;
-    super::read::fill_cold(st, &mut view.cold, &mut view.data).await?;
+    super::read::fill_cold(st, &mut view.paged, &mut view.cold, &mut view.data).await?;
     Ok((view, rx))
 }
 

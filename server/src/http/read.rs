@@ -19,11 +19,13 @@ use super::reply::incarnation_token;
 use super::request;
 use super::request::StreamPath;
 use super::state::AppState;
+use crate::coldtier::index::IndexError;
 use crate::engine::LeaderRoute;
 use crate::runtime::Group;
 use crate::runtime::now_ms;
 use ursula_state::stream::Command;
 use ursula_state::stream::Lifetime;
+use ursula_state::stream::page::Paged;
 use ursula_state::stream::read::ReadView;
 
 /// Removed in 0.6.0; a read that still sends one is refused rather than misread.
@@ -181,18 +183,20 @@ pub async fn read_view(
     .await?;
     renew_if_due(st, sp, view.as_ref().is_ok_and(|v| v.renew_due));
     let mut view = view?;
-    fill_cold(st, &mut view.cold, &mut view.data).await?;
+    fill_cold(st, &mut view.paged, &mut view.cold, &mut view.data).await?;
     Ok(view)
 }
 
-/// Fetches the cold pieces a read planned and puts them before the hot bytes, with no group
-/// lock held. A store that does not answer is a `503` the client retries.
+/// Fetches the cold pieces a read planned (those its paged range names, then its own) and puts
+/// them before the hot bytes, with no group lock held. A store that does not answer is a `503`
+/// the client retries; an index page that cannot be used is a `500` naming it, never served.
 pub async fn fill_cold(
     st: &AppState,
+    paged: &mut Option<Paged>,
     cold: &mut Vec<ursula_state::stream::data::ColdPiece>,
     data: &mut Bytes,
 ) -> Result<(), ApiError> {
-    if cold.is_empty() {
+    if cold.is_empty() && paged.is_none() {
         return Ok(());
     }
     let Some(tier) = &st.cold else {
@@ -201,6 +205,20 @@ pub async fn fill_cold(
             "the range is in the cold tier but this node has no storage.cold backend",
         ));
     };
+    if let Some(p) = paged.take() {
+        let mut pieces = tier.resolve(&p).await.map_err(|e| match e {
+            IndexError::Store(e) => cold_error(e),
+            page => {
+                tracing::error!(error = %page, "a cold index page was refused");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("cannot read the cold tier: {page}"),
+                )
+            }
+        })?;
+        pieces.append(cold);
+        *cold = pieces;
+    }
     let fetched = tier.fetch(cold).await.map_err(cold_error)?;
     cold.clear();
     if data.is_empty() {
@@ -240,6 +258,30 @@ fn cold_error(e: ursula_cold::ColdError) -> ApiError {
             format!("cannot read the cold tier: {other}"),
         ),
     }
+}
+
+/// Reads on from `start` until `updates` holds a whole JSON message (or all `available`
+/// bytes): in the paged history the state does not know where the first message ends.
+async fn read_to_message_end(
+    st: &AppState,
+    sp: &StreamPath,
+    start: u64,
+    mut updates: Bytes,
+    available: u64,
+    incarnation: Option<u64>,
+) -> Result<Bytes, ApiError> {
+    while !updates.contains(&b'\n') && (updates.len() as u64) < available {
+        let window = (updates.len() as u64 * 2)
+            .max(MAX_READ_BYTES)
+            .min(available);
+        let at = ReadFrom::At(Offset(start));
+        let view = read_view(st, sp, at, window, incarnation).await?;
+        if view.data.len() <= updates.len() {
+            break;
+        }
+        updates = view.data;
+    }
+    Ok(updates)
 }
 
 /// Cuts cold-assembled bootstrap updates by the rules the hot path applies: everything when it
@@ -475,8 +517,14 @@ pub async fn bootstrap(
     if let (Some(object), Some(snap)) = (v.snapshot_cold.take(), v.snapshot.as_mut()) {
         snap.2 = cold_body(st, &object).await?;
     }
-    if !v.cold.is_empty() {
-        fill_cold(st, &mut v.cold, &mut v.updates).await?;
+    if !v.cold.is_empty() || v.paged.is_some() {
+        let paged_history = v.paged.is_some();
+        fill_cold(st, &mut v.paged, &mut v.cold, &mut v.updates).await?;
+        if paged_history && v.json {
+            let available = v.tail - v.start;
+            v.updates =
+                read_to_message_end(st, sp, v.start, v.updates, available, incarnation).await?;
+        }
         v.updates = cut_updates(
             std::mem::take(&mut v.updates),
             v.tail - v.start,

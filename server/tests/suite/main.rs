@@ -21,6 +21,7 @@ mod harness;
 
 mod admission;
 mod binary;
+mod cold_index;
 mod cold_sweep;
 mod cold_tier;
 mod formats;

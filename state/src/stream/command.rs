@@ -145,6 +145,10 @@ pub enum Command {
     ColdFlush {
         object: std::sync::Arc<str>,
         slices: Vec<FlushSlice>,
+        /// The object holds this one slice alone, so its stream owns it (absent from entries
+        /// of older builds: their objects count as packed).
+        #[serde(default)]
+        owned: bool,
     },
     /// Objects the leader deleted from the cold tier; they leave the garbage list.
     ColdForget {
@@ -172,6 +176,46 @@ pub enum Command {
         import: u64,
         parts: u32,
     },
+    /// A stream's chunks `[start, end)` now live in one object of its own.
+    ColdCompact(ColdCompact),
+    /// A page of a stream's cold history is sealed in the object store.
+    ColdIndex(ColdIndexPage),
+    /// Index pages retention (or a stream's end) let go, and the objects they listed.
+    ColdDropPages(ColdDropPages),
+}
+
+/// Stream `key`'s chunks `[start, end)` are now `object`'s bytes from `at`, an object of the
+/// stream's own: a compaction's rewrite, or (the same object and `at` as the one chunk of the
+/// run) the adoption of a packed object nothing else names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ColdCompact {
+    pub key: String,
+    pub incarnation: u64,
+    pub page_bytes: u64,
+    pub start: u64,
+    pub end: u64,
+    pub object: std::sync::Arc<str>,
+    pub at: u64,
+}
+
+/// Page `page` of stream `key`'s cold history was uploaded under `prefix`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ColdIndexPage {
+    pub key: String,
+    pub incarnation: u64,
+    pub page: u64,
+    pub page_bytes: u64,
+    pub prefix: std::sync::Arc<str>,
+}
+
+/// The pages below `below` of the index under `prefix` (stream `key`'s, or a retired one's)
+/// go: they and `objects`, what they listed, are released.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ColdDropPages {
+    pub key: String,
+    pub prefix: std::sync::Arc<str>,
+    pub below: u64,
+    pub objects: Vec<std::sync::Arc<str>>,
 }
 
 /// One stream's range in a flushed object: stream bytes `[start, end)` at object offset `at`.
@@ -198,7 +242,10 @@ impl Command {
             | Command::ColdForget { .. }
             | Command::Purge { .. }
             | Command::ImportPart { .. }
-            | Command::ImportCommit { .. } => None,
+            | Command::ImportCommit { .. }
+            | Command::ColdCompact(_)
+            | Command::ColdIndex(_)
+            | Command::ColdDropPages(_) => None,
         }
     }
 
@@ -275,6 +322,11 @@ pub enum Applied {
     },
     Imported {
         streams: u64,
+    },
+    /// Whether a cold-index command applied (a stale one, planned before the stream moved
+    /// on, changes nothing).
+    ColdIndexed {
+        accepted: bool,
     },
 }
 

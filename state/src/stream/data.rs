@@ -15,18 +15,21 @@ pub struct ColdChunk {
     pub end: u64,
     pub object: Arc<str>,
     pub at: u64,
+    /// Whether `object` holds this stream's bytes alone (a direct flush or a compaction's
+    /// output), so it can move into an index page. A packed object is shared by the streams
+    /// of one flush; chunks of older builds decode as packed. Last and left out while false, so
+    /// a state without owned chunks encodes as older builds wrote it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owned: bool,
 }
 
-/// A piece of a read that must be fetched from the object store: `object`'s bytes `range`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ColdPiece {
-    pub object: Arc<str>,
-    pub range: std::ops::Range<u64>,
-}
+pub use super::page::ColdPiece;
 
 /// What a read of `[from, end)` needs: object ranges first, then hot bytes.
 #[derive(Debug, Default, Clone)]
 pub struct ReadPlan {
+    /// The part of the cold range that lives in index pages, first.
+    pub paged: Option<super::page::Paged>,
     pub cold: Vec<ColdPiece>,
     pub cold_len: u64,
     pub hot: Vec<u8>,
@@ -48,20 +51,24 @@ const SEGMENT_BYTES: usize = 1 << 20;
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StreamData {
     /// Offset of the first byte of `segments[0]`.
-    base: u64,
+    pub(super) base: u64,
     /// Shared so that cloning the state for a snapshot costs reference counts, not a copy of
     /// the hot window; the growing last segment is copied on write while a clone holds it.
     #[serde(with = "byte_segments")]
-    segments: VecDeque<Arc<Vec<u8>>>,
+    pub(super) segments: VecDeque<Arc<Vec<u8>>>,
     /// Offset after the last stored byte.
-    tail: u64,
-    /// Flushed ranges in offset order; the last one ends where the hot ring starts (`base`),
-    /// unless retention has moved past them.
+    pub(super) tail: u64,
+    /// Flushed ranges not yet in an index page, in offset order; the last one ends where the
+    /// hot ring starts (`base`), unless retention has moved past them.
     #[serde(default)]
-    cold: Vec<ColdChunk>,
+    pub(super) cold: Vec<ColdChunk>,
     /// When the oldest byte still hot was appended (unix ms, the command's clock).
     #[serde(default)]
-    hot_since_ms: Option<u64>,
+    pub(super) hot_since_ms: Option<u64>,
+    /// The cold history below `cold`, in index pages (absent until the first page is sealed;
+    /// last and left out while absent, as for every field added after the first format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) index: Option<super::page::ColdIndex>,
 }
 
 /// Segments as MessagePack binaries: serde's default writes each byte as its own integer, which
@@ -144,6 +151,17 @@ impl StreamData {
         let mut plan = ReadPlan::default();
         if from < self.base {
             let cold_end = end.min(self.base);
+            if let Some(ix) = self.index.as_ref().filter(|ix| from < ix.end()) {
+                let paged_end = cold_end.min(ix.end());
+                plan.paged = Some(super::page::Paged {
+                    prefix: ix.prefix.clone(),
+                    id_incarnation: ix.incarnation,
+                    page_bytes: ix.page_bytes,
+                    range: from..paged_end,
+                    indexed_end: ix.end(),
+                });
+                plan.cold_len += paged_end - from;
+            }
             for c in &self.cold {
                 if c.end <= from || c.start >= cold_end {
                     continue;
@@ -170,8 +188,7 @@ impl StreamData {
         &mut self,
         start: u64,
         end: u64,
-        object: Arc<str>,
-        at: u64,
+        (object, at, owned): (Arc<str>, u64, bool),
         now_ms: u64,
     ) -> bool {
         if start != self.base || end <= start || end > self.tail {
@@ -182,6 +199,7 @@ impl StreamData {
             end,
             object,
             at,
+            owned,
         });
         self.drop_hot_below(end);
         self.hot_since_ms = (self.base < self.tail).then_some(now_ms);
@@ -259,8 +277,14 @@ impl StreamData {
     }
 
     /// Whether `offset` is where a cold chunk starts or ends: flushes cut at append
-    /// boundaries, so on a JSON stream such an offset is a message boundary.
+    /// boundaries, so on a JSON stream such an offset is a message boundary. A page's edge
+    /// that split a chunk is not one; edges inside the pages are not known here.
     pub fn is_chunk_edge(&self, offset: u64) -> bool {
+        if let Some(ix) = &self.index
+            && offset <= ix.end()
+        {
+            return offset == ix.end() && !ix.split && offset > 0;
+        }
         self.cold
             .iter()
             .any(|c| c.start == offset || c.end == offset)
@@ -288,7 +312,17 @@ impl StreamData {
                 tail: self.tail,
             });
         }
-        let mut end = 0u64;
+        let mut end = self.index.as_ref().map_or(0, |ix| ix.end());
+        if let Some(ix) = &self.index
+            && (ix.first > ix.sealed || ix.page_bytes == 0 || ix.end() > self.base)
+        {
+            return Err(LayoutError::Index {
+                first: ix.first,
+                sealed: ix.sealed,
+                page_bytes: ix.page_bytes,
+                base: self.base,
+            });
+        }
         for c in &self.cold {
             if c.start >= c.end || c.start < end || c.end > self.base {
                 return Err(LayoutError::ColdChunk {
@@ -302,6 +336,299 @@ impl StreamData {
         }
         Ok(())
     }
+}
+
+/// A run of a stream's unindexed chunks that compaction rewrites into one owned object:
+/// stream bytes `[start, end)`, read from `pieces` in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionRun {
+    /// The page span the run was chosen by (the stream's own once it has an index).
+    pub page_bytes: u64,
+    pub start: u64,
+    pub end: u64,
+    pub pieces: Vec<ColdPiece>,
+    /// A single packed chunk: the object may be adopted as it is when nothing else names it.
+    pub single: Option<(Arc<str>, u64)>,
+}
+
+/// When compaction rewrites a stream's chunks (docs/cold-tier.md, "Compaction").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionLimits {
+    /// Packed slices a stream may hold before they are rewritten.
+    pub packed_slices: usize,
+    /// Unindexed chunks one page may hold before its small ones merge.
+    pub page_chunks: usize,
+}
+
+impl CompactionLimits {
+    pub const SPEC: CompactionLimits = CompactionLimits {
+        packed_slices: 64,
+        page_chunks: 64,
+    };
+}
+
+/// The cold index: sealing pages, compacting chunks, collecting pages.
+impl StreamData {
+    pub fn index(&self) -> Option<&super::page::ColdIndex> {
+        self.index.as_ref()
+    }
+
+    fn page_bytes_or(&self, page_bytes: u64) -> u64 {
+        self.index
+            .as_ref()
+            .map_or(page_bytes, |ix| ix.page_bytes)
+            .max(1)
+    }
+
+    /// The next page that can be sealed, built from the unindexed chunks: the page of the
+    /// first chunk, once the chunks reach its end and every chunk starting in it is owned.
+    pub fn sealable(&self, incarnation: u64, page_bytes: u64) -> Option<super::page::Page> {
+        let pb = self.page_bytes_or(page_bytes);
+        let first = self.cold.first()?;
+        let page = first.start / pb;
+        let hi = (page + 1) * pb;
+        if let Some(ix) = &self.index
+            && page > ix.sealed
+            && ix.first < ix.sealed
+        {
+            // Retention passed pages still kept: they go first, so `[first, sealed)` stays
+            // a run of pages that exist.
+            return None;
+        }
+        if self.cold.last()?.end < hi {
+            return None;
+        }
+        let mut entries = Vec::new();
+        let mut last_continues = false;
+        for c in self.cold.iter().take_while(|c| c.start < hi) {
+            if !c.owned {
+                return None;
+            }
+            entries.push(super::page::PageEntry {
+                start: c.start,
+                end: c.end.min(hi),
+                object: c.object.clone(),
+                at: c.at,
+            });
+            last_continues = c.end > hi;
+        }
+        let first_continues = self
+            .index
+            .as_ref()
+            .is_some_and(|ix| ix.split && first.start == ix.end());
+        Some(super::page::Page {
+            incarnation,
+            page,
+            page_bytes: pb,
+            first_continues,
+            last_continues,
+            entries,
+        })
+    }
+
+    /// Seals `page` under `prefix`: its chunks leave the state, a chunk crossing its end is
+    /// split there. Refused (false) unless it is what [`sealable`](Self::sealable) offers.
+    pub(super) fn seal(
+        &mut self,
+        incarnation: u64,
+        page: u64,
+        page_bytes: u64,
+        prefix: Arc<str>,
+    ) -> bool {
+        if self
+            .index
+            .as_ref()
+            .is_some_and(|ix| ix.page_bytes != page_bytes || ix.prefix != prefix)
+        {
+            return false;
+        }
+        let Some(p) = self.sealable(incarnation, page_bytes) else {
+            return false;
+        };
+        if p.page != page {
+            return false;
+        }
+        let hi = (page + 1) * page_bytes;
+        let keep = self
+            .cold
+            .iter()
+            .position(|c| c.end > hi)
+            .unwrap_or(self.cold.len());
+        self.cold.drain(..keep);
+        let mut split = false;
+        if let Some(c) = self.cold.first_mut()
+            && c.start < hi
+        {
+            c.at += hi - c.start;
+            c.start = hi;
+            split = true;
+        }
+        let first = match &self.index {
+            Some(ix) if ix.first < ix.sealed => ix.first,
+            _ => page,
+        };
+        self.index = Some(super::page::ColdIndex {
+            prefix,
+            incarnation,
+            page_bytes,
+            first,
+            sealed: page + 1,
+            split,
+        });
+        true
+    }
+
+    /// The run compaction should rewrite next, if any: in the first page (by chunk start) that
+    /// is complete and still holds packed slices, that holds too many chunks, or once the
+    /// stream holds too many packed slices.
+    pub fn compaction_run(
+        &self,
+        page_bytes: u64,
+        limits: CompactionLimits,
+    ) -> Option<CompactionRun> {
+        let pb = self.page_bytes_or(page_bytes);
+        let packed = self.cold.iter().filter(|c| !c.owned).count();
+        let last_end = self.cold.last()?.end;
+        let small = (pb / 8).max(1);
+        // The remainder of a chunk split by the last seal shares its object with that page:
+        // it is never rewritten (its object must outlive the page).
+        let mut i = usize::from(self.split_remainder());
+        while i < self.cold.len() {
+            let page = self.cold[i].start / pb;
+            let n = self.cold[i..]
+                .iter()
+                .take_while(|c| c.start / pb == page)
+                .count();
+            let group = &self.cold[i..i + n];
+            let complete = last_end >= (page + 1) * pb;
+            let has_packed = group.iter().any(|c| !c.owned);
+            let due = (has_packed && (complete || packed >= limits.packed_slices))
+                || n > limits.page_chunks;
+            if due && let Some(run) = pick_run(group, small, complete) {
+                return Some(CompactionRun {
+                    page_bytes: pb,
+                    ..run
+                });
+            }
+            i += n;
+        }
+        None
+    }
+
+    /// Replaces the chunks `[start, end)` by one owned chunk in `object` at `at`; returns the
+    /// replaced chunks. `None` when the run is not one [`compaction_run`](Self::compaction_run)
+    /// could have offered (moved, indexed, or a sealable page without packed slices).
+    pub(super) fn compact(
+        &mut self,
+        page_bytes: u64,
+        start: u64,
+        end: u64,
+        object: Arc<str>,
+        at: u64,
+    ) -> Option<Vec<ColdChunk>> {
+        if self
+            .index
+            .as_ref()
+            .is_some_and(|ix| ix.page_bytes != page_bytes)
+            || page_bytes == 0
+        {
+            return None;
+        }
+        let i = self.cold.iter().position(|c| c.start == start)?;
+        let j = self.cold.iter().position(|c| c.end == end)?;
+        if j < i || (i == 0 && self.split_remainder()) {
+            return None;
+        }
+        let page = start / page_bytes;
+        let run = &self.cold[i..=j];
+        if run.iter().any(|c| c.start / page_bytes != page) {
+            return None;
+        }
+        let complete = self.cold.last().map_or(0, |c| c.end) >= (page + 1) * page_bytes;
+        if complete && run.iter().all(|c| c.owned) {
+            return None;
+        }
+        let merged = ColdChunk {
+            start,
+            end,
+            object,
+            at,
+            owned: true,
+        };
+        Some(self.cold.splice(i..=j, [merged]).collect())
+    }
+
+    /// Whether the first unindexed chunk is what a seal left of a chunk it split.
+    fn split_remainder(&self) -> bool {
+        match (&self.index, self.cold.first()) {
+            (Some(ix), Some(c)) => ix.split && c.start == ix.end(),
+            _ => false,
+        }
+    }
+
+    /// Pages `[first, below)` that retention at `retained` lets go, if any.
+    pub fn droppable_pages(&self, retained: u64) -> Option<std::ops::Range<u64>> {
+        let ix = self.index.as_ref()?;
+        let below = ix.sealed.min(retained / ix.page_bytes);
+        (below > ix.first).then_some(ix.first..below)
+    }
+
+    /// Forgets pages below `below`; false when they are not all droppable.
+    pub(super) fn drop_pages(&mut self, prefix: &str, below: u64, retained: u64) -> bool {
+        let ok = self
+            .droppable_pages(retained)
+            .is_some_and(|r| below <= r.end)
+            && self
+                .index
+                .as_ref()
+                .is_some_and(|ix| &*ix.prefix == prefix && below > ix.first);
+        if let (true, Some(ix)) = (ok, self.index.as_mut()) {
+            ix.first = below;
+        }
+        ok
+    }
+
+    /// Takes the cold history out of a stream that goes: its unindexed chunks' objects and
+    /// its index, if any.
+    pub(super) fn take_cold(&mut self) -> (Vec<ColdChunk>, Option<super::page::ColdIndex>) {
+        (std::mem::take(&mut self.cold), self.index.take())
+    }
+}
+
+/// The first run in `group` (chunks starting in one page) worth rewriting: consecutive chunks
+/// each packed or smaller than `small`; in a complete page it must hold a packed slice.
+fn pick_run(group: &[ColdChunk], small: u64, complete: bool) -> Option<CompactionRun> {
+    let mut i = 0;
+    while i < group.len() {
+        let n = group[i..]
+            .iter()
+            .take_while(|c| !c.owned || c.end - c.start < small)
+            .count();
+        if n == 0 {
+            i += 1;
+            continue;
+        }
+        let run = &group[i..i + n];
+        let has_packed = run.iter().any(|c| !c.owned);
+        if (n >= 2 && (!complete || has_packed)) || (n == 1 && has_packed) {
+            let single = (n == 1).then(|| (run[0].object.clone(), run[0].at));
+            return Some(CompactionRun {
+                page_bytes: 0,
+                start: run[0].start,
+                end: run[n - 1].end,
+                pieces: run
+                    .iter()
+                    .map(|c| ColdPiece {
+                        object: c.object.clone(),
+                        range: c.at..c.at + (c.end - c.start),
+                    })
+                    .collect(),
+                single,
+            });
+        }
+        i += n;
+    }
+    None
 }
 
 /// A stored byte layout this build could not have written.
@@ -318,6 +645,15 @@ pub enum LayoutError {
         start: u64,
         end: u64,
         object: Arc<str>,
+        base: u64,
+    },
+    #[error(
+        "cold index pages [{first}, {sealed}) of {page_bytes} bytes are out of order or reach the hot ring at {base}"
+    )]
+    Index {
+        first: u64,
+        sealed: u64,
+        page_bytes: u64,
         base: u64,
     },
 }
@@ -375,8 +711,8 @@ mod tests {
     fn a_read_plan_spans_cold_chunks_and_the_hot_ring_at_any_split() {
         let mut d = StreamData::default();
         d.append_at(b"0123456789", 1);
-        assert!(d.flushed(0, 4, Arc::from("a"), 100, 2));
-        assert!(d.flushed(4, 7, Arc::from("b"), 0, 3));
+        assert!(d.flushed(0, 4, (Arc::from("a"), 100, false), 2));
+        assert!(d.flushed(4, 7, (Arc::from("b"), 0, false), 3));
         d.append_at(b"ab", 4);
         assert_eq!((d.hot_start(), d.hot_len(), d.tail()), (7, 5, 12));
         let p = d.plan(2, 100);
@@ -407,12 +743,15 @@ mod tests {
     fn a_flush_that_no_longer_starts_at_the_hot_ring_is_refused() {
         let mut d = StreamData::default();
         d.append_at(b"abcdef", 1);
-        assert!(d.flushed(0, 3, Arc::from("x"), 0, 2));
+        assert!(d.flushed(0, 3, (Arc::from("x"), 0, false), 2));
         assert!(
-            !d.flushed(0, 3, Arc::from("y"), 0, 2),
+            !d.flushed(0, 3, (Arc::from("y"), 0, false), 2),
             "planned before the first flush"
         );
-        assert!(!d.flushed(3, 9, Arc::from("y"), 0, 2), "past the tail");
+        assert!(
+            !d.flushed(3, 9, (Arc::from("y"), 0, false), 2),
+            "past the tail"
+        );
         assert_eq!(d.read(3, 10), b"def".to_vec());
         assert_eq!(d.forget_cold_below(3), vec![Arc::<str>::from("x")]);
         assert!(d.cold_chunks().is_empty());

@@ -30,9 +30,13 @@ pub struct Snapshot {
 }
 
 impl Stream {
-    /// Every cold object this stream references: its chunks and a cold snapshot body.
+    /// Every cold object this stream's state names: its unindexed chunks, its index pages
+    /// and a cold snapshot body (the objects the pages list are not in the state).
     pub(super) fn objects(&self) -> Vec<Arc<str>> {
         let mut out: Vec<Arc<str>> = self.data.objects().cloned().collect();
+        if let Some(ix) = self.data.index() {
+            out.extend(ix.keys().map(Arc::from));
+        }
         if let Some(o) = self.snapshot.as_ref().and_then(|s| s.cold.clone()) {
             out.push(o);
         }
@@ -131,6 +135,10 @@ pub struct GroupState {
     /// A backup import's parts staged so far, until its commit.
     #[serde(default)]
     pub(super) staging: Option<Staging>,
+    /// Index pages of streams that are gone: the leader reads each page, releases what it
+    /// lists and the page itself, then forgets the pages by a command. Left out while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) cold_retired: Vec<super::page::ColdIndex>,
 }
 
 fn expires_for(lifetime: Option<Lifetime>, now_ms: u64) -> Option<u64> {
@@ -188,12 +196,15 @@ impl GroupState {
                 check_incarnation(s, incarnation)?;
                 if let Some(gone) = self.streams.remove(key.as_str()) {
                     self.hot -= gone.data.hot_len();
-                    let objects = gone.objects();
-                    self.release(objects, now_ms);
+                    self.release_stream(gone, now_ms);
                 }
                 Ok(Applied::Deleted)
             }
-            Command::ColdFlush { object, slices } => Ok(self.cold_flush(&object, slices, now_ms)),
+            Command::ColdFlush {
+                object,
+                slices,
+                owned,
+            } => Ok(self.cold_flush(&object, slices, owned, now_ms)),
             Command::ColdForget { objects } => {
                 self.cold_garbage.retain(|(o, _)| !objects.contains(o));
                 Ok(Applied::ColdForgotten)
@@ -221,8 +232,7 @@ impl GroupState {
                 for k in expired {
                     if let Some(gone) = self.streams.remove(&k) {
                         self.hot -= gone.data.hot_len();
-                        let objects = gone.objects();
-                        self.release(objects, now_ms);
+                        self.release_stream(gone, now_ms);
                     }
                 }
                 Ok(Applied::Swept {
@@ -239,6 +249,9 @@ impl GroupState {
                 bytes,
             } => self.stage_import(import, index, bytes),
             Command::ImportCommit { import, parts } => self.commit_import(import, parts),
+            Command::ColdCompact(c) => Ok(self.cold_compact(c, now_ms)),
+            Command::ColdIndex(c) => Ok(self.cold_index(c)),
+            Command::ColdDropPages(c) => Ok(self.cold_drop_pages(c, now_ms)),
         }
     }
 
@@ -326,8 +339,7 @@ impl GroupState {
         // An expired stream at this key is replaced by the new incarnation.
         if let Some(old) = self.streams.insert(c.key.into(), stream) {
             self.hot -= old.data.hot_len();
-            let objects = old.objects();
-            self.release(objects, now_ms);
+            self.release_stream(old, now_ms);
         }
         Ok(Applied::Created { meta, fresh: true })
     }
@@ -584,7 +596,12 @@ impl GroupState {
     /// group's that is not among them is referenced by nothing the group committed.
     pub fn cold_references(&self) -> impl Iterator<Item = Arc<str>> + '_ {
         let live = self.streams.values().flat_map(|s| s.objects());
-        live.chain(self.cold_garbage.iter().map(|(o, _)| o.clone()))
+        let retired = self
+            .cold_retired
+            .iter()
+            .flat_map(|ix| ix.keys().map(Arc::from));
+        live.chain(retired)
+            .chain(self.cold_garbage.iter().map(|(o, _)| o.clone()))
     }
 
     /// Queues for deletion each object in `objects` no live stream still references. Packed
@@ -603,7 +620,15 @@ impl GroupState {
 
     /// Applies a flush: each slice that still starts where its stream's hot ring does moves
     /// to the object. An object no slice landed in is garbage at once.
-    fn cold_flush(&mut self, object: &Arc<str>, slices: Vec<FlushSlice>, now_ms: u64) -> Applied {
+    fn cold_flush(
+        &mut self,
+        object: &Arc<str>,
+        slices: Vec<FlushSlice>,
+        owned: bool,
+        now_ms: u64,
+    ) -> Applied {
+        // Only an object holding one stream's bytes can move into that stream's pages.
+        let owned = owned && slices.len() == 1;
         let mut accepted = 0;
         for sl in &slices {
             let Some(s) = self.streams.get_mut(sl.key.as_str()) else {
@@ -614,7 +639,7 @@ impl GroupState {
             }
             let before = s.data.hot_len();
             if s.data
-                .flushed(sl.start, sl.end, object.clone(), sl.at, now_ms)
+                .flushed(sl.start, sl.end, (object.clone(), sl.at, owned), now_ms)
             {
                 accepted += 1;
                 self.hot -= before - s.data.hot_len();
@@ -644,8 +669,7 @@ impl GroupState {
         for k in &keys {
             if let Some(gone) = self.streams.remove(k) {
                 self.hot -= gone.data.hot_len();
-                let objects = gone.objects();
-                self.release(objects, now_ms);
+                self.release_stream(gone, now_ms);
             }
         }
         self.tenancy.erased.insert(bucket.into());
@@ -653,6 +677,8 @@ impl GroupState {
         let before = self.cold_garbage.len();
         if forget_cold {
             self.cold_garbage.retain(|(o, _)| !o.starts_with(&prefix));
+            self.cold_retired
+                .retain(|ix| !ix.prefix.starts_with(&prefix));
         }
         let reclaimed = before - self.cold_garbage.len();
         let pending = self
@@ -745,6 +771,7 @@ impl GroupState {
                 self.cold_garbage.push(g);
             }
         }
+        self.cold_retired.extend(from.cold_retired);
         for (bucket, u) in from.tenancy.usage {
             self.tenancy.usage.entry(bucket).or_default().add(&u);
         }

@@ -11,6 +11,7 @@ use super::data::ReadPlan;
 use super::machine::GroupState;
 use super::machine::Stream;
 use super::machine::check_incarnation;
+use super::page::Paged;
 
 /// What a catch-up read saw.
 #[derive(Debug, Clone)]
@@ -23,6 +24,8 @@ pub struct ReadView {
     /// Object ranges to fetch for the cold part, which comes before `data`; empty once
     /// fetched (the HTTP layer fills `data` before using the view).
     pub cold: Vec<ColdPiece>,
+    /// The part of the cold range, before `cold`, that the stream's index pages locate.
+    pub paged: Option<Paged>,
     pub data: Bytes,
     /// Offset after `data`.
     pub next: u64,
@@ -77,6 +80,8 @@ pub struct BootstrapView {
     /// Object ranges to fetch before `updates`, as in [`ReadView::cold`]. When set, `updates`
     /// is not yet cut at a JSON message boundary: the HTTP layer cuts after fetching.
     pub cold: Vec<ColdPiece>,
+    /// The paged part of the cold window, before `cold`, as in [`ReadView::paged`].
+    pub paged: Option<Paged>,
     /// The cap on update bytes the cut applies.
     pub max: u64,
     pub updates: Bytes,
@@ -143,6 +148,7 @@ impl GroupState {
             json: s.json,
             start,
             cold: plan.cold,
+            paged: plan.paged,
             data: Bytes::from(plan.hot),
             next,
             tail: s.tail(),
@@ -219,18 +225,25 @@ impl GroupState {
             .as_ref()
             .map_or(s.retained, |snap| snap.offset.max(s.retained));
         let available = s.tail() - start;
-        let (cold, updates) = if start < s.data.hot_start() && available > 0 {
+        let (cold, paged, updates) = if start < s.data.hot_start() && available > 0 {
             // Part of the updates is cold: fetch the window (to the end of the first chunk
-            // at least, which ends on an append boundary) and let the caller cut it.
+            // at least, which ends on an append boundary) and let the caller cut it. In the
+            // paged history chunk ends are not in the state: the caller reads on until a
+            // message ends.
+            let paged_history = s.data.index().is_some_and(|ix| start < ix.end());
             let first_end = s
                 .data
                 .cold_chunks()
                 .iter()
                 .find(|c| c.end > start)
                 .map_or(s.tail(), |c| c.end);
-            let window = max.max(first_end - start).min(available);
+            let window = if paged_history {
+                max.min(available)
+            } else {
+                max.max(first_end - start).min(available)
+            };
             let plan = s.data.plan(start, window);
-            (plan.cold, plan.hot)
+            (plan.cold, plan.paged, plan.hot)
         } else {
             let updates = if available == 0 {
                 Vec::new()
@@ -253,7 +266,7 @@ impl GroupState {
             } else {
                 Vec::new()
             };
-            (Vec::new(), updates)
+            (Vec::new(), None, updates)
         };
         Ok(BootstrapView {
             incarnation: s.incarnation,
@@ -266,6 +279,7 @@ impl GroupState {
             snapshot_cold: s.snapshot.as_ref().and_then(|snap| snap.cold.clone()),
             start,
             cold,
+            paged,
             max,
             updates: Bytes::from(updates),
             tail: s.tail(),

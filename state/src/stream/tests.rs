@@ -477,6 +477,7 @@ fn cold_references_name_chunks_cold_snapshot_bodies_and_released_objects() {
         let flush = Command::ColdFlush {
             object: object.into(),
             slices: vec![slice],
+            owned: false,
         };
         g.apply(flush, SEC).expect("flush");
     }
