@@ -22,6 +22,7 @@ mod harness;
 mod admission;
 mod binary;
 mod cold_index;
+mod cold_index_s3;
 mod cold_sweep;
 mod cold_tier;
 mod formats;

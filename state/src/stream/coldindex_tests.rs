@@ -262,3 +262,66 @@ fn a_deleted_streams_pages_retire_and_are_collected_by_the_same_command() {
     assert!(g.cold_retired().is_empty());
     assert_eq!(garbage(&g).len(), 3, "both pages and the object, once");
 }
+
+#[test]
+fn an_open_page_is_compacted_at_64_packed_slices_or_past_64_chunks_and_not_before() {
+    let mut g = GroupState::default();
+    let a = stream(&mut g, "b/a", &[b'a'; 200]);
+    let b = stream(&mut g, "b/b", &[b'b'; 200]);
+    let pb = 1_000;
+    let limits = CompactionLimits::SPEC;
+    // 63 one-byte slices of `a` packed with `b`'s: the page (1000 bytes) is not complete.
+    for i in 0..63 {
+        let object = format!("b/g0/p{i}");
+        flush(
+            &mut g,
+            &object,
+            &[("b/a", a, i, i + 1), ("b/b", b, i, i + 1)],
+            true,
+        );
+    }
+    let s = g.get("b/a", NOW).expect("a");
+    assert!(
+        s.data.compaction_run(pb, limits).is_none(),
+        "63 packed slices"
+    );
+    flush(
+        &mut g,
+        "b/g0/p63",
+        &[("b/a", a, 63, 64), ("b/b", b, 63, 64)],
+        true,
+    );
+    let run = g
+        .get("b/a", NOW)
+        .and_then(|s| s.data.compaction_run(pb, limits))
+        .expect("64 packed slices");
+    assert_eq!((run.start, run.end, run.pieces.len()), (0, 64, 64));
+    // Owned chunks: past 64 in one page, the small ones merge.
+    let c = stream(&mut g, "b/c", &[b'c'; 200]);
+    for i in 0..65 {
+        flush(&mut g, &format!("b/g0/c{i}"), &[("b/c", c, i, i + 1)], true);
+    }
+    let run = g
+        .get("b/c", NOW)
+        .and_then(|s| s.data.compaction_run(pb, limits))
+        .expect("65 chunks in one page");
+    assert_eq!((run.start, run.end, run.single), (0, 65, None));
+    let merged = ColdCompact {
+        key: "b/c".into(),
+        incarnation: c,
+        page_bytes: pb,
+        start: 0,
+        end: 65,
+        object: "b/g0/merged".into(),
+        at: 0,
+    };
+    assert!(accepted(g.apply(Command::ColdCompact(merged), NOW)));
+    let s = g.get("b/c", NOW).expect("c");
+    assert_eq!(s.data.cold_chunks().len(), 1);
+    assert!(s.data.compaction_run(pb, limits).is_none());
+    assert_eq!(
+        garbage(&g).len(),
+        65,
+        "the replaced objects wait out the grace"
+    );
+}
