@@ -119,6 +119,12 @@ pub struct GroupStateGauges {
     /// Index pages the state names: the live streams' and the retired ones still collected.
     #[serde(default)]
     pub cold_index_pages: u64,
+    /// The largest and the 99th-percentile replicated state of one stream, beyond its
+    /// unflushed payload (Operations: "Memory without retention", about 32 KiB at most).
+    #[serde(default)]
+    pub stream_state_bytes_max: u64,
+    #[serde(default)]
+    pub stream_state_bytes_p99: u64,
 }
 
 /// The per-core journals (Observability: "WAL operations"). Node totals at the top level,

@@ -165,7 +165,9 @@ fn state_gauges(group: u32, state: &ursula_state::stream::GroupState) -> metrics
         cold_garbage_objects: state.cold_garbage().len() as u64,
         ..metrics::GroupStateGauges::default()
     };
+    let mut sizes: Vec<u64> = Vec::with_capacity(state.len());
     for (_, s) in state.streams() {
+        sizes.push(s.state_bytes());
         g.producers += s.producers.as_ref().map_or(0, |p| p.len() as u64);
         g.snapshots += u64::from(s.snapshot.is_some());
         let chunks = s.data.cold_chunks();
@@ -174,6 +176,12 @@ fn state_gauges(group: u32, state: &ursula_state::stream::GroupState) -> metrics
         g.cold_max_stream_chunks = g.cold_max_stream_chunks.max(chunks.len() as u64);
     }
     g.cold_index_pages = state.cold_indexes().map(|ix| ix.sealed - ix.first).sum();
+    sizes.sort_unstable();
+    g.stream_state_bytes_max = sizes.last().copied().unwrap_or(0);
+    g.stream_state_bytes_p99 = sizes
+        .get((sizes.len() * 99).div_ceil(100).saturating_sub(1))
+        .copied()
+        .unwrap_or(0);
     g
 }
 

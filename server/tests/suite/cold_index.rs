@@ -164,6 +164,20 @@ fn a_long_cold_history_moves_into_index_pages_and_reads_back_at_every_split() {
     });
     assert_eq!(packed, 0, "every chunk is the stream's own");
     assert!(chunks <= 6, "{chunks} chunks stay in the state");
+    // What the stream's replicated state holds beyond hot bytes: 40 flushes in, a few hundred
+    // bytes; without pages each chunk would add its entry (an object key and three offsets).
+    let state_max = metrics(&base)["group_state_gauges"]
+        .as_array()
+        .and_then(|gs| {
+            gs.iter()
+                .filter_map(|g| g["stream_state_bytes_max"].as_u64())
+                .max()
+        })
+        .unwrap_or(u64::MAX);
+    assert!(
+        state_max < 1024,
+        "{state_max} bytes of state for one stream"
+    );
     let page_files: Vec<String> = keys(&cold)
         .into_iter()
         .filter(|k| k.starts_with("ixlong/cold-index/"))

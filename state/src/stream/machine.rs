@@ -64,7 +64,32 @@ pub struct Stream {
     pub snapshot: Option<Box<Snapshot>>,
 }
 
+/// Counts what is written to it.
+struct Counter(u64);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Stream {
+    /// The bytes this stream's replicated state takes beyond its unflushed payload: its
+    /// encoding (as in a Raft snapshot) less the hot bytes (the spec's "Memory without
+    /// retention" bound is on this). Encoding into a counter copies nothing.
+    pub fn state_bytes(&self) -> u64 {
+        let mut c = Counter(0);
+        match rmp_serde::encode::write(&mut c, self) {
+            Ok(()) => c.0.saturating_sub(self.data.held_bytes()),
+            Err(_) => 0,
+        }
+    }
+
     pub fn meta(&self) -> Meta {
         Meta {
             incarnation: self.incarnation,
