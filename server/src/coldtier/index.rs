@@ -103,17 +103,13 @@ impl ColdTier {
     pub async fn page(&self, key: &str, id: PageId) -> Result<Page, IndexError> {
         let object: Arc<str> = Arc::from(key);
         let whole = 0..u64::MAX;
-        let bytes = match self.cache.as_ref().and_then(|c| c.get(&object, &whole)) {
+        let cached = self.cache.as_ref().and_then(|c| c.get(&object, &whole));
+        let fetched = cached.is_none();
+        let bytes = match cached {
             Some(b) => b,
-            None => {
-                let b = self.store.get(key).await?;
-                if let Some(c) = &self.cache {
-                    c.insert(&object, &whole, b.clone());
-                }
-                b
-            }
+            None => self.store.get(key).await?,
         };
-        Page::decode(&bytes, id).map_err(|source| {
+        let page = Page::decode(&bytes, id).map_err(|source| {
             self.counters
                 .index
                 .page_errors
@@ -122,7 +118,12 @@ impl ColdTier {
                 key: key.to_owned(),
                 source,
             }
-        })
+        })?;
+        // Only a page that checks out is kept: a damaged one is read again once repaired.
+        if let (true, Some(c)) = (fetched, &self.cache) {
+            c.insert(&object, &whole, bytes);
+        }
+        Ok(page)
     }
 
     /// The object pieces of a read's paged range, in order.
@@ -152,18 +153,20 @@ impl ColdTier {
         Ok(out)
     }
 
-    /// The objects pages `range` of `ix` list. A page the store does not hold lists nothing
-    /// (it was collected, or retention passed it before it was sealed).
-    pub async fn listed_objects(
+    /// Pages `range` of `ix`. With `missing_ok`, a page the store does not hold lists nothing
+    /// (it was collected, or retention passed it before it was sealed); without, it is an
+    /// error (the orphan sweep cannot judge what such a page listed).
+    pub async fn read_pages(
         &self,
         ix: &ColdIndex,
         range: std::ops::Range<u64>,
+        missing_ok: bool,
     ) -> Result<Vec<Page>, IndexError> {
         let mut pages = Vec::new();
         for p in range {
             match self.page(&ix.key(p), ix.id(p)).await {
                 Ok(page) => pages.push(page),
-                Err(IndexError::Store(ColdError::NotFound { .. })) => {}
+                Err(IndexError::Store(ColdError::NotFound { .. })) if missing_ok => {}
                 Err(e) => return Err(e),
             }
         }
@@ -313,8 +316,9 @@ async fn compact(
 ) {
     let c = &tier.counters.index;
     let page_bytes = run.page_bytes;
-    let cmd = |object: Arc<str>, at: u64| {
+    let cmd = |object: Arc<str>, at: u64, adopt: bool| {
         Command::ColdCompact(ColdCompact {
+            adopt,
             key: key.clone(),
             incarnation,
             page_bytes,
@@ -326,7 +330,7 @@ async fn compact(
     };
     if let Some((object, at)) = &run.single
         && let Ok(Ok(Applied::ColdIndexed { accepted: true })) =
-            engine.propose(group, cmd(object.clone(), *at)).await
+            engine.propose(group, cmd(object.clone(), *at, true)).await
     {
         c.adoptions.fetch_add(1, Ordering::Relaxed);
         return;
@@ -348,13 +352,13 @@ async fn compact(
         tracing::warn!(group, key, error = %e, "compaction upload failed; retrying next tick");
         return;
     }
-    match engine.propose(group, cmd(object.clone(), 0)).await {
+    match engine.propose(group, cmd(object.clone(), 0, false)).await {
         Ok(Ok(Applied::ColdIndexed { accepted: true })) => {
             c.compactions.fetch_add(1, Ordering::Relaxed);
             c.compacted_bytes.fetch_add(len, Ordering::Relaxed);
             tracing::debug!(group, key, object = %object, bytes = len, "compaction committed");
         }
-        // Refused: the state machine released the object.
+        // Refused: nothing names the object; the orphan sweep deletes it.
         Ok(_) => {}
         Err(EngineError::NotLeader { .. }) => delete_uncommitted(tier, &object).await,
         Err(e) => tracing::warn!(group, key, error = %e, "compaction commit failed"),
@@ -417,7 +421,7 @@ async fn drop_pages(
     range: std::ops::Range<u64>,
 ) {
     let c = &tier.counters.index;
-    let pages = match tier.listed_objects(ix, range.clone()).await {
+    let pages = match tier.read_pages(ix, range.clone(), true).await {
         Ok(p) => p,
         Err(e) => {
             c.errors.fetch_add(1, Ordering::Relaxed);

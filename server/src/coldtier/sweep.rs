@@ -79,6 +79,9 @@ pub async fn sweep(rt: &Runtime, engine: &dyn GroupEngine, tier: &ColdTier) {
     let staged = tier.staged_now();
     let mut confirmed: HashSet<GroupId> = HashSet::new();
     let mut referenced: HashSet<Arc<str>> = HashSet::new();
+    // Page keys are the stream's own, written again by a later seal: their store time can be
+    // an older upload's. Nothing under the prefix of an index a state names is judged.
+    let mut index_prefixes: Vec<Arc<str>> = Vec::new();
     for group in led {
         if engine.confirm_leadership(group).await.is_err() {
             continue;
@@ -91,9 +94,10 @@ pub async fn sweep(rt: &Runtime, engine: &dyn GroupEngine, tier: &ColdTier) {
             continue;
         };
         referenced.extend(refs);
+        index_prefixes.extend(indexes.iter().map(|ix| ix.prefix.clone()));
         let mut listed_all = true;
         for ix in indexes {
-            match tier.listed_objects(&ix, ix.first..ix.sealed).await {
+            match tier.read_pages(&ix, ix.first..ix.sealed, false).await {
                 Ok(pages) => referenced.extend(pages.iter().flat_map(|p| p.objects())),
                 Err(e) => {
                     // Without every page, the group's objects cannot be judged this pass.
@@ -118,7 +122,11 @@ pub async fn sweep(rt: &Runtime, engine: &dyn GroupEngine, tier: &ColdTier) {
             Some(None) => every_group,
             None => false,
         };
-        if !judged || referenced.contains(o.key.as_str()) || staged.contains(o.key.as_str()) {
+        if !judged
+            || referenced.contains(o.key.as_str())
+            || staged.contains(o.key.as_str())
+            || index_prefixes.iter().any(|p| o.key.starts_with(&**p))
+        {
             continue;
         }
         let age = started.saturating_sub(o.modified_ms);

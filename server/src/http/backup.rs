@@ -167,12 +167,14 @@ async fn check_cold(st: &AppState, raw: &str, body: Body) -> Result<Reply, ApiEr
     // What the index pages list is checked too; a page that is missing or unusable stands for
     // everything it lists (its key is reported).
     let mut missing = Vec::new();
+    // Pages wholly below a stream's retained offset are on their way out: what they list may
+    // be gone already, and no read needs it.
     let indexes: Vec<_> = state
         .streams()
-        .filter_map(|(_, s)| s.data.index().cloned())
+        .filter_map(|(_, s)| s.data.index().map(|ix| (ix.clone(), s.retained)))
         .collect();
-    for ix in indexes {
-        for p in ix.first..ix.sealed {
+    for (ix, retained) in indexes {
+        for p in ix.first.max(retained / ix.page_bytes.max(1))..ix.sealed {
             match cold.page(&ix.key(p), ix.id(p)).await {
                 Ok(page) => refs.extend(page.objects()),
                 Err(IndexError::Store(ursula_cold::ColdError::NotFound { .. })) => {}

@@ -8,6 +8,8 @@ use ursula_protocol::content_type;
 use ursula_protocol::headers as h;
 use ursula_protocol::ids;
 use ursula_protocol::lifetime::format_expires_at;
+use ursula_protocol::offset::Offset;
+use ursula_protocol::offset::ReadFrom;
 
 use super::names;
 use super::reply::ApiError;
@@ -19,6 +21,7 @@ use super::state::AppState;
 use crate::admission::GroupCharge;
 use crate::config;
 use crate::engine::EngineError;
+use crate::runtime::now_ms;
 use ursula_state::stream::Append;
 use ursula_state::stream::Applied;
 use ursula_state::stream::Body;
@@ -26,6 +29,7 @@ use ursula_state::stream::Command;
 use ursula_state::stream::Create;
 use ursula_state::stream::Lifetime;
 use ursula_state::stream::PublishSnapshot;
+use ursula_state::stream::Refusal;
 use ursula_state::stream::json;
 
 pub fn create_bucket(bucket: &str) -> Result<Reply, ApiError> {
@@ -211,6 +215,7 @@ pub async fn publish_snapshot(
         request::content_type(headers)?.unwrap_or_else(|| content_type::OCTET_STREAM.to_owned());
     let incarnation = request::incarnation(headers)?;
     let group = st.rt.group_of(&sp.key);
+    let boundary = read_boundary(st, sp, offset).await?;
     let template = PublishSnapshot {
         key: sp.key.clone(),
         offset,
@@ -218,6 +223,7 @@ pub async fn publish_snapshot(
         body: Bytes::new(),
         incarnation,
         cold: None,
+        boundary,
     };
     // With a cold tier, a large body is staged as an object first and only its reference is
     // replicated (the spec: bodies of at least runtime.external_payload_min_size).
@@ -260,6 +266,28 @@ pub async fn publish_snapshot(
     }
 }
 
+/// On a JSON stream whose byte before `offset` is cold (so the state cannot check the message
+/// boundary), reads that byte: whether it is a newline goes into the command. The spec's `503`
+/// stays for when it cannot be read. `None` when the state can check it itself.
+async fn read_boundary(
+    st: &AppState,
+    sp: &StreamPath,
+    offset: u64,
+) -> Result<Option<bool>, ApiError> {
+    let unknown = super::read::in_stream_group(st, sp, move |g, key| {
+        g.state
+            .get(key, now_ms())
+            .is_some_and(|s| matches!(s.is_boundary(offset, None), Err(Refusal::BoundaryUnknown)))
+    })
+    .await?;
+    if !unknown || offset == 0 {
+        return Ok(None);
+    }
+    let before = ReadFrom::At(Offset(offset - 1));
+    let view = super::read::read_view(st, sp, before, 1, None).await?;
+    Ok(view.data.first().map(|b| *b == b'\n'))
+}
+
 /// The largest snapshot body a node with a cold tier takes (the spec: up to 1 GiB).
 pub const COLD_SNAPSHOT_MAX: u64 = 1 << 30;
 
@@ -271,10 +299,12 @@ pub async fn retain(
 ) -> Result<Reply, ApiError> {
     let offset = request::path_offset(raw_offset)?;
     let incarnation = request::incarnation(headers)?;
+    let boundary = read_boundary(st, sp, offset).await?;
     let cmd = Command::Retain {
         key: sp.key.clone(),
         offset,
         incarnation,
+        boundary,
     };
     match propose(st, &sp.key, cmd).await? {
         Applied::Retained {

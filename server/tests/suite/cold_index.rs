@@ -21,12 +21,12 @@ use ursula_testkit::ctl::write_manifest;
 const PAGE: u64 = 4096;
 
 /// A lone durable node of 4 groups whose cold tier is the directory `cold`, flushing every
-/// 50 ms, with the read cache off (so a damaged page is read again) plus `extra`.
+/// 50 ms, plus `extra` (in `[storage.cold]`, or sections after it).
 fn lone(dir: &Path, cold: &Path, extra: &str) -> Proc {
     let port = free_port();
     let toml = format!(
         "[raft]\ngroup_count = 4\n[storage.cold]\nbackend = \"fs\"\nroot = \"{}\"\n\
-         flush_size = 1\nflush_interval = \"50ms\"\ngc_grace = \"1s\"\ncache_size = 0\n{extra}",
+         flush_size = 1\nflush_interval = \"50ms\"\ngc_grace = \"1s\"\n{extra}",
         cold.display()
     );
     let node = Proc::start(
@@ -41,7 +41,12 @@ fn lone(dir: &Path, cold: &Path, extra: &str) -> Proc {
     node
 }
 
+/// 4 KiB pages, and the read cache off, so every read goes to the store.
 fn paged_toml() -> String {
+    format!("cache_size = 0\n{}", pages_toml())
+}
+
+fn pages_toml() -> String {
     format!("[testing]\ncold_index_page_bytes = {PAGE}\n")
 }
 
@@ -275,7 +280,10 @@ fn retention_collects_whole_pages_and_a_deleted_stream_leaves_no_object() {
 
 #[test]
 fn a_torn_or_corrupt_index_page_is_refused_with_a_classified_error_never_served() {
-    let (_dir, cold, node) = paged_node("cold-index-torn");
+    // The read cache on: a page refused once must not be kept.
+    let dir = tempfile_dir("cold-index-torn");
+    let cold = dir.path().join("cold");
+    let node = lone(dir.path(), &cold, &pages_toml());
     let base = node.base();
     create(&base, "/ixtorn/s", OCTET.1);
     let all = cold_history(&base, "/ixtorn/s", 16);
@@ -540,7 +548,7 @@ fn a_restore_checks_what_index_pages_list_and_names_a_missing_page_and_object() 
 }
 
 #[test]
-fn bootstrap_from_a_snapshot_inside_the_paged_history_sends_every_later_message_whole() {
+fn json_snapshots_retention_and_bootstrap_work_at_message_edges_inside_the_paged_history() {
     let (_dir, _cold, node) = paged_node("cold-index-bootstrap");
     let base = node.base();
     create(&base, "/ixjson/s", "application/json");
@@ -551,7 +559,13 @@ fn bootstrap_from_a_snapshot_inside_the_paged_history_sends_every_later_message_
         )
     };
     let json = [("content-type", "application/json")];
-    let mut snapshot_at = 0;
+    let snapshot = |at: u64| {
+        let url = format!("{base}/ixjson/s/snapshot/{at:020}");
+        send_url("PUT", &url, &[OCTET], b"snap")
+            .expect("snapshot")
+            .0
+    };
+    let mut ends = Vec::new();
     for i in 0..60 {
         let (status, hs, _) = send_url(
             "POST",
@@ -561,31 +575,32 @@ fn bootstrap_from_a_snapshot_inside_the_paged_history_sends_every_later_message_
         )
         .expect("append");
         assert_eq!(status, 204);
+        ends.push(
+            hs.get("stream-next-offset")
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("next offset"),
+        );
         wait_all_cold(&base, "/ixjson/s");
         if i == 2 {
-            // A chunk edge, so a message boundary the state can check.
-            snapshot_at = hs
-                .get("stream-next-offset")
-                .and_then(|v| v.parse::<u64>().ok())
-                .expect("next offset");
-            let url = format!("{base}/ixjson/s/snapshot/{snapshot_at:020}");
-            let (status, _, body) = send_url("PUT", &url, &[OCTET], b"snap").expect("snapshot");
-            assert!(
-                status == 200 || status == 204,
-                "{status} {}",
-                String::from_utf8_lossy(&body)
-            );
+            // While its edge is still a chunk of the state's own.
+            assert_eq!(snapshot(ends[2]), 204);
         }
     }
-    wait_for(30, "the snapshot offset to be inside the pages", || {
+    wait_for(30, "message 10 to be inside the pages", || {
         let (_, _, pages) = gauges(&base);
-        (pages * PAGE > snapshot_at + PAGE).then_some(())
+        (pages * PAGE > ends[10] + PAGE).then_some(())
     });
+    // The state no longer knows these edges: the node reads the byte before the offset.
+    assert_eq!(snapshot(ends[10] + 1), 400, "inside a message");
+    assert_eq!(snapshot(ends[10]), 204, "a message edge inside the pages");
+    let retain = format!("{base}/ixjson/s/retention/{:020}", ends[10]);
+    let (status, _, body) = send_url("PUT", &retain, &[], b"").expect("retention");
+    assert_eq!(status, 204, "{}", String::from_utf8_lossy(&body));
     let (status, _, body) =
         send_url("GET", &format!("{base}/ixjson/s/bootstrap"), &[], b"").expect("bootstrap");
     assert_eq!(status, 200);
     let text = String::from_utf8_lossy(&body);
     for i in 0..60 {
-        assert_eq!(text.contains(&msg(i)), i > 2, "message {i}");
+        assert_eq!(text.contains(&msg(i)), i > 10, "message {i}");
     }
 }

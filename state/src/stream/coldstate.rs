@@ -53,31 +53,37 @@ impl GroupState {
         })
     }
 
+    /// A refusal never releases anything: an adoption's object is the stream's own chunk, and
+    /// a rewrite's fresh object is left to the orphan sweep (which reads the pages), since
+    /// the state alone cannot tell a stale duplicate of an applied rewrite, whose object a
+    /// page may list by now, from a rewrite that never applied.
     pub(super) fn cold_compact(&mut self, c: ColdCompact, now_ms: u64) -> Applied {
         let rejected = Applied::ColdIndexed { accepted: false };
-        let adopt = match self.streams.get(c.key.as_str()) {
-            Some(s) if s.incarnation == c.incarnation => {
-                let chunks = s.data.cold_chunks();
-                chunks.iter().any(|k| {
-                    k.start == c.start && k.end == c.end && k.object == c.object && k.at == c.at
-                })
-            }
-            _ => return rejected,
+        let Some(s) = self
+            .streams
+            .get(c.key.as_str())
+            .filter(|s| s.incarnation == c.incarnation)
+        else {
+            return rejected;
         };
-        if adopt && self.named_elsewhere(&c.key, c.start, &c.object) {
-            // Another stream still reads that packed object: it cannot become this one's.
+        let exact = s.data.cold_chunks().iter().any(|k| {
+            !k.owned && k.start == c.start && k.end == c.end && k.object == c.object && k.at == c.at
+        });
+        let allowed = if c.adopt {
+            // Only the lone packed chunk itself, whose object no other chunk names.
+            exact && !self.named_elsewhere(&c.key, c.start, &c.object)
+        } else {
+            // A fresh object: named by no chunk and not released.
+            !self.named_elsewhere("", u64::MAX, &c.object)
+                && !self.cold_garbage.iter().any(|(g, _)| *g == c.object)
+        };
+        if !allowed {
             return rejected;
         }
-        let Some(s) = self.streams.get_mut(c.key.as_str()) else {
-            return rejected;
-        };
-        let Some(replaced) = s
-            .data
-            .compact(c.page_bytes, c.start, c.end, c.object.clone(), c.at)
-        else {
-            if !adopt {
-                self.release(vec![c.object], now_ms);
-            }
+        let Some(replaced) = self.streams.get_mut(c.key.as_str()).and_then(|s| {
+            s.data
+                .compact(c.page_bytes, c.start, c.end, c.object.clone(), c.at)
+        }) else {
             return rejected;
         };
         let old: Vec<Arc<str>> = replaced

@@ -110,6 +110,10 @@ pub struct PublishSnapshot {
     pub incarnation: Option<u64>,
     #[serde(default)]
     pub cold: Option<ColdBody>,
+    /// What the proposing node read as the byte before `offset` on a JSON stream when that byte
+    /// is cold (whether it is a newline), so the state machine can check the boundary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boundary: Option<bool>,
 }
 
 /// A snapshot body uploaded to the cold tier before the publish was proposed: the replicated
@@ -134,6 +138,9 @@ pub enum Command {
         key: String,
         offset: u64,
         incarnation: Option<u64>,
+        /// As [`PublishSnapshot::boundary`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boundary: Option<bool>,
     },
     /// A read reached the stream and its sliding TTL is due for renewal.
     Renew {
@@ -185,10 +192,11 @@ pub enum Command {
 }
 
 /// Stream `key`'s chunks `[start, end)` are now `object`'s bytes from `at`, an object of the
-/// stream's own: a compaction's rewrite, or (the same object and `at` as the one chunk of the
-/// run) the adoption of a packed object nothing else names.
+/// stream's own: a compaction's rewrite into a fresh object, or (`adopt`) the adoption of the
+/// one packed chunk of the run, whose object nothing else names, as it is.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ColdCompact {
+    pub adopt: bool,
     pub key: String,
     pub incarnation: u64,
     pub page_bytes: u64,

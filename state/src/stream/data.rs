@@ -158,7 +158,6 @@ impl StreamData {
                     id_incarnation: ix.incarnation,
                     page_bytes: ix.page_bytes,
                     range: from..paged_end,
-                    indexed_end: ix.end(),
                 });
                 plan.cold_len += paged_end - from;
             }

@@ -118,8 +118,9 @@ impl Stream {
     }
 
     /// Whether `offset` is a valid snapshot or retention point for this stream's mode. On a
-    /// JSON stream whose byte before `offset` is cold, the answer is unknown (a 503).
-    pub fn is_boundary(&self, offset: u64) -> Result<bool, Refusal> {
+    /// JSON stream whose byte before `offset` is cold, the answer is what the proposer read
+    /// there (`read`), and unknown (a 503) when it read nothing.
+    pub fn is_boundary(&self, offset: u64, read: Option<bool>) -> Result<bool, Refusal> {
         if !self.json
             || offset == 0
             || offset == self.retained_first()
@@ -128,7 +129,7 @@ impl Stream {
             return Ok(true);
         }
         if offset <= self.data.hot_start() {
-            return Err(Refusal::BoundaryUnknown);
+            return read.ok_or(Refusal::BoundaryUnknown);
         }
         Ok(self.data.byte_before(offset) == Some(b'\n'))
     }
@@ -239,7 +240,8 @@ impl GroupState {
                 key,
                 offset,
                 incarnation,
-            } => self.retain(&key, offset, incarnation, now_ms),
+                boundary,
+            } => self.retain(&key, (offset, boundary), incarnation, now_ms),
             Command::Renew { key } => {
                 if let Some(s) = self.get_mut(&key, now_ms) {
                     s.renew(now_ms);
@@ -248,12 +250,15 @@ impl GroupState {
             }
             Command::Sweep => {
                 let before = self.streams.len();
-                let expired: Vec<Box<str>> = self
+                let mut expired: Vec<Box<str>> = self
                     .streams
                     .iter()
                     .filter(|(_, s)| s.expired(now_ms))
                     .map(|(k, _)| k.clone())
                     .collect();
+                // Key order: every replica releases in the same order, so states stay equal
+                // byte for byte.
+                expired.sort_unstable();
                 for k in expired {
                     if let Some(gone) = self.streams.remove(&k) {
                         self.hot -= gone.data.hot_len();
@@ -521,7 +526,7 @@ impl GroupState {
                 return Err(Refusal::SnapshotStale);
             }
         }
-        if !s.is_boundary(p.offset)? {
+        if !s.is_boundary(p.offset, p.boundary)? {
             return Err(Refusal::NotMessageBoundary);
         }
         let replaced = s.snapshot.replace(Box::new(Snapshot {
@@ -547,7 +552,7 @@ impl GroupState {
     fn retain(
         &mut self,
         key: &str,
-        offset: u64,
+        (offset, boundary): (u64, Option<bool>),
         incarnation: Option<u64>,
         now_ms: u64,
     ) -> Result<Applied, Refusal> {
@@ -568,7 +573,7 @@ impl GroupState {
         if s.snapshot.as_ref().is_none_or(|snap| offset > snap.offset) {
             return Err(Refusal::RetentionBeyondSnapshot);
         }
-        if !s.is_boundary(offset)? {
+        if !s.is_boundary(offset, boundary)? {
             return Err(Refusal::NotMessageBoundary);
         }
         s.retained = offset;
@@ -685,12 +690,13 @@ impl GroupState {
     /// Erases `bucket` from this group: its streams go, their cold objects are released, and
     /// the bucket is fenced for good. The usage counters stay. Idempotent.
     pub(super) fn purge(&mut self, bucket: &str, forget_cold: bool, now_ms: u64) -> Applied {
-        let keys: Vec<Box<str>> = self
+        let mut keys: Vec<Box<str>> = self
             .streams
             .keys()
             .filter(|k| bucket_of(k) == bucket)
             .cloned()
             .collect();
+        keys.sort_unstable();
         for k in &keys {
             if let Some(gone) = self.streams.remove(k) {
                 self.hot -= gone.data.hot_len();

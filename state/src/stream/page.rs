@@ -64,8 +64,6 @@ pub struct Paged {
     pub id_incarnation: u64,
     pub page_bytes: u64,
     pub range: Range<u64>,
-    /// Where the pages end (a read extended to an append boundary stops there).
-    pub indexed_end: u64,
 }
 
 impl Paged {
@@ -312,17 +310,6 @@ impl Page {
         }
         out
     }
-
-    /// The first append boundary after `offset` this page knows: an entry's end, unless the
-    /// entry continues into the next page.
-    pub fn edge_after(&self, offset: u64) -> Option<u64> {
-        let last = self.entries.len().checked_sub(1)?;
-        self.entries
-            .iter()
-            .enumerate()
-            .find(|(i, e)| e.end > offset && !(*i == last && self.last_continues))
-            .map(|(_, e)| e.end)
-    }
 }
 
 struct Reader<'a> {
@@ -389,7 +376,7 @@ mod tests {
     }
 
     #[test]
-    fn a_page_round_trips_and_answers_ranges_and_edges() {
+    fn a_page_round_trips_and_answers_ranges() {
         let p = sample();
         let bytes = p.encode();
         let back = Page::decode(&bytes, p.id()).expect("decode");
@@ -399,8 +386,6 @@ mod tests {
         assert_eq!(pieces.len(), 2);
         assert_eq!(pieces[0].range, 90..100);
         assert_eq!(pieces[1].range, 0..10);
-        assert_eq!(back.edge_after(210), Some(230));
-        assert_eq!(back.edge_after(250), None, "the last entry continues");
     }
 
     #[test]

@@ -173,6 +173,7 @@ fn reads_ask_for_renewal_at_most_once_per_quarter_of_the_ttl() {
             body: Bytes::from_static(b"s"),
             incarnation: None,
             cold: None,
+            boundary: None,
         }),
         40 * SEC,
     )
@@ -273,7 +274,8 @@ fn an_expired_stream_refuses_everything_with_404_and_a_create_makes_a_new_incarn
             Command::Retain {
                 key: KEY.into(),
                 offset: 0,
-                incarnation: None
+                incarnation: None,
+                boundary: None,
             },
             at
         ),
@@ -492,6 +494,7 @@ fn cold_references_name_chunks_cold_snapshot_bodies_and_released_objects() {
             len: 5,
             digest: "d".into(),
         }),
+        boundary: None,
     };
     g.apply(Command::PublishSnapshot(publish), SEC)
         .expect("publish");

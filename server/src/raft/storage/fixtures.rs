@@ -108,11 +108,13 @@ fn commands() -> Vec<Command> {
             body: Bytes::from_static(b"state at 6"),
             incarnation: None,
             cold: None,
+            boundary: None,
         }),
         Command::Retain {
             key: "fix/octet".into(),
             offset: 6,
             incarnation: None,
+            boundary: None,
         },
         Command::Renew {
             key: "fix/json".into(),
