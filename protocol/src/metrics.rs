@@ -412,6 +412,28 @@ pub struct RaftLogMetrics {
     pub raft_snapshot_pressure_pass_ns: u64,
     pub raft_snapshot_builds: u64,
     pub raft_snapshot_build_ns: u64,
+    /// With S3 snapshots (`storage.snapshot.backend`); absent with inline snapshots.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<RaftSnapshotS3Metrics>,
+}
+
+/// Raft snapshots on S3 (docs/durability.md, "Raft snapshots on S3").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RaftSnapshotS3Metrics {
+    /// The snapshot namespace, e.g. `s3://bucket/cold/snapshots`.
+    pub raft_snapshot_store: String,
+    /// Snapshots uploaded, and their bytes.
+    pub raft_snapshot_s3_uploads: u64,
+    pub raft_snapshot_s3_upload_bytes: u64,
+    /// Snapshots installed from the namespace (a leader sent their reference).
+    pub raft_snapshot_s3_installs: u64,
+    /// Requests to the namespace that failed (uploads, reads, pins, listings, deletes).
+    pub raft_snapshot_s3_errors: u64,
+    /// Objects refused as torn, damaged or foreign, never installed.
+    pub raft_snapshot_s3_refused: u64,
+    /// Retired snapshot objects pruned, and the prune passes that completed.
+    pub raft_snapshot_s3_pruned: u64,
+    pub raft_snapshot_s3_prune_passes: u64,
 }
 
 /// Hot bytes (with or without a cold backend) and the cold tier's counters (with one).

@@ -19,6 +19,7 @@ use crate::http::AppState;
 use crate::raft::RaftOptions;
 use crate::raft::drivers::store_health::Store;
 use crate::raft::drivers::store_health::StoreHealth;
+use crate::raft::storage::snapstore::SnapStore;
 use crate::runtime::Runtime;
 use ursula_state::stream::Command;
 
@@ -101,6 +102,28 @@ fn store_of(tier: &crate::coldtier::ColdTier) -> Store {
             )
         }),
     }
+}
+
+/// With S3 snapshots: the snapshot namespace, checked before the engine writes anything (the
+/// cold root's format-epoch marker, and the namespace's own when it lies outside the root).
+async fn snapshot_store(config: &Config) -> Result<Option<(Arc<SnapStore>, Duration)>, NodeError> {
+    let (Some(s), Some(cold)) = (&config.snapshot_store, &config.cold) else {
+        return Ok(None);
+    };
+    let base = ursula_cold::ColdStore::new(&cold.store)?;
+    base.open_checked().await?;
+    let ns = base.with_root(&s.namespace)?;
+    if !s.inside_cold_root {
+        ns.open_checked().await?;
+    }
+    tracing::info!(namespace = %ns.describe(), "Raft snapshots live on S3 (storage.snapshot.backend)");
+    let store = SnapStore::new(
+        ns,
+        config.node_id,
+        tokio::runtime::Handle::current(),
+        s.grace,
+    );
+    Ok(Some((Arc::new(store), s.prune_interval)))
 }
 
 fn runtime(config: &Config) -> Result<Runtime, NodeError> {
@@ -234,6 +257,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
             move || sampler.disk_pressure(),
         )),
         store_gate: store_gate.clone(),
+        snapshot_store: snapshot_store(config).await?,
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
     admission.spawn_disk_sampler();

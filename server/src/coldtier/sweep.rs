@@ -114,6 +114,8 @@ pub async fn sweep(rt: &Runtime, engine: &dyn GroupEngine, tier: &ColdTier) {
     }
     let every_group = confirmed.len() as u32 == groups;
     let min_age = tier.settings.orphan_min_age.as_millis() as u64;
+    // Raft snapshot objects are pruned by the cluster's pins, never swept.
+    let snapshots = tier.settings.snapshot_prefix.as_deref();
     let mut orphans: Vec<Listed> = Vec::new();
     let mut oldest = 0u64;
     for o in listed.iter() {
@@ -126,6 +128,7 @@ pub async fn sweep(rt: &Runtime, engine: &dyn GroupEngine, tier: &ColdTier) {
             || referenced.contains(o.key.as_str())
             || staged.contains(o.key.as_str())
             || index_prefixes.iter().any(|p| o.key.starts_with(&**p))
+            || snapshots.is_some_and(|p| o.key.starts_with(p))
         {
             continue;
         }

@@ -49,6 +49,9 @@ pub struct ColdSettings {
     /// `testing.cold_index_page_bytes` (a test hook; the spec's 64 MiB otherwise): the offset
     /// span of one cold-index page of a stream indexed from now on.
     pub index_page_bytes: u64,
+    /// With S3 snapshots under the cold root: their namespace's keys, relative to the root and
+    /// ending in `/`. The orphan sweep never judges them; the snapshot pruning does.
+    pub snapshot_prefix: Option<String>,
 }
 
 /// The snapshot-store health gate's settings (Configuration, "Cold storage").
@@ -253,5 +256,6 @@ pub fn resolve(
         abort_after_upload: false,
         compaction: c.compaction_enabled.unwrap_or(true),
         index_page_bytes: ursula_state::stream::page::PAGE_BYTES,
+        snapshot_prefix: None,
     }))
 }

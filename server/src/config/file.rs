@@ -279,6 +279,11 @@ pub struct TestingSection {
     pub cold_abort_after_upload: Option<bool>,
     /// The offset span of a cold-index page, so tests reach page edges with little data.
     pub cold_index_page_bytes: Option<Size>,
+    /// How long a retired Raft snapshot object on S3 stays before it is pruned, instead of an
+    /// hour.
+    pub snapshot_prune_grace: Option<Dur>,
+    /// How often a node publishes its snapshot pins and prunes, instead of every 10 minutes.
+    pub snapshot_prune_interval: Option<Dur>,
 }
 
 /// `[governance]`, as far as the spec names it: the leadership balancer

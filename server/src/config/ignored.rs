@@ -60,17 +60,13 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
             "storage.cold.s3.heal_ticks",
             s3.heal_ticks.is_some() && !(raft && cold_on_s3),
         ),
+        // The in-memory node takes no snapshots.
+        ("storage.snapshot.backend", snap.backend.is_some() && !raft),
         (
-            "storage.snapshot.backend",
-            match snap.backend.as_deref() {
-                // Snapshots are written inline, in the WAL directory, whatever the backend.
-                Some("s3") => true,
-                Some("auto") => cold_on_s3 || !raft,
-                Some(_) => !raft,
-                None => false,
-            },
+            "storage.snapshot.s3_prefix",
+            snap.s3_prefix.is_some()
+                && !(raft && cold_on_s3 && snap.backend.as_deref() != Some("inline")),
         ),
-        ("storage.snapshot.s3_prefix", snap.s3_prefix.is_some()),
         (
             "governance.leadership_balance.peer_timeout",
             gov.leadership_balance

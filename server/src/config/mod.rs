@@ -37,6 +37,7 @@ pub use file::FileConfig;
 pub use file::FileError;
 pub use file::parse_file;
 pub use raft::SnapshotDriver;
+pub use raft::SnapshotStore;
 pub use secret::PeerSecret;
 pub use units::Dur;
 pub use units::Size;
@@ -97,6 +98,8 @@ pub struct Config {
     /// The snapshot driver: the budget above, `raft.snapshot_*` and
     /// `storage.snapshot.drive_interval`.
     pub snapshot_driver: SnapshotDriver,
+    /// `storage.snapshot.backend` resolved: `Some` when Raft snapshots live on S3.
+    pub snapshot_store: Option<SnapshotStore>,
     /// `[storage.cold]`; `None` without a cold backend.
     pub cold: Option<ColdSettings>,
     /// `server.shutdown_deadline` (ours): a shutdown not done this long after the first signal
@@ -305,6 +308,7 @@ fn resolve_engine(
         ));
     }
     check_governance(&file.governance)?;
+    let snapshot_store = raft::snapshot_store(file, raft)?;
     let engine = if raft {
         EngineChoice::Raft {
             wal_dir: file.raft.wal.path.clone(),
@@ -347,12 +351,21 @@ fn resolve_engine(
             .map_or(p.max_uncommitted, |s| s.0),
         snapshot_log_budget: file.raft.snapshot_log_budget.map_or(1 << 30, |s| s.0),
         snapshot_driver: raft::snapshot_driver(file),
+        snapshot_store: snapshot_store.clone(),
         cold: cold::resolve(&file.storage.cold, &p.cold)?.map(|c| ColdSettings {
             abort_after_upload: file.testing.cold_abort_after_upload.unwrap_or(false),
             index_page_bytes: file
                 .testing
                 .cold_index_page_bytes
                 .map_or(c.index_page_bytes, |s| s.0.max(1)),
+            snapshot_prefix: snapshot_store
+                .as_ref()
+                .filter(|s| s.inside_cold_root)
+                .map(|s| {
+                    let root = c.store.root.trim_matches('/');
+                    let rel = s.namespace.strip_prefix(root).unwrap_or(&s.namespace);
+                    format!("{}/", rel.trim_matches('/'))
+                }),
             ..c
         }),
         shutdown_deadline: shutdown_deadline(file)?,

@@ -171,3 +171,82 @@ pub(super) fn snapshot_driver(file: &FileConfig) -> SnapshotDriver {
         backstop_logs: r.snapshot_backstop_logs.unwrap_or(d.backstop_logs),
     }
 }
+
+/// Raft snapshots on S3: where and how the node keeps them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotStore {
+    /// The namespace's root inside the bucket: `storage.snapshot.s3_prefix`, else
+    /// `snapshots` under `storage.cold.root`.
+    pub namespace: String,
+    /// Whether the namespace lies under the cold root, whose format-epoch marker then covers
+    /// it; outside, it carries a marker of its own.
+    pub inside_cold_root: bool,
+    /// `testing.snapshot_prune_grace` (a test hook; an hour otherwise).
+    pub grace: Duration,
+    /// `testing.snapshot_prune_interval` (a test hook; ten minutes otherwise).
+    pub prune_interval: Duration,
+}
+
+/// Resolves `storage.snapshot.backend`: `auto` (the default) means S3 when the cold backend is
+/// S3. S3 snapshots read the bucket and its client settings from `[storage.cold.s3]`, so
+/// `"s3"` needs the cold tier on S3. The in-memory node takes no snapshots.
+pub(super) fn snapshot_store(
+    file: &FileConfig,
+    raft: bool,
+) -> Result<Option<SnapshotStore>, ConfigError> {
+    let snap = &file.storage.snapshot;
+    let cold = &file.storage.cold;
+    let cold_on_s3 = cold.backend.as_deref() == Some("s3");
+    let on_s3 = match snap.backend.as_deref().unwrap_or("auto") {
+        "inline" => false,
+        "s3" if !cold_on_s3 => {
+            return Err(invalid(
+                "storage.snapshot.backend",
+                "\"s3\" needs storage.cold.backend = \"s3\": S3 snapshots use the bucket and client of [storage.cold.s3]",
+            ));
+        }
+        _ => cold_on_s3,
+    };
+    if !(raft && on_s3) {
+        return Ok(None);
+    }
+    let root = cold.root.as_deref().unwrap_or("").trim_matches('/');
+    let namespace = match snap.s3_prefix.as_deref().map(|p| p.trim_matches('/')) {
+        Some("") => {
+            return Err(invalid(
+                "storage.snapshot.s3_prefix",
+                "must name a prefix (leave it unset for snapshots/ under storage.cold.root)",
+            ));
+        }
+        Some(p) if p == root => {
+            return Err(invalid(
+                "storage.snapshot.s3_prefix",
+                "must not be storage.cold.root itself: use a prefix of its own",
+            ));
+        }
+        Some(p) => p.to_owned(),
+        None if root.is_empty() => "snapshots".to_owned(),
+        None => format!("{root}/snapshots"),
+    };
+    let inside_cold_root = root.is_empty() || namespace.starts_with(&format!("{root}/"));
+    let t = &file.testing;
+    let positive = |key: &'static str, d: Option<super::Dur>, default: Duration| match d {
+        Some(d) if d.0.is_zero() => Err(invalid(key, "must be more than 0")),
+        Some(d) => Ok(d.0),
+        None => Ok(default),
+    };
+    Ok(Some(SnapshotStore {
+        namespace,
+        inside_cold_root,
+        grace: positive(
+            "testing.snapshot_prune_grace",
+            t.snapshot_prune_grace,
+            Duration::from_secs(3600),
+        )?,
+        prune_interval: positive(
+            "testing.snapshot_prune_interval",
+            t.snapshot_prune_interval,
+            Duration::from_secs(600),
+        )?,
+    }))
+}

@@ -430,8 +430,6 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
             "raft.init_membership",
             "raft.init_membership_per_group",
             "runtime.external_payload_min_size",
-            "storage.snapshot.backend",
-            "storage.snapshot.s3_prefix",
         ]
     );
 }
@@ -478,12 +476,84 @@ fn a_value_that_asks_for_what_the_build_does_anyway_is_not_listed() {
                 [storage.snapshot]\nbackend = \"inline\"\n";
     let c = resolve_text(text).expect("valid");
     assert_eq!(c.ignored_keys, Vec::<String>::new());
-    // `auto` means S3 snapshots with an S3 cold tier, which this build does not write.
+    // `auto` means S3 snapshots with an S3 cold tier, and inline ones otherwise: both built.
     let auto = "[storage.snapshot]\nbackend = \"auto\"\n";
     assert!(resolve_text(auto).expect("valid").ignored_keys.is_empty());
     let s3 = "[storage.cold]\nbackend = \"s3\"\n[storage.cold.s3]\nbucket = \"b\"\n";
     let c = resolve_text(&format!("{auto}{s3}")).expect("valid");
-    assert_eq!(c.ignored_keys, ["storage.snapshot.backend"]);
+    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+    // A prefix for S3 snapshots that are inline anyway changes nothing, and says so.
+    let inline = "[storage.snapshot]\nbackend = \"inline\"\ns3_prefix = \"snaps\"\n";
+    let c = resolve_text(&format!("{inline}{s3}")).expect("valid");
+    assert_eq!(c.ignored_keys, ["storage.snapshot.s3_prefix"]);
+}
+
+#[test]
+fn snapshots_go_to_s3_by_default_with_an_s3_cold_tier_under_its_root_or_a_prefix_of_their_own() {
+    let s3 = "[storage.cold]\nbackend = \"s3\"\nroot = \"/prod/cold/\"\n[storage.cold.s3]\nbucket = \"b\"\n";
+    let c = resolve_text(s3).expect("valid");
+    let store = c
+        .snapshot_store
+        .expect("auto means S3 with an S3 cold tier");
+    assert_eq!(store.namespace, "prod/cold/snapshots");
+    assert!(store.inside_cold_root);
+    assert_eq!(store.grace, Duration::from_secs(3600));
+    assert_eq!(store.prune_interval, Duration::from_secs(600));
+    assert_eq!(
+        c.cold.and_then(|c| c.snapshot_prefix).as_deref(),
+        Some("snapshots/"),
+        "the orphan sweep knows the namespace's keys"
+    );
+    let own = format!(
+        "{s3}[storage.snapshot]\ns3_prefix = \"/raft-snaps/\"\n[testing]\nsnapshot_prune_grace = \"2s\"\n"
+    );
+    let c = resolve_text(&own).expect("valid");
+    let store = c.snapshot_store.expect("S3");
+    assert_eq!(store.namespace, "raft-snaps");
+    assert!(
+        !store.inside_cold_root,
+        "a namespace outside the root has a marker of its own"
+    );
+    assert_eq!(store.grace, Duration::from_secs(2));
+    assert_eq!(c.cold.and_then(|c| c.snapshot_prefix), None);
+    // Inline, or a cold tier elsewhere, or the in-memory node: no S3 snapshots.
+    let inline = format!("{s3}[storage.snapshot]\nbackend = \"inline\"\n");
+    assert_eq!(resolve_text(&inline).expect("valid").snapshot_store, None);
+    let fs = "[storage.cold]\nbackend = \"fs\"\n";
+    assert_eq!(resolve_text(fs).expect("valid").snapshot_store, None);
+    let file = parse_file(s3).expect("parses");
+    let memory = Overrides {
+        preset: Some("default".into()),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        resolve_from(Some(&file), &memory)
+            .expect("valid")
+            .snapshot_store,
+        None
+    );
+    // What cannot work is refused by name.
+    for (text, key) in [
+        (
+            format!("{fs}[storage.snapshot]\nbackend = \"s3\"\n"),
+            "storage.snapshot.backend",
+        ),
+        (
+            format!("{s3}[storage.snapshot]\ns3_prefix = \"/\"\n"),
+            "storage.snapshot.s3_prefix",
+        ),
+        (
+            format!("{s3}[storage.snapshot]\ns3_prefix = \"prod/cold\"\n"),
+            "storage.snapshot.s3_prefix",
+        ),
+        (
+            format!("{s3}[testing]\nsnapshot_prune_grace = \"0s\"\n"),
+            "testing.snapshot_prune_grace",
+        ),
+    ] {
+        let err = resolve_text(&text).expect_err(&text);
+        assert!(err.contains(key), "{err}");
+    }
 }
 
 #[test]

@@ -78,7 +78,7 @@ async fn read(body: Body) -> Result<bytes::Bytes, Response> {
 fn serve_error(e: ServeError) -> Response {
     let status = match e {
         ServeError::Invalid(_) => StatusCode::BAD_REQUEST,
-        ServeError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ServeError::Refused(_) | ServeError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
     };
     plain_text(status, e.to_string())

@@ -23,6 +23,7 @@ use openraft::Raft;
 use super::drivers::balancer;
 use super::drivers::bootstrap;
 use super::drivers::gate_watch;
+use super::drivers::snapshot_prune;
 use super::drivers::snapshots;
 use super::drivers::store_health;
 use super::drivers::voter_keeper;
@@ -51,6 +52,7 @@ use super::storage::log_counters::NodeLog;
 use super::storage::log_counters::SnapStats;
 use super::storage::log_store::LogData;
 use super::storage::log_store::LogStore;
+use super::storage::snapstore::SnapStore;
 use super::storage::state_machine::StateMachine;
 use super::storage::wal;
 use super::types::GroupRaft;
@@ -94,6 +96,9 @@ pub struct RaftOptions {
     /// The snapshot-store health gate, with a cold tier on S3: where its store will be given,
     /// and its settings. It ticks with the snapshot driver.
     pub store_gate: Option<(store_health::StoreHealth, store_health::Settings)>,
+    /// With S3 snapshots: the snapshot namespace, and how often the node prunes the groups it
+    /// leads.
+    pub snapshot_store: Option<(Arc<SnapStore>, std::time::Duration)>,
 }
 
 /// A started engine and the typed faces the node's planes call.
@@ -414,6 +419,7 @@ async fn spawn_groups(
         };
         let (snap_dir, node_id, rt2) = (root.snap_dir.clone(), opts.node_id, rt.clone());
         let snap_stats = snap_stats.clone();
+        let snaps = opts.snapshot_store.as_ref().map(|(s, _)| s.clone());
         let handle = rt
             .core_handle(core)
             .ok_or(StartError::Group {
@@ -423,7 +429,8 @@ async fn spawn_groups(
             .clone();
         let raft = handle
             .spawn(async move {
-                let sm = StateMachine::open(rt2, group, snap_dir, snap_stats)
+                let sm = StateMachine::open(rt2, group, snap_dir, snap_stats, snaps)
+                    .await
                     .map_err(|e| e.to_string())?;
                 Raft::new(node_id, config, net, log, sm)
                     .await
@@ -498,6 +505,7 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
         log_bytes,
         builds: Builds::new(opts.snapshot.max_concurrency, snap_stats.clone()),
         snap_stats,
+        snaps: opts.snapshot_store.as_ref().map(|(s, _)| s.clone()),
         shed,
         holds,
         rt: rt.clone(),
@@ -531,6 +539,13 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
                 !opts.peers.is_empty(),
             ));
         }
+    }
+    if let Some((snaps, every)) = &opts.snapshot_store {
+        tokio::spawn(snapshot_prune::run(
+            Arc::downgrade(&node),
+            snaps.clone(),
+            *every,
+        ));
     }
     if !opts.peers.is_empty() && !groups.fresh.is_empty() {
         tokio::spawn(bootstrap::run(Arc::downgrade(&node), groups.fresh));

@@ -33,6 +33,7 @@ mod raft_maintenance;
 mod raft_partition;
 mod raft_recovery;
 mod raft_restart_reads;
+mod raft_s3_snapshots;
 mod raft_snapshots;
 mod raft_store_gate;
 mod raft_wal_cache;

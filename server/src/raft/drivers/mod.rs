@@ -4,6 +4,8 @@
 //! - [`balancer`]: a drained or WAL-disk-short node hands its leaderships away, one per tick.
 //! - [`bootstrap`]: the per-group membership bootstrap of a static cluster, and wiped replicas.
 //! - [`gate_watch`]: a closed recovery gate opens on a fresh barrier of the group's leader.
+//! - [`snapshot_prune`]: with S3 snapshots, publishing this node's pins and pruning the retired
+//!   snapshot objects of the groups it leads.
 //! - [`snapshots`]: the snapshot driver: snapshots by log bytes against `raft.snapshot_log_budget`.
 //! - [`store_health`]: the snapshot-store health gate: S3 probes and cold-flush writes, shedding.
 //! - [`voter_keeper`]: the leader's keeper of the configured voters, which rebuilds a voter that
@@ -12,6 +14,7 @@
 pub mod balancer;
 pub mod bootstrap;
 pub mod gate_watch;
+pub mod snapshot_prune;
 pub mod snapshots;
 pub mod store_health;
 pub mod voter_keeper;

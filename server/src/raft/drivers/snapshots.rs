@@ -120,6 +120,10 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
         e.snap_stats
             .pressure_builds
             .store(u64::from(allowed), Ordering::Relaxed);
+        if level == 0 && e.snapshot_store_bad.load(Ordering::Relaxed) {
+            // The snapshot store failed its last health tick: routine builds wait for it.
+            continue;
+        }
         // Left out of this pass: a build of theirs is triggered and not yet seen, or their
         // last trigger went unclaimed and they sit out.
         let busy = e.builds.in_flight();

@@ -7,9 +7,10 @@
 //! and hands up to four leaderships per tick to peers that may campaign, the groups with the
 //! most unflushed bytes first; after `heal_ticks` good ticks in a row it may lead again.
 //!
-//! This build writes Raft snapshots inline, in the WAL directory, so the store the gate watches
-//! is the bucket the cold flush writes to, and it does not hold routine snapshots back while a
-//! tick is bad: they never touch the store (docs/operations.md).
+//! The store it watches is the cold tier's bucket, which also holds the S3 snapshot namespace.
+//! With S3 snapshots, a bad tick holds the snapshot driver's routine builds back until a good
+//! one (a log-pressure pass still runs); inline snapshots never touch the store, so they are
+//! not held (docs/operations.md).
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -222,6 +223,10 @@ pub async fn run(
         if node.stopping() {
             return;
         }
+        node.snapshot_store_bad.store(
+            node.snaps.is_some() && kind == Tick::Bad,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if kind == Tick::Bad {
             let why = probed.err().unwrap_or(BadTick::FlushWrites);
             // Once per streak at warn: an outage would otherwise log every tick.

@@ -289,7 +289,11 @@ impl GroupEngine for RaftEngine {
             stalled: node.gates.stalled(),
             wiped,
         };
-        out.raft_log = Some(node.snap_stats.report(&node.log_bytes));
+        let mut raft_log = node.snap_stats.report(&node.log_bytes);
+        if let Some(s) = &node.snaps {
+            raft_log.s3 = Some(s.report());
+        }
+        out.raft_log = Some(raft_log);
         // Admission filled `wal_disk` before the engine's part.
         let pressure = out.wal_disk.as_ref().is_some_and(|d| d.wal_disk_pressure);
         out.raft_maintenance = Some(maintenance::gather(node, pressure));

@@ -28,6 +28,8 @@ use crate::raft::recovery::floor::Floor;
 use crate::raft::recovery::floor::Refused;
 use crate::raft::recovery::floor::Rpc;
 use crate::raft::replicas::Replicas;
+use crate::raft::storage::snapstore::SnapStoreError;
+use crate::raft::storage::snapstore::SnapshotRef;
 use crate::raft::types::GroupRaft;
 use crate::raft::types::TypeConfig;
 use ursula_state::stream::Command;
@@ -82,6 +84,10 @@ pub enum ServeError {
     /// without a peer secret.
     #[error("{0}")]
     Forbidden(String),
+    /// A store this RPC needs does not answer, or answered what cannot be taken (`503`): a
+    /// snapshot object an `InstallSnapshot` names. The leader sends it again later.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Whether this node takes a peer RPC with these headers, before reading its body:
@@ -254,10 +260,34 @@ pub async fn serve(
             let req: InstallSnapshotRequest<TypeConfig> =
                 rmp_serde::from_slice(body).map_err(invalid)?;
             refuse(Rpc::Replicate(&req.vote))?;
+            prefetch(node, group, &req).await?;
             rmp_serde::to_vec(&raft.install_snapshot(req).await)
         }
     };
     out.map_err(|e| ServeError::Invalid(e.to_string()))
+}
+
+/// With S3 snapshots, a snapshot whose data is a reference is fetched and checked before the
+/// group sees it: a store that is down, or an object that is torn or damaged, refuses the RPC
+/// (the leader sends it again later) and never reaches the group's state machine, for which
+/// any error is fatal.
+async fn prefetch(
+    node: &Replicas,
+    group: u32,
+    req: &InstallSnapshotRequest<TypeConfig>,
+) -> Result<(), ServeError> {
+    if req.offset != 0 || !req.done {
+        return Ok(());
+    }
+    let refused = |e: SnapStoreError| {
+        tracing::warn!(group, error = %e, "refusing an InstallSnapshot whose snapshot object cannot be taken; the leader sends it again");
+        ServeError::Unavailable(format!("group {group}: {e}"))
+    };
+    match &node.snaps {
+        Some(s) => s.prefetch(group, &req.data).await.map_err(refused),
+        None if SnapshotRef::read(&req.data).is_some() => Err(refused(SnapStoreError::NoStore)),
+        None => Ok(()),
+    }
 }
 
 /// Proposes a forwarded operator command as this group's leader. Only the whole-group
@@ -307,7 +337,7 @@ pub async fn serve_batch(node: &Replicas, body: &[u8]) -> Result<Vec<u8>, ServeE
             Err(e) => Answer {
                 status: match e {
                     ServeError::Invalid(_) => 400,
-                    ServeError::Refused(_) => 503,
+                    ServeError::Refused(_) | ServeError::Unavailable(_) => 503,
                     ServeError::Forbidden(_) => 403,
                 },
                 body: e.to_string().into_bytes(),

@@ -32,6 +32,7 @@ use super::storage::log_counters::SnapStats;
 use super::storage::log_store::CacheView;
 use super::storage::log_store::LogStore;
 use super::storage::log_store::LogView;
+use super::storage::snapstore::SnapStore;
 use super::types::GroupRaft;
 use crate::runtime::GroupId;
 use crate::runtime::Runtime;
@@ -49,6 +50,8 @@ pub struct Replicas {
     pub log_bytes: Arc<NodeLog>,
     /// The snapshot driver's counters and each group's last snapshot size.
     pub snap_stats: Arc<SnapStats>,
+    /// The S3 snapshot namespace, with S3 snapshots.
+    pub snaps: Option<Arc<SnapStore>>,
     /// Snapshot builds in flight, the driver's and the operator's.
     pub builds: Builds,
     /// The maintenance drain mark.
@@ -62,6 +65,9 @@ pub struct Replicas {
     /// in, and its last log index then ([`Replicas::read_floor`]).
     read_floors: Vec<Option<(u64, u64)>>,
     stopping: AtomicBool,
+    /// With S3 snapshots: the store gate's last tick was bad, so the snapshot driver holds
+    /// routine builds back (a log-pressure pass still runs).
+    pub snapshot_store_bad: AtomicBool,
     rt: Runtime,
 }
 
@@ -75,6 +81,7 @@ pub struct Parts {
     pub vote_hold: VoteHold,
     pub log_bytes: Arc<NodeLog>,
     pub snap_stats: Arc<SnapStats>,
+    pub snaps: Option<Arc<SnapStore>>,
     pub builds: Builds,
     pub shed: Shed,
     pub holds: Arc<WriteHolds>,
@@ -131,11 +138,13 @@ impl Replicas {
             vote_hold: p.vote_hold,
             log_bytes: p.log_bytes,
             snap_stats: p.snap_stats,
+            snaps: p.snaps,
             builds: p.builds,
             shed: p.shed,
             holds: p.holds,
             lost: LostReports::default(),
             stopping: AtomicBool::new(false),
+            snapshot_store_bad: AtomicBool::new(false),
             rt: p.rt,
         }
     }

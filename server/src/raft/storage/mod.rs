@@ -5,6 +5,8 @@
 //!   entries back that a log no longer keeps in memory.
 //! - [`log_store`]: a group's Raft log over its core's journal (openraft's `RaftLogStorage`).
 //! - [`state_machine`]: a group's state machine over its streams, and its snapshot files.
+//! - [`snapstore`]: Raft snapshots on S3: the objects, the references files and
+//!   `InstallSnapshot` carry, each node's pins and the leader's pruning.
 //! - [`record`]: the sealed, versioned envelope of journal payloads and snapshots.
 //! - [`background`]: the lowest-priority threads the cores hand work to (frees, snapshot builds).
 //! - [`flush`]: flush-ahead of a journal segment under `fsync = "never"`, off the core.
@@ -23,6 +25,7 @@ pub mod log_counters;
 pub mod log_store;
 pub mod reclaim;
 pub mod record;
+pub mod snapstore;
 pub mod state_machine;
 pub mod wal;
 

@@ -59,12 +59,32 @@ pub const SNAPSHOT_FILE: Kind = Kind {
     name: "snapshot file",
 };
 
+/// A reference to a snapshot's group state in the S3 snapshot namespace: what the snapshot
+/// file and `InstallSnapshot` carry in place of the state when snapshots live on S3.
+pub const SNAPSHOT_REF: Kind = Kind {
+    magic: b"URSR",
+    version: 1,
+    oldest: 1,
+    name: "snapshot reference",
+};
+
+/// A node's pins in the S3 snapshot namespace, `refs/n<node>`: the snapshot objects it still
+/// needs, which no node prunes.
+pub const SNAPSHOT_PINS: Kind = Kind {
+    magic: b"URSP",
+    version: 1,
+    oldest: 1,
+    name: "snapshot pins",
+};
+
 /// magic, version, length.
 const HEAD: usize = 4 + 1 + 4;
 const CRC: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    #[error("{0}: not a record of this kind")]
+    Foreign(&'static str),
     #[error("{0}: too short for a record")]
     Short(&'static str),
     #[error("{0}: checksum mismatch")]
@@ -288,6 +308,15 @@ pub fn decode<T: DeserializeOwned>(kind: Kind, bytes: &[u8]) -> Result<T, Record
         kind: kind.name,
         source,
     })
+}
+
+/// [`decode`] for bytes that must be a sealed record: objects of the S3 snapshot namespace
+/// have no unversioned past, so bytes without the kind's magic are foreign or damaged.
+pub fn decode_sealed<T: DeserializeOwned>(kind: Kind, bytes: &[u8]) -> Result<T, RecordError> {
+    if !bytes.starts_with(kind.magic) {
+        return Err(RecordError::Foreign(kind.name));
+    }
+    decode(kind, bytes)
 }
 
 #[cfg(test)]

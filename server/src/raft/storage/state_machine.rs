@@ -25,6 +25,9 @@ use super::background;
 use super::log_counters::SnapStats;
 use super::record;
 use super::record::RecordError;
+use super::snapstore::SnapStore;
+use super::snapstore::SnapStoreError;
+use super::snapstore::SnapshotRef;
 use crate::raft::types::Outcome;
 use crate::raft::types::TypeConfig;
 use crate::runtime;
@@ -95,6 +98,8 @@ pub struct StateMachine {
     loaded: Option<StoredSnapshot>,
     /// Where the snapshot driver learns each build's size and time.
     stats: Arc<SnapStats>,
+    /// The S3 snapshot namespace, with S3 snapshots: the file then holds a reference.
+    snaps: Option<Arc<SnapStore>>,
 }
 
 /// A group's newest snapshot and its file, shared by the state machine and the builders that
@@ -159,6 +164,42 @@ impl Shelf {
     }
 }
 
+fn snap_error(e: SnapStoreError) -> StoreError {
+    StorageIOError::read_snapshot(None, &std::io::Error::other(e)).into()
+}
+
+/// The group state a snapshot's data holds or, with S3 snapshots, names; and its size.
+async fn state_of(
+    snaps: Option<&SnapStore>,
+    group: u32,
+    data: &[u8],
+) -> Result<(GroupState, u64, Option<String>), StoreError> {
+    match SnapshotRef::read(data) {
+        None => {
+            let state =
+                read_group_state(data).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            Ok((state, data.len() as u64, None))
+        }
+        Some(r) => {
+            let r = r.map_err(|e| snap_error(SnapStoreError::Reference(e)))?;
+            let snaps = snaps.ok_or_else(|| snap_error(SnapStoreError::NoStore))?;
+            let state = snaps.take(group, &r).await.map_err(snap_error)?;
+            Ok((state, r.len, Some(r.key)))
+        }
+    }
+}
+
+/// Publishes the node's pins off the caller's path; a failure is retried by the next prune
+/// pass, well within the grace that keeps a fresh object.
+fn publish_later(snaps: &Arc<SnapStore>) {
+    let s = snaps.clone();
+    snaps.spawn(async move {
+        if let Err(e) = s.publish().await {
+            tracing::warn!(error = %e, "cannot publish this node's snapshot pins; the next prune pass tries again");
+        }
+    });
+}
+
 fn on_group<R>(
     rt: &runtime::Runtime,
     group: u32,
@@ -170,12 +211,14 @@ fn on_group<R>(
 }
 
 impl StateMachine {
-    /// Loads the group's last snapshot from disk, if any, into the group's state.
-    pub fn open(
+    /// Loads the group's last snapshot from disk (and, with S3 snapshots, the state its file
+    /// names from the store), if any, into the group's state.
+    pub async fn open(
         rt: runtime::Runtime,
         group: u32,
         dir: PathBuf,
         stats: Arc<SnapStats>,
+        snaps: Option<Arc<SnapStore>>,
     ) -> Result<StateMachine, StoreError> {
         let path = dir.join(format!("group-{group}.snap"));
         let mut sm = StateMachine {
@@ -190,13 +233,16 @@ impl StateMachine {
             },
             loaded: None,
             stats,
+            snaps,
         };
         match std::fs::read(&sm.current.path) {
             Ok(bytes) => {
                 let snap = read_snapshot_file(&bytes)
                     .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-                let state = read_group_state(&snap.data)
-                    .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+                let (state, len, key) = state_of(sm.snaps.as_deref(), group, &snap.data).await?;
+                if let Some(s) = &sm.snaps {
+                    s.adopt(group, key.as_deref());
+                }
                 let index = snap.meta.last_log_id.map_or(0, |l| l.index);
                 on_group(&rt, group, move |g| {
                     g.replace_state(state);
@@ -204,7 +250,7 @@ impl StateMachine {
                 })?;
                 sm.applied = snap.meta.last_log_id;
                 sm.membership = snap.meta.last_membership.clone();
-                sm.stats.built(group, snap.data.len() as u64, None);
+                sm.stats.built(group, len, None);
                 *lock(&sm.current.meta) = Some(snap.meta.clone());
                 sm.loaded = Some(snap);
             }
@@ -259,6 +305,55 @@ pub struct Builder {
     group: u32,
     stats: Arc<SnapStats>,
     started: std::time::Instant,
+    snaps: Option<Arc<SnapStore>>,
+}
+
+impl Builder {
+    /// Uploads the built state and writes the snapshot file with its reference. A store that
+    /// fails keeps this snapshot inline, in the file: a failed build would stop the group's
+    /// Raft, and the next build tries the store again.
+    async fn store_on_s3(
+        &self,
+        snaps: &Arc<SnapStore>,
+        snap: StoredSnapshot,
+    ) -> Result<StoredSnapshot, StoreError> {
+        let StoredSnapshot { meta, data } = snap;
+        let data = bytes::Bytes::from(data);
+        let stored = match snaps
+            .upload(self.group, &meta.snapshot_id, data.clone())
+            .await
+        {
+            Ok(r) => {
+                let refd = r
+                    .write()
+                    .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+                (StoredSnapshot { meta, data: refd }, Some(r.key))
+            }
+            Err(e) => {
+                tracing::warn!(group = self.group, error = %e, "cannot upload a Raft snapshot to the snapshot namespace; this one stays inline in the WAL directory");
+                (
+                    StoredSnapshot {
+                        meta,
+                        data: data.to_vec(),
+                    },
+                    None,
+                )
+            }
+        };
+        let (file, key) = stored;
+        let shelf = self.shelf.clone();
+        let (file, kept) = tokio::task::spawn_blocking(move || {
+            let kept = shelf.store(&file);
+            (file, kept)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e)))?;
+        if kept? {
+            snaps.adopt(self.group, key.as_deref());
+            publish_later(snaps);
+        }
+        Ok(file)
+    }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
@@ -272,6 +367,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             }
         };
         let shelf = self.shelf.clone();
+        let inline = self.snaps.is_none();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name(format!("snapshot-{}", self.group))
@@ -284,7 +380,9 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
                 // threads that a waking core thread preempts at once").
                 background::lower_priority();
                 let built = captured.encode().and_then(|snap| {
-                    shelf.store(&snap)?;
+                    if inline {
+                        shelf.store(&snap)?;
+                    }
                     Ok(snap)
                 });
                 let _ = tx.send(built);
@@ -295,11 +393,13 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         let snap = rx
             .await
             .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e)))??;
-        self.stats.built(
-            self.group,
-            snap.data.len() as u64,
-            Some(self.started.elapsed()),
-        );
+        let size = snap.data.len() as u64;
+        let snap = match &self.snaps {
+            Some(snaps) => self.store_on_s3(snaps, snap).await?,
+            None => snap,
+        };
+        self.stats
+            .built(self.group, size, Some(self.started.elapsed()));
         Ok(Snapshot {
             meta: snap.meta,
             snapshot: Box::new(Cursor::new(snap.data)),
@@ -369,6 +469,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             group: self.group,
             stats: self.stats.clone(),
             started,
+            snaps: self.snaps.clone(),
         }
     }
 
@@ -382,7 +483,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StoreError> {
         let data = snapshot.into_inner();
-        let state = read_group_state(&data).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let (state, len, key) = state_of(self.snaps.as_deref(), self.group, &data).await?;
         let index = meta.last_log_id.map_or(0, |l| l.index);
         on_group(&self.rt, self.group, move |g| {
             g.replace_state(state);
@@ -394,8 +495,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: meta.clone(),
             data,
         };
-        let len = snap.data.len() as u64;
         self.current.store(&snap)?;
+        if let Some(s) = &self.snaps {
+            if key.is_some() {
+                s.counters
+                    .installs
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            s.adopt(self.group, key.as_deref());
+            publish_later(s);
+        }
         self.stats.built(self.group, len, None);
         Ok(())
     }
@@ -426,13 +535,15 @@ mod shelf_tests {
 
     use super::*;
 
-    fn open(rt: &runtime::Runtime, dir: &std::path::Path) -> StateMachine {
+    async fn open(rt: &runtime::Runtime, dir: &std::path::Path) -> StateMachine {
         StateMachine::open(
             rt.clone(),
             0,
             dir.to_path_buf(),
             Arc::new(SnapStats::new(1)),
+            None,
         )
+        .await
         .expect("open")
     }
 
@@ -449,7 +560,7 @@ mod shelf_tests {
     async fn a_built_snapshot_is_served_from_its_file_and_after_a_restart_too() {
         let dir = tempfile::tempdir().expect("dir");
         let rt = runtime::Runtime::start(1, 1, 16).expect("runtime");
-        let mut sm = open(&rt, dir.path());
+        let mut sm = open(&rt, dir.path()).await;
         assert!(current(&mut sm).await.is_none(), "no snapshot yet");
 
         let built = sm
@@ -470,7 +581,7 @@ mod shelf_tests {
         // A restart reads the file once and hands that copy to openraft's first ask; later
         // asks read the file again.
         drop(sm);
-        let mut again = open(&rt, dir.path());
+        let mut again = open(&rt, dir.path()).await;
         assert_eq!(current(&mut again).await, Some(built.clone()));
         assert_eq!(current(&mut again).await, Some(built));
 
