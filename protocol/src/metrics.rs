@@ -412,6 +412,10 @@ pub struct RaftLogMetrics {
     pub raft_snapshot_pressure_pass_ns: u64,
     pub raft_snapshot_builds: u64,
     pub raft_snapshot_build_ns: u64,
+    /// The largest message this node sent a peer over Raft's transport (the spec's name; here
+    /// an HTTP body: a batch of append RPCs, or a lone RPC such as a snapshot chunk).
+    #[serde(default)]
+    pub raft_grpc_append_stream_frame_bytes_max: u64,
     /// With S3 snapshots (`storage.snapshot.backend`); absent with inline snapshots.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<RaftSnapshotS3Metrics>,

@@ -553,3 +553,32 @@ fn a_follower_serves_its_replicated_tail_without_up_to_date_and_judges_cursors_p
     let body = String::from_utf8(body).expect("utf8");
     assert!(body == "m6|" || body == "m6|m7|", "{body:?}");
 }
+
+/// `raft_grpc_append_stream_frame_bytes_max` reports the largest message a node sent its
+/// peers: after one 300 KiB append, the leader's is that append's batch, not a sum of them.
+#[test]
+fn the_largest_peer_message_a_leader_sent_is_reported() {
+    let dir = tempfile_dir("frame-max");
+    let (_, _nodes, bases) = start_cluster(&dir, 3, 3);
+    create_when_led(&bases, "/demo/frames");
+    let body = vec![b'f'; 300 << 10];
+    for _ in 0..3 {
+        assert_eq!(
+            send_octets(&bases, 0, "/demo/frames", &body).map(|a| a.0),
+            Some(204)
+        );
+    }
+    let largest = bases
+        .iter()
+        .map(|b| {
+            metrics(b)["raft_grpc_append_stream_frame_bytes_max"]
+                .as_u64()
+                .expect("the metric")
+        })
+        .max()
+        .expect("nodes");
+    assert!(
+        (300 << 10..600 << 10).contains(&largest),
+        "one append's batch, not a sum: {largest}"
+    );
+}

@@ -290,6 +290,10 @@ impl GroupEngine for RaftEngine {
             wiped,
         };
         let mut raft_log = node.snap_stats.report(&node.log_bytes);
+        raft_log.raft_grpc_append_stream_frame_bytes_max = node
+            .peers
+            .sent_max
+            .load(std::sync::atomic::Ordering::Relaxed);
         if let Some(s) = &node.snaps {
             raft_log.s3 = Some(s.report());
         }

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -71,6 +73,9 @@ pub struct Peers {
     pub acks: Arc<AckClock>,
     /// The secret every RPC carries and every peer RPC received must carry.
     pub secret: Option<PeerSecret>,
+    /// The largest RPC body this node sent a peer: an append batch, or a lone RPC such as a
+    /// vote or a snapshot chunk (`raft_grpc_append_stream_frame_bytes_max`).
+    pub sent_max: Arc<AtomicU64>,
 }
 
 /// POSTs `body` from node `me` to node `target` at `url` and returns the answer's body; `503`
@@ -154,13 +159,16 @@ impl Peers {
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
         let mismatch = Arc::new(protocol::Mismatch::default());
+        let sent_max = Arc::new(AtomicU64::new(0));
         let lanes = urls
             .iter()
             .filter(|(id, _)| **id != me)
             .map(|(id, base)| {
                 let (client, url, target) = (client.clone(), format!("{base}{BATCH_PATH}"), *id);
                 let (mismatch, secret) = (mismatch.clone(), secret.clone());
-                let send: SendFn = Arc::new(move |body| {
+                let sent_max = sent_max.clone();
+                let send: SendFn = Arc::new(move |body: Vec<u8>| {
+                    sent_max.fetch_max(body.len() as u64, Ordering::Relaxed);
                     let (client, url) = (client.clone(), url.clone());
                     let (mismatch, secret) = (mismatch.clone(), secret.clone());
                     Box::pin(async move {
@@ -184,6 +192,7 @@ impl Peers {
             lanes: Arc::new(lanes),
             acks,
             secret,
+            sent_max,
         }
     }
 
@@ -219,6 +228,8 @@ impl Peers {
             .get(&target)
             .ok_or_else(|| PeerError::Unreachable(format!("no URL for node {target}")))?;
         let url = format!("{base}{RPC_PREFIX}/{group}/{}", kind.as_str());
+        self.sent_max
+            .fetch_max(body.len() as u64, Ordering::Relaxed);
         post(
             &self.client,
             (self.me, target),

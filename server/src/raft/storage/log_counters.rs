@@ -85,6 +85,7 @@ impl SnapStats {
             raft_snapshot_pressure_pass_ns: load(&self.pressure_pass_ns),
             raft_snapshot_builds: load(&self.builds),
             raft_snapshot_build_ns: load(&self.build_ns),
+            raft_grpc_append_stream_frame_bytes_max: 0,
             s3: None,
         }
     }
