@@ -477,6 +477,31 @@ pub struct ColdTierMetrics {
     pub sweep: ColdSweepMetrics,
     #[serde(flatten)]
     pub index: ColdIndexMetrics,
+    #[serde(flatten, default)]
+    pub external: ColdExternalMetrics,
+}
+
+/// Bodies staged in the cold tier before their write was proposed (docs/cold-tier.md,
+/// "External payloads").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdExternalMetrics {
+    /// Append bodies at or above `runtime.external_payload_min_size` uploaded, and their bytes.
+    #[serde(default)]
+    pub cold_external_payloads_staged: u64,
+    #[serde(default)]
+    pub cold_external_payload_bytes: u64,
+    /// Staged appends whose stream moved before they applied, staged again.
+    #[serde(default)]
+    pub cold_external_payload_restaged: u64,
+    /// Appends sent through Raft after staging kept losing to their stream's other writes.
+    #[serde(default)]
+    pub cold_external_payload_inline: u64,
+    /// Uploads that failed (the append was answered `503`), and staged objects deleted after
+    /// a marked refusal.
+    #[serde(default)]
+    pub cold_external_payload_errors: u64,
+    #[serde(default)]
+    pub cold_external_payloads_deleted: u64,
 }
 
 /// The cold index and compaction (docs/cold-tier.md): the page size new indexes use, and what

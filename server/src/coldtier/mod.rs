@@ -6,12 +6,14 @@
 //! - [`flush`]: the flush worker that moves hot bytes to objects and commits their references.
 //! - [`gc`]: deletion of objects no stream references any more, after the grace.
 //! - [`index`]: the cold index: reading pages, compaction, sealing and collecting pages.
+//! - [`stage`]: bodies staged as objects before their write is proposed (external payloads).
 //! - [`sweep`]: deletion of objects no state ever referenced (orphans), after a day.
 
 pub mod cache;
 pub mod flush;
 pub mod gc;
 pub mod index;
+pub mod stage;
 pub mod sweep;
 
 use std::collections::HashSet;
@@ -32,13 +34,6 @@ use self::cache::ColdCache;
 
 pub use crate::config::ColdSettings;
 
-use crate::engine::EngineError;
-use crate::engine::GroupEngine;
-use crate::runtime::GroupId;
-use ursula_state::stream::Applied;
-use ursula_state::stream::ColdBody;
-use ursula_state::stream::Command;
-use ursula_state::stream::Refusal;
 use ursula_state::stream::data::ColdPiece;
 
 /// Counters the metrics report.
@@ -55,6 +50,7 @@ pub struct ColdCounters {
     pub deleted_objects: AtomicU64,
     pub sweep: SweepCounters,
     pub index: index::IndexCounters,
+    pub stage: stage::StageCounters,
 }
 
 /// The orphan sweep's progress (the metrics' `cold_orphan_*` fields).
@@ -210,6 +206,7 @@ impl ColdTier {
             cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             sweep: self.sweep_stats(),
             index: self.counters.index.metrics(self.settings.index_page_bytes),
+            external: self.counters.stage.metrics(),
         }
     }
 
@@ -227,59 +224,6 @@ impl ColdTier {
             cold_orphan_deleted_bytes: load(&s.deleted_bytes),
             cold_orphan_sweep_errors: load(&s.errors),
         }
-    }
-
-    /// Publishes a snapshot whose body is staged as an object of `bucket` first, so the
-    /// replicated state keeps only the reference ([`ColdBody`]): `publish` builds the command
-    /// around it. A task of its own from the upload on: the object is deleted once the
-    /// publish is known not to have applied, even when the caller (a client that went away)
-    /// is dropped mid-upload or mid-proposal. `Err` is the upload's failure; nothing was
-    /// proposed then.
-    pub async fn stage_and_publish(
-        &self,
-        engine: Arc<dyn GroupEngine>,
-        group: GroupId,
-        bucket: &str,
-        content_type: &str,
-        body: Bytes,
-        publish: impl FnOnce(ColdBody) -> Command + Send + 'static,
-    ) -> Result<Result<Result<Applied, Refusal>, EngineError>, ColdError> {
-        let object: Arc<str> = format!(
-            "{bucket}/snap/g{group}/{:013}-{:016x}",
-            crate::runtime::now_ms(),
-            rand::random::<u64>()
-        )
-        .into();
-        let staged = self.stage(object.clone());
-        let digest = ursula_state::stream::machine::snapshot_digest(content_type, &body);
-        let len = body.len() as u64;
-        let store = self.store.clone();
-        let task = tokio::spawn(async move {
-            let _staged = staged;
-            if let Err(e) = store.put(&object, body).await {
-                // A failed upload may have left a part behind: nothing will reference it.
-                let _ = store.delete(&object).await;
-                return Err(e);
-            }
-            let cmd = publish(ColdBody {
-                object: object.clone(),
-                len,
-                digest,
-            });
-            let result = engine.propose(group, cmd).await;
-            // Nothing references a staged body the publish did not apply: delete it now.
-            if matches!(result, Ok(Err(_)) | Err(EngineError::NotLeader { .. }))
-                && let Err(e) = store.delete(&object).await
-            {
-                tracing::warn!(object = %object, error = %e, "cannot delete an unpublished snapshot body");
-            }
-            Ok(result)
-        });
-        task.await.unwrap_or_else(|e| {
-            Ok(Err(EngineError::Unavailable(format!(
-                "the publish task failed: {e}"
-            ))))
-        })
     }
 }
 
@@ -299,4 +243,5 @@ pub struct ColdStats {
     pub cache: CacheStats,
     pub sweep: ColdSweepMetrics,
     pub index: ursula_protocol::metrics::ColdIndexMetrics,
+    pub external: ursula_protocol::metrics::ColdExternalMetrics,
 }

@@ -13,6 +13,10 @@ use super::error::ConfigError;
 use super::error::invalid;
 use super::file::ColdSection;
 
+/// `runtime.external_payload_min_size`'s default (the spec's 1 MiB).
+pub const EXTERNAL_PAYLOAD_MIN: u64 = 1 << 20;
+
+/// The cold tier's settings, resolved.
 #[derive(Debug, Clone)]
 pub struct ColdSettings {
     pub store: ColdConfig,
@@ -52,6 +56,9 @@ pub struct ColdSettings {
     /// With S3 snapshots under the cold root: their namespace's keys, relative to the root and
     /// ending in `/`. The orphan sweep never judges them; the snapshot pruning does.
     pub snapshot_prefix: Option<String>,
+    /// `runtime.external_payload_min_size` (the spec's 1 MiB by default): an append body or a
+    /// snapshot body at least this large is staged as an object before it is proposed.
+    pub external_min: u64,
 }
 
 /// The snapshot-store health gate's settings (Configuration, "Cold storage").
@@ -257,5 +264,6 @@ pub fn resolve(
         compaction: c.compaction_enabled.unwrap_or(true),
         index_page_bytes: ursula_state::stream::page::PAGE_BYTES,
         snapshot_prefix: None,
+        external_min: EXTERNAL_PAYLOAD_MIN,
     }))
 }

@@ -8,28 +8,14 @@
 
 use super::file::FileConfig;
 
-/// `runtime.external_payload_min_size`'s only value this build knows: snapshot bodies of at
-/// least 1 MiB go to the cold tier. The one definition: the write path reads it from here.
-pub const EXTERNAL_PAYLOAD_MIN: u64 = 1 << 20;
-
 /// The dotted names of the keys in `file` that change nothing here, sorted. `raft` says whether
 /// the Raft engine runs: the in-memory node reads none of the Raft keys.
 pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
-    let (rt, r, cold, snap) = (
-        &file.runtime,
-        &file.raft,
-        &file.storage.cold,
-        &file.storage.snapshot,
-    );
+    let (r, cold, snap) = (&file.raft, &file.storage.cold, &file.storage.snapshot);
     let s3 = cold.s3.clone().unwrap_or_default();
     let cold_on_s3 = cold.backend.as_deref() == Some("s3");
     let gov = &file.governance;
     let mut keys: Vec<&str> = [
-        (
-            "runtime.external_payload_min_size",
-            rt.external_payload_min_size
-                .is_some_and(|s| s.0 != EXTERNAL_PAYLOAD_MIN),
-        ),
         (
             "observability.tokio_console",
             file.observability.tokio_console == Some(true),

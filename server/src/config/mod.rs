@@ -309,6 +309,16 @@ fn resolve_engine(
     }
     check_governance(&file.governance)?;
     let snapshot_store = raft::snapshot_store(file, raft)?;
+    let external_min = match file.runtime.external_payload_min_size {
+        None => cold::EXTERNAL_PAYLOAD_MIN,
+        Some(s) if s.0 > 0 => s.0,
+        Some(_) => {
+            return Err(ConfigError::Invalid {
+                key: "runtime.external_payload_min_size",
+                message: "must be at least 1 byte".into(),
+            });
+        }
+    };
     let engine = if raft {
         EngineChoice::Raft {
             wal_dir: file.raft.wal.path.clone(),
@@ -366,6 +376,7 @@ fn resolve_engine(
                     let rel = s.namespace.strip_prefix(root).unwrap_or(&s.namespace);
                     format!("{}/", rel.trim_matches('/'))
                 }),
+            external_min,
             ..c
         }),
         shutdown_deadline: shutdown_deadline(file)?,

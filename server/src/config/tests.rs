@@ -429,7 +429,6 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
             "raft.append_transport_budget_bytes",
             "raft.init_membership",
             "raft.init_membership_per_group",
-            "runtime.external_payload_min_size",
         ]
     );
 }
@@ -876,4 +875,18 @@ fn a_peer_secret_file_that_is_short_or_missing_stops_the_start() {
         let e = resolve_text(&text).expect_err("refused");
         assert!(e.starts_with("raft.peer_secret_file:"), "{e}");
     }
+}
+
+#[test]
+fn the_external_payload_threshold_is_read_with_a_cold_tier_and_zero_is_refused() {
+    let cold = "[storage.cold]\nbackend = \"s3\"\n[storage.cold.s3]\nbucket = \"b\"\n";
+    let c = resolve_text(cold).expect("valid");
+    assert_eq!(c.cold.expect("cold").external_min, 1 << 20);
+    let lowered = format!("[runtime]\nexternal_payload_min_size = \"64KiB\"\n{cold}");
+    let c = resolve_text(&lowered).expect("valid");
+    assert_eq!(c.cold.expect("cold").external_min, 64 << 10);
+    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+    let zero = format!("[runtime]\nexternal_payload_min_size = 0\n{cold}");
+    let err = resolve_text(&zero).expect_err("zero is refused");
+    assert!(err.contains("runtime.external_payload_min_size"), "{err}");
 }

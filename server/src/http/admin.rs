@@ -149,6 +149,7 @@ pub fn snapshot(st: &AppState) -> NodeMetrics {
             cold_cache_misses: s.cache.misses,
             sweep: s.sweep,
             index: s.index,
+            external: s.external,
         });
     }
     st.engine.report(&mut m);

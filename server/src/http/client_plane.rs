@@ -375,8 +375,12 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
             let mut permit = admit(st, &headers)?;
             let body =
                 read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked, &mut permit).await?;
-            let charge = charge(st, &mut permit, &sp, &body)?;
-            write::append(st, &sp, &headers, body, charge).await?
+            let staged = write::stages(st, &sp, body.len());
+            let charge = match staged {
+                true => None,
+                false => charge(st, &mut permit, &sp, &body)?,
+            };
+            write::append(st, &sp, &headers, body, charge, staged).await?
         }
         (Route::Stream(sp), &Method::DELETE) => write::delete(st, &sp, &headers).await?,
         (Route::Stream(sp), &Method::HEAD) => read::head(st, &sp, &headers).await?,

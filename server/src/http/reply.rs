@@ -241,8 +241,10 @@ impl From<Refusal> for ApiError {
             Refusal::WriteUnitMismatch { .. } | Refusal::ImportUndecodable(_) => {
                 ApiError::bad_request(msg)
             }
-            Refusal::BoundaryUnknown => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, msg)
-                .header(axum::http::header::RETRY_AFTER, "1"),
+            Refusal::BoundaryUnknown | Refusal::ExternalMoved => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, msg)
+                    .header(axum::http::header::RETRY_AFTER, "1")
+            }
         }
     }
 }

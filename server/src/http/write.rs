@@ -19,7 +19,6 @@ use super::request::StreamPath;
 use super::request::WriteHeaders;
 use super::state::AppState;
 use crate::admission::GroupCharge;
-use crate::config;
 use crate::engine::EngineError;
 use crate::runtime::now_ms;
 use ursula_state::stream::Append;
@@ -108,12 +107,26 @@ pub async fn create_stream(
     }
 }
 
+/// Whether an append body of `len` bytes to `sp` is staged in the cold tier before it is
+/// proposed (docs/cold-tier.md, "External payloads"): with a cold tier, at or above
+/// `runtime.external_payload_min_size`, on the group's leader (elsewhere the append is
+/// redirected, marked, before anything is uploaded). A staged body takes no share of the
+/// group's uncommitted or hot budgets: it never passes through Raft or the hot ring.
+pub fn stages(st: &AppState, sp: &StreamPath, len: usize) -> bool {
+    st.cold
+        .as_ref()
+        .is_some_and(|t| len as u64 >= t.settings.external_min)
+        && st.engine.leads(st.rt.group_of(&sp.key))
+}
+
+/// Appends `body`; `staged` (from [`stages`]) sends it through the cold tier.
 pub async fn append(
     st: &AppState,
     sp: &StreamPath,
     headers: &HeaderMap,
     body: Bytes,
     charge: Option<GroupCharge>,
+    staged: bool,
 ) -> Result<Reply, ApiError> {
     let sent = WriteHeaders::scan(headers);
     if sent.record_match {
@@ -144,7 +157,7 @@ pub async fn append(
     }
     let had_body = !body.is_empty();
     let body = body_for(ctype.as_deref(), body, false);
-    let cmd = Command::Append(Append {
+    let append = Append {
         key: sp.key.clone(),
         content_type: ctype,
         close,
@@ -152,8 +165,16 @@ pub async fn append(
         producer,
         incarnation,
         body,
-    });
-    match submit(st, &sp.key, cmd, charge).await? {
+    };
+    let applied = match st.cold.as_ref().filter(|_| staged) {
+        Some(tier) => {
+            let group = st.rt.group_of(&sp.key);
+            tier.stage_append(st.rt.clone(), st.engine.clone(), group, append)
+                .await??
+        }
+        None => submit(st, &sp.key, Command::Append(append), charge).await?,
+    };
+    match applied {
         Applied::Appended {
             incarnation,
             next_offset,
@@ -228,7 +249,7 @@ pub async fn publish_snapshot(
     // With a cold tier, a large body is staged as an object first and only its reference is
     // replicated (the spec: bodies of at least runtime.external_payload_min_size).
     let result = match &st.cold {
-        Some(tier) if body.len() as u64 >= config::ignored::EXTERNAL_PAYLOAD_MIN => {
+        Some(tier) if body.len() as u64 >= tier.settings.external_min => {
             let bucket = sp.key.split('/').next().unwrap_or_default();
             let publish = move |cold| {
                 Command::PublishSnapshot(PublishSnapshot {

@@ -21,6 +21,7 @@ mod harness;
 
 mod admission;
 mod binary;
+mod cold_external;
 mod cold_index;
 mod cold_index_s3;
 mod cold_sweep;

@@ -27,6 +27,24 @@ pub enum Body {
     Raw(Bytes),
     /// The request's content type is JSON: the stored text, or why the body is not valid JSON.
     Json(Result<Bytes, JsonError>),
+    /// The stored bytes were staged in the cold tier before the write was proposed: the entry
+    /// carries only where they are (docs/cold-tier.md, "External payloads"). Appends only.
+    External(ExternalBody),
+}
+
+/// An append's stored bytes in an object of the cold tier, uploaded by the leader that
+/// proposed it. The object holds the stream's hot bytes `[hot_from, hot_from + hot_len)` as
+/// that leader read them, then the `len` bytes appended: applied, it becomes one owned cold
+/// chunk `[hot_from, hot_from + hot_len + len)` and the hot ring is empty. It applies only
+/// while the stream's incarnation and hot ring are still what the leader read; otherwise it
+/// is refused ([`Refusal::ExternalMoved`]) and the leader stages again.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExternalBody {
+    pub object: std::sync::Arc<str>,
+    pub incarnation: u64,
+    pub hot_from: u64,
+    pub hot_len: u64,
+    pub len: u64,
 }
 
 impl Body {
@@ -36,6 +54,7 @@ impl Body {
             Body::Json(Ok(b)) => b.is_empty(),
             Body::Json(Err(JsonError::EmptyArray)) => true,
             Body::Json(Err(_)) => false,
+            Body::External(x) => x.len == 0,
         }
     }
 }
@@ -261,7 +280,7 @@ impl Command {
     pub fn body_bytes(&self) -> u64 {
         let len = |b: &Body| match b {
             Body::Raw(b) | Body::Json(Ok(b)) => b.len() as u64,
-            Body::Json(Err(_)) => 0,
+            Body::Json(Err(_)) | Body::External(_) => 0,
         };
         match self {
             Command::Create(c) => c.body.as_ref().map_or(0, len),
@@ -393,6 +412,10 @@ pub enum Refusal {
         "the byte before the offset is in the cold tier, so it cannot be checked as a JSON message boundary; try again"
     )]
     BoundaryUnknown,
+    #[error(
+        "the stream moved while its append was staged in the cold tier (another write, a flush or a new incarnation); try again"
+    )]
+    ExternalMoved,
     #[error("the group already holds {streams} streams: restore only into a fresh, empty cluster")]
     ImportIntoNonEmpty { streams: u64 },
     #[error("the backup counts usage in write units of {got} bytes, this cluster in {want}")]

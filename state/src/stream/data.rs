@@ -205,6 +205,30 @@ impl StreamData {
         true
     }
 
+    /// Places an append staged in the cold tier: its object holds the hot ring as the leader
+    /// read it and then the appended bytes, so it becomes one owned chunk up to the new tail
+    /// and nothing stays hot. Refused (false), changing nothing, unless the hot ring is still
+    /// exactly `[hot_from, hot_from + hot_len)`: within one incarnation bytes never change, so
+    /// equal bounds mean equal bytes.
+    pub fn place_external(&mut self, x: &super::command::ExternalBody) -> bool {
+        if x.len == 0 || self.base != x.hot_from || self.tail != x.hot_from + x.hot_len {
+            return false;
+        }
+        let end = self.tail + x.len;
+        self.cold.push(ColdChunk {
+            start: x.hot_from,
+            end,
+            object: x.object.clone(),
+            at: 0,
+            owned: true,
+        });
+        self.segments.clear();
+        self.base = end;
+        self.tail = end;
+        self.hot_since_ms = None;
+        true
+    }
+
     /// Frees hot bytes below `offset`, splitting a segment when needed.
     fn drop_hot_below(&mut self, offset: u64) {
         self.trim_below(offset);

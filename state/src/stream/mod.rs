@@ -7,6 +7,7 @@
 //! - [`data`]: a stream's stored bytes.
 //! - [`page`]: the cold index: its summary in state, its pages' byte layout, read pieces.
 //! - `coldstate`: the commands that compact, index and collect a stream's cold history.
+//! - `operator`: an operator's whole-group commands: a bucket purge, a backup import.
 //! - [`producer`]: producer epochs, sequence numbers and receipts.
 //! - [`json`]: JSON-mode body validation and flattening.
 //! - [`sorted`]: hash maps encoded in key order, so a state's encoding is canonical.
@@ -21,6 +22,7 @@ pub mod data;
 pub mod json;
 pub mod ledger;
 pub mod machine;
+mod operator;
 pub mod page;
 pub mod producer;
 pub mod read;

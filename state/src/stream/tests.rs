@@ -516,3 +516,108 @@ fn cold_references_name_chunks_cold_snapshot_bodies_and_released_objects() {
     g.apply(forget, 3 * SEC).expect("forget");
     assert_eq!(refs(&g), ["demo/g0/a", "demo/snap/g0/s"]);
 }
+
+fn staged(g: &GroupState, object: &str, len: u64) -> Append {
+    let s = g.get(KEY, 0).expect("stream");
+    Append {
+        body: Body::External(ExternalBody {
+            object: object.into(),
+            incarnation: s.incarnation,
+            hot_from: s.data.hot_start(),
+            hot_len: s.data.hot_len(),
+            len,
+        }),
+        ..append(b"")
+    }
+}
+
+#[test]
+fn a_staged_append_takes_the_hot_ring_into_one_owned_chunk_and_leaves_nothing_hot() {
+    let mut g = GroupState::default();
+    g.apply(create(None), 0).expect("create");
+    g.apply(Command::Append(append(b"hello ")), 1)
+        .expect("small append");
+    assert_eq!(g.hot_bytes(), 6);
+    let a = staged(&g, "demo/ext/one", 1000);
+    let applied = g.apply(Command::Append(a), 2).expect("staged append");
+    assert!(matches!(
+        applied,
+        Applied::Appended {
+            next_offset: Some(1006),
+            duplicate: false,
+            ..
+        }
+    ));
+    let s = g.get(KEY, 2).expect("stream");
+    assert_eq!(
+        (s.data.hot_start(), s.data.hot_len(), s.tail()),
+        (1006, 0, 1006)
+    );
+    let c = &s.data.cold_chunks()[0];
+    assert_eq!(
+        (c.start, c.end, &*c.object, c.at, c.owned),
+        (0, 1006, "demo/ext/one", 0, true)
+    );
+    assert_eq!(g.hot_bytes(), 0, "the hot bytes moved into the object");
+    let plan = s.data.plan(3, 10);
+    assert_eq!(plan.cold[0].range, 3..13);
+    assert!(g.cold_references().any(|o| &*o == "demo/ext/one"));
+    // Small appends after it are hot again, above the chunk.
+    g.apply(Command::Append(append(b"tail")), 3)
+        .expect("append after");
+    let s = g.get(KEY, 3).expect("stream");
+    assert_eq!(s.data.read(1006, 10), b"tail".to_vec());
+    s.data.check().expect("layout");
+}
+
+#[test]
+fn a_staged_append_planned_before_the_stream_moved_is_refused_and_changes_nothing() {
+    let mut g = GroupState::default();
+    g.apply(create(None), 0).expect("create");
+    g.apply(Command::Append(append(b"abc")), 1).expect("append");
+    let stale = staged(&g, "demo/ext/stale", 100);
+    g.apply(Command::Append(append(b"d")), 2)
+        .expect("append between");
+    let r = g.apply(Command::Append(stale.clone()), 3);
+    assert!(matches!(r, Err(Refusal::ExternalMoved)), "{r:?}");
+    let s = g.get(KEY, 3).expect("stream");
+    assert_eq!((s.tail(), s.data.hot_len()), (4, 4));
+    assert!(s.data.cold_chunks().is_empty());
+    // A new incarnation with the same bounds is refused too.
+    g.apply(
+        Command::Delete {
+            key: KEY.into(),
+            incarnation: None,
+        },
+        4,
+    )
+    .expect("delete");
+    g.apply(create(None), 5).expect("recreate");
+    g.apply(Command::Append(append(b"abc")), 6).expect("append");
+    let r = g.apply(Command::Append(stale), 7);
+    assert!(matches!(r, Err(Refusal::ExternalMoved)), "{r:?}");
+    assert!(!g.cold_references().any(|o| &*o == "demo/ext/stale"));
+}
+
+#[test]
+fn a_staged_duplicate_is_answered_as_a_duplicate_and_references_nothing() {
+    let mut g = GroupState::default();
+    g.apply(create(None), 0).expect("create");
+    let first = with_producer(staged(&g, "demo/ext/a", 10), "p", 0, 0);
+    g.apply(Command::Append(first), 1).expect("first");
+    let again = with_producer(staged(&g, "demo/ext/b", 10), "p", 0, 0);
+    let r = g.apply(Command::Append(again), 2).expect("retry");
+    assert!(
+        matches!(
+            r,
+            Applied::Appended {
+                duplicate: true,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    assert!(g.cold_references().any(|o| &*o == "demo/ext/a"));
+    assert!(!g.cold_references().any(|o| &*o == "demo/ext/b"));
+    assert_eq!(g.get(KEY, 2).expect("stream").tail(), 10);
+}
