@@ -377,3 +377,52 @@ async fn routine_builds_wait_while_the_snapshot_store_fails_its_health_ticks() {
     assert!(int(&m, "raft_snapshot_builds") >= 1, "{m}");
     drop(node);
 }
+
+#[tokio::test]
+async fn a_damaged_pins_file_stops_every_prune_pass_until_it_is_gone() {
+    let weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("s3-snap-pins");
+    let toml = format!(
+        "[raft]\ngroup_count = 1\n{}[testing]\nsnapshot_prune_grace = \"1s\"\nsnapshot_prune_interval = \"200ms\"\n",
+        cold_toml(&weed, "s3pins", "")
+    );
+    let (node, bases) = node_with_stream(&dir, &toml, "/demo/pins");
+    let ns = weed.store("s3pins/snapshots");
+    // Another node's pins file, damaged: its pins cannot be known, so nothing may go. A key
+    // that only begins like the pins folder is no pins file and changes nothing.
+    ns.put("refs/n7", Bytes::from_static(b"URSP\x01 torn"))
+        .await
+        .expect("plant");
+    ns.put("refs-notes", Bytes::from_static(b"not a pins file"))
+        .await
+        .expect("plant");
+    for round in 0..3 {
+        producer_load(&bases, "/demo/pins", round * 5, 5, |_| {});
+        snapshot_everything(std::slice::from_ref(&node), 1);
+    }
+    let built = objects(&ns).await;
+    assert!(built.len() >= 3, "{built:?}");
+    // Well past the grace, several passes, each refused: every object stays.
+    wait_for(30, "prune passes refused by the pins file", || {
+        (int(&metrics(&bases[0]), "raft_snapshot_s3_refused") >= 5).then_some(())
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let m = metrics(&bases[0]);
+    assert_eq!(int(&m, "raft_snapshot_s3_pruned"), 0, "{m}");
+    assert_eq!(objects(&ns).await, built);
+    node.assert_log_says("failed to prune retired OpenRaft snapshots");
+    // Gone, the passes delete again: only the object the snapshot file names stays.
+    ns.delete("refs/n7").await.expect("remove");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while objects(&ns).await.len() > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "retired objects stayed: {:?}",
+            objects(&ns).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ns.exists("refs-notes").await.expect("exists"));
+    assert_eq!(read_all(&bases, "/demo/pins"), expected(15));
+    drop(node);
+}

@@ -213,7 +213,9 @@ impl SnapStore {
     fn count_error<T>(&self, r: Result<T, SnapStoreError>) -> Result<T, SnapStoreError> {
         if let Err(e) = &r {
             let c = match e {
-                SnapStoreError::Corrupt { .. } => &self.counters.refused,
+                SnapStoreError::Corrupt { .. } | SnapStoreError::Reference(_) => {
+                    &self.counters.refused
+                }
                 _ => &self.counters.errors,
             };
             c.fetch_add(1, Ordering::Relaxed);
@@ -265,7 +267,7 @@ impl SnapStore {
         let Some(r) = SnapshotRef::read(data) else {
             return Ok(());
         };
-        let r = r.map_err(SnapStoreError::Reference)?;
+        let r = self.count_error(r.map_err(SnapStoreError::Reference))?;
         self.hold(group, &r.key);
         self.publish().await?;
         let state = self.fetch(&r).await?;
@@ -378,7 +380,8 @@ impl SnapStore {
             .await?;
         let now = now_ms();
         let mut pinned: BTreeSet<String> = BTreeSet::new();
-        for o in listed.iter().filter(|o| o.key.starts_with(PINS_DIR)) {
+        let pins_dir = format!("{PINS_DIR}/");
+        for o in listed.iter().filter(|o| o.key.starts_with(&pins_dir)) {
             let bytes = self
                 .request(&o.key, |s, k| async move { s.get(&k).await })
                 .await?;
