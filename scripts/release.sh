@@ -63,9 +63,11 @@ start=$SECONDS
 # The whole workspace (but the bundled-SQLite test host), not only the four packages shipped:
 # dependencies' features are unified over the packages one build selects, so this is the
 # build scripts/test.sh's tests reuse as is (same features, same zig environment) instead of
-# compiling every dependency a second time.
+# compiling every dependency a second time. The soak is left out: it needs ursula-cold's
+# test-support (a SeaweedFS launcher), which no shipped binary should carry; the tests'
+# dev-dependencies turn that feature on for their build anyway.
 cargo zigbuild --profile "$profile" --target "$rust_target.$glibc_floor" \
-  --workspace --exclude ursula-vfs-tests
+  --workspace --exclude ursula-vfs-tests --exclude ursula-soak
 echo "release.sh: build took $((SECONDS - start)) s" >&2
 case "$profile" in
   dev) built="target/$rust_target/debug" ;;

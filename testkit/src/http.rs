@@ -55,6 +55,12 @@ pub fn request(
             )
         })
         .collect();
-    let body = resp.body_mut().read_to_vec().unwrap_or_default();
+    // ureq stops at 10 MiB by default; snapshot bodies in tests and the soak reach 64 MiB.
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_vec()
+        .unwrap_or_default();
     Ok((status, hs, body))
 }

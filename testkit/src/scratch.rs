@@ -29,6 +29,12 @@ impl Scratch {
         self.0.path()
     }
 
+    /// Keeps the directory when the guard drops, for a run that failed without a panic.
+    pub fn keep(&mut self) {
+        self.0.disable_cleanup(true);
+        eprintln!("scratch directory kept: {}", self.0.path().display());
+    }
+
     /// Runs `cmd` inside the directory: its working directory, `HOME` and `XDG_CONFIG_HOME`
     /// (so no config file of this machine's user reaches a test's node) and `TMPDIR` (a node
     /// without `raft.wal.path` keeps its WAL in the temp dir and removes it only on a clean
