@@ -45,7 +45,8 @@ pub fn spawn(rt: &Runtime, engine: Arc<dyn GroupEngine>, tier: ColdTier) {
     });
 }
 
-/// Who owns a key of the tier's layouts: `Some(Some(g))` for group `g`'s objects,
+/// Who owns a key of the tier's layouts (flushed objects, snapshot bodies, staged append
+/// bodies, index pages): `Some(Some(g))` for group `g`'s objects,
 /// `Some(None)` for a snapshot body without a group in its name, `None` for a key of no layout
 /// of ours.
 fn owner(key: &str) -> Option<Option<GroupId>> {
@@ -53,7 +54,7 @@ fn owner(key: &str) -> Option<Option<GroupId>> {
     let group = |s: &str| s.strip_prefix('g').and_then(|n| n.parse::<GroupId>().ok());
     match parts.as_slice() {
         [_, "snap", _] => Some(None),
-        [_, "snap", g, _] | [_, "cold-index", g, _, _] | [_, g, _] => group(g).map(Some),
+        [_, "snap" | "ext", g, _] | [_, "cold-index", g, _, _] | [_, g, _] => group(g).map(Some),
         _ => None,
     }
 }
@@ -183,6 +184,8 @@ mod tests {
             ("demo/cold-index/gx/1/2", None),
             ("snapshots/raft/g1/x", None),
             ("demo/snap/gx/obj", None),
+            ("demo/ext/g2/0000000000001-00000000000000ab", Some(Some(2))),
+            ("demo/ext/0000000000001-00000000000000ab", None),
         ];
         for (key, want) in cases {
             assert_eq!(owner(key), want, "{key}");

@@ -98,11 +98,13 @@ async fn orphans_past_the_minimum_age_are_swept_and_every_referenced_object_stay
     assert_eq!(leaked.len(), 1, "one uncommitted upload: {leaked:?}");
     let leaked = leaked[0].clone();
 
-    // Planted: an object of group 0's layout, a snapshot body of the old layout (no group),
-    // and a key of no layout of the tier's, which the sweep must never touch.
+    // Planted: an object of group 0's layout, a snapshot body of the old layout (no group), a
+    // staged append body no append committed, and a key of no layout of the tier's, which the
+    // sweep must never touch.
     let planted = [
         "sweep/g0/0000000000001-00000000000000aa",
         "sweep/snap/0000000000001-00000000000000bb",
+        "sweep/ext/g0/0000000000001-00000000000000cc",
     ];
     let foreign = "elsewhere/notes.txt";
     for key in planted.iter().chain([&foreign]) {
@@ -125,13 +127,13 @@ async fn orphans_past_the_minimum_age_are_swept_and_every_referenced_object_stay
     );
     assert_eq!(sweep_metric(&base, "cold_orphan_min_age_ms"), 86_400_000);
 
-    // Restarted with a second: the three orphans go.
+    // Restarted with a second: the four orphans go.
     restart_with(&mut node, toml("1s", ""));
     wait_for(30, "the orphans to be swept", || {
-        (sweep_metric(&base, "cold_orphans_deleted") == 3).then_some(())
+        (sweep_metric(&base, "cold_orphans_deleted") == 4).then_some(())
     });
-    assert!(sweep_metric(&base, "cold_orphan_deleted_bytes") >= 2);
-    let gone = [leaked.as_str(), planted[0], planted[1]];
+    assert!(sweep_metric(&base, "cold_orphan_deleted_bytes") >= 3);
+    let gone = [leaked.as_str(), planted[0], planted[1], planted[2]];
     assert_swept(&store, &gone, &[foreign], &referenced).await;
 
     // Every acknowledged byte, the one appended before the crash when it was acknowledged,
@@ -151,7 +153,7 @@ async fn orphans_past_the_minimum_age_are_swept_and_every_referenced_object_stay
     assert!(body == snapshot, "the snapshot body read back differs");
     assert_eq!(
         sweep_metric(&base, "cold_orphans_deleted"),
-        3,
+        4,
         "nothing else was swept"
     );
 }
