@@ -66,6 +66,19 @@ async fn objects(ns: &ColdStore) -> Vec<String> {
     keys
 }
 
+/// Waits until the pruning left one snapshot object in the namespace, or panics after 30 s.
+async fn wait_pruned_to_one(ns: &ColdStore) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while objects(ns).await.len() > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "retired objects stayed: {:?}",
+            objects(ns).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Flips one byte in the middle of every snapshot object: the length stays, the checksum fails.
 async fn damage_every_object(ns: &ColdStore) -> usize {
     let keys = objects(ns).await;
@@ -228,15 +241,7 @@ async fn the_leader_prunes_what_no_member_pins_after_the_grace_and_the_orphan_sw
         producer_load(&bases, "/demo/prune", round * 5, 5, |_| {});
         snapshot_everything(std::slice::from_ref(&node), 1);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while objects(&ns).await.len() > 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "retired objects stayed: {:?}",
-            objects(&ns).await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_pruned_to_one(&ns).await;
     let m = metrics(&bases[0]);
     assert!(int(&m, "raft_snapshot_s3_pruned") >= 3, "{m}");
     assert!(int(&m, "raft_snapshot_s3_prune_passes") >= 1, "{m}");
@@ -413,15 +418,7 @@ async fn a_damaged_pins_file_stops_every_prune_pass_until_it_is_gone() {
     node.assert_log_says("failed to prune retired OpenRaft snapshots");
     // Gone, the passes delete again: only the object the snapshot file names stays.
     ns.delete("refs/n7").await.expect("remove");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while objects(&ns).await.len() > 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "retired objects stayed: {:?}",
-            objects(&ns).await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_pruned_to_one(&ns).await;
     assert!(ns.exists("refs-notes").await.expect("exists"));
     assert_eq!(read_all(&bases, "/demo/pins"), expected(15));
     drop(node);
