@@ -104,18 +104,38 @@ fn store_of(tier: &crate::coldtier::ColdTier) -> Store {
     }
 }
 
+/// What the Raft engine gets of S3 snapshots: the store, its pruning period, and the probe the
+/// health gate runs when the snapshots' store is not the cold tier's.
+struct SnapshotsOnS3 {
+    store: Arc<SnapStore>,
+    prune_every: Duration,
+    own_store: Option<ursula_cold::ColdStore>,
+}
+
 /// With S3 snapshots: the snapshot namespace, checked before the engine writes anything (the
-/// cold root's format-epoch marker, and the namespace's own when it lies outside the root).
-async fn snapshot_store(config: &Config) -> Result<Option<(Arc<SnapStore>, Duration)>, NodeError> {
-    let (Some(s), Some(cold)) = (&config.snapshot_store, &config.cold) else {
+/// cold root's format-epoch marker, and the namespace's own when it lies outside the root, or
+/// when only snapshots use S3).
+async fn snapshot_store(config: &Config) -> Result<Option<SnapshotsOnS3>, NodeError> {
+    let Some(s) = &config.snapshot_store else {
         return Ok(None);
     };
-    let base = ursula_cold::ColdStore::new(&cold.store)?;
-    base.open_checked().await?;
-    let ns = base.with_root(&s.namespace)?;
-    if !s.inside_cold_root {
-        ns.open_checked().await?;
-    }
+    let (ns, own_store) = match (&s.client, &config.cold) {
+        (Some(client), _) => {
+            let ns = ursula_cold::ColdStore::new(client)?.with_root(&s.namespace)?;
+            ns.open_checked().await?;
+            (ns.clone(), Some(ns))
+        }
+        (None, Some(cold)) => {
+            let base = ursula_cold::ColdStore::new(&cold.store)?;
+            base.open_checked().await?;
+            let ns = base.with_root(&s.namespace)?;
+            if !s.inside_cold_root {
+                ns.open_checked().await?;
+            }
+            (ns, None)
+        }
+        (None, None) => return Ok(None),
+    };
     tracing::info!(namespace = %ns.describe(), "Raft snapshots live on S3 (storage.snapshot.backend)");
     let store = SnapStore::new(
         ns,
@@ -123,7 +143,22 @@ async fn snapshot_store(config: &Config) -> Result<Option<(Arc<SnapStore>, Durat
         tokio::runtime::Handle::current(),
         s.grace,
     );
-    Ok(Some((Arc::new(store), s.prune_interval)))
+    Ok(Some(SnapshotsOnS3 {
+        store: Arc::new(store),
+        prune_every: s.prune_interval,
+        own_store,
+    }))
+}
+
+/// The health gate's view of a snapshot store of its own: its probe; no cold flush writes there.
+fn probe_only(store: ursula_cold::ColdStore) -> Store {
+    Store {
+        probe: Box::new(move || {
+            let store = store.clone();
+            Box::pin(async move { store.probe().await })
+        }),
+        writes: Box::new(|| (0, 0)),
+    }
 }
 
 fn runtime(config: &Config) -> Result<Runtime, NodeError> {
@@ -236,11 +271,20 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         }
     };
     let rt = runtime(config)?;
+    let snapshots = snapshot_store(config).await?;
+    // The gate watches the cold tier's store on S3, else a snapshot store of its own.
     let store_gate = config
         .cold
         .as_ref()
         .and_then(|c| c.gate)
+        .or_else(|| config.snapshot_store.as_ref().and_then(|s| s.gate))
         .map(|settings| (StoreHealth::default(), settings));
+    if let (Some((health, _)), Some(own)) = (
+        &store_gate,
+        snapshots.as_ref().and_then(|s| s.own_store.clone()),
+    ) {
+        health.attach(probe_only(own));
+    }
     let admission = Admission::new(limits(config, Some(dir.clone())));
     let sampler = admission.clone();
     let opts = RaftOptions {
@@ -257,7 +301,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
             move || sampler.disk_pressure(),
         )),
         store_gate: store_gate.clone(),
-        snapshot_store: snapshot_store(config).await?,
+        snapshot_store: snapshots.map(|s| (s.store, s.prune_every)),
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
     admission.spawn_disk_sampler();
@@ -335,7 +379,8 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
     let (stop_listeners, shutdown) = watch::channel(false);
     state.ignored_keys = Arc::from(config.ignored_keys.clone());
     attach_cold(&mut state, &config).await?;
-    if let (Some(health), Some(tier)) = (&store_health, &state.cold) {
+    let cold_gated = config.cold.as_ref().is_some_and(|c| c.gate.is_some());
+    if let (Some(health), Some(tier), true) = (&store_health, &state.cold, cold_gated) {
         health.attach(store_of(tier));
     }
     // Every listener is bound before any serves, so a taken port refuses the start whole.

@@ -85,7 +85,7 @@ const ORPHAN_MIN_AGE: Duration = Duration::from_secs(24 * 3600);
 const ORPHAN_SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Refuses a `[storage.cold]` the cold tier could not run with, naming the key.
-fn check(c: &ColdSection) -> Result<(), ConfigError> {
+pub(super) fn check(c: &ColdSection) -> Result<(), ConfigError> {
     if let Some(b) = &c.backend {
         if !["none", "memory", "s3", "fs"].contains(&b.as_str()) {
             return Err(invalid(
@@ -153,7 +153,6 @@ fn check(c: &ColdSection) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `None` when `storage.cold.backend` is `none` or absent.
 /// What a preset sets of the cold tier, under the config file's own keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PresetDefaults {
@@ -176,6 +175,45 @@ impl Default for PresetDefaults {
     }
 }
 
+/// The S3 client `[storage.cold.s3]` describes: the cold tier's, or the snapshot namespace's
+/// when only Raft snapshots use S3. Call after [`check`].
+pub(super) fn s3_backend(c: &ColdSection) -> BackendConfig {
+    let s3 = c.s3.clone().unwrap_or_default();
+    let sse = match s3.server_side_encryption.as_deref() {
+        Some("none") => Sse::None,
+        Some("aws-kms") => Sse::AwsKms {
+            key_id: s3.kms_key_id.clone(),
+        },
+        _ => Sse::Aes256,
+    };
+    BackendConfig::S3(S3Config {
+        bucket: s3.bucket.clone().unwrap_or_default(),
+        region: s3.region.clone(),
+        endpoint: s3.endpoint.clone(),
+        access_key_id: s3.access_key_id.clone(),
+        secret_access_key: s3.secret_access_key.clone(),
+        session_token: s3.session_token.clone(),
+        sse,
+        timeout: s3.timeout.map(|d| d.0),
+        max_retries: s3.max_retries,
+    })
+}
+
+/// The store health gate's settings for a store on `backend` (none off S3). `pause`: how long
+/// the flush worker waits between passes, which a failed write's window includes.
+pub(super) fn gate(c: &ColdSection, backend: &BackendConfig, pause: Duration) -> Option<StoreGate> {
+    backend.write_give_up_after().map(|give_up| {
+        let s3 = c.s3.clone().unwrap_or_default();
+        StoreGate {
+            probe_timeout: s3.probe_timeout.map_or(Duration::from_secs(5), |d| d.0),
+            unhealthy_ticks: s3.unhealthy_ticks.unwrap_or(3),
+            heal_ticks: s3.heal_ticks.unwrap_or(2),
+            write_window: give_up.saturating_add(pause),
+        }
+    })
+}
+
+/// `None` when `storage.cold.backend` is `none` or absent.
 pub fn resolve(
     c: &ColdSection,
     preset: &PresetDefaults,
@@ -196,45 +234,14 @@ pub fn resolve(
             },
             String::new(),
         ),
-        Some(_) => {
-            let s3 = c.s3.clone().unwrap_or_default();
-            let sse = match s3.server_side_encryption.as_deref() {
-                Some("none") => Sse::None,
-                Some("aws-kms") => Sse::AwsKms {
-                    key_id: s3.kms_key_id.clone(),
-                },
-                _ => Sse::Aes256,
-            };
-            (
-                BackendConfig::S3(S3Config {
-                    bucket: s3.bucket.clone().unwrap_or_default(),
-                    region: s3.region.clone(),
-                    endpoint: s3.endpoint.clone(),
-                    access_key_id: s3.access_key_id.clone(),
-                    secret_access_key: s3.secret_access_key.clone(),
-                    session_token: s3.session_token.clone(),
-                    sse,
-                    timeout: s3.timeout.map(|d| d.0),
-                    max_retries: s3.max_retries,
-                }),
-                root,
-            )
-        }
+        Some(_) => (s3_backend(c), root),
     };
     let flush_size = c.flush_size.map_or(preset.flush_size, |s| s.0);
     let flush_interval = c
         .flush_interval
         .map_or(Duration::from_secs(1), |d| d.0)
         .max(Duration::from_millis(10));
-    let gate = backend.write_give_up_after().map(|give_up| {
-        let s3 = c.s3.clone().unwrap_or_default();
-        StoreGate {
-            probe_timeout: s3.probe_timeout.map_or(Duration::from_secs(5), |d| d.0),
-            unhealthy_ticks: s3.unhealthy_ticks.unwrap_or(3),
-            heal_ticks: s3.heal_ticks.unwrap_or(2),
-            write_window: give_up.saturating_add(flush_interval),
-        }
-    });
+    let gate = gate(c, &backend, flush_interval);
     Ok(Some(ColdSettings {
         store: ColdConfig {
             backend,

@@ -14,6 +14,13 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
     let (r, cold, snap) = (&file.raft, &file.storage.cold, &file.storage.snapshot);
     let s3 = cold.s3.clone().unwrap_or_default();
     let cold_on_s3 = cold.backend.as_deref() == Some("s3");
+    let snaps_on_s3 = match snap.backend.as_deref() {
+        Some("s3") => true,
+        Some("inline") => false,
+        _ => cold_on_s3,
+    };
+    // The store health gate watches the cold tier on S3, or the snapshots' own store.
+    let gated = raft && (cold_on_s3 || snaps_on_s3);
     let gov = &file.governance;
     let mut keys: Vec<&str> = [
         (
@@ -33,25 +40,23 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
             "raft.init_membership",
             r.init_membership == Some(false) || (!raft && r.init_membership.is_some()),
         ),
-        // The store's health gate runs on a Raft node whose cold tier is on S3.
         (
             "storage.cold.s3.probe_timeout",
-            s3.probe_timeout.is_some() && !(raft && cold_on_s3),
+            s3.probe_timeout.is_some() && !gated,
         ),
         (
             "storage.cold.s3.unhealthy_ticks",
-            s3.unhealthy_ticks.is_some() && !(raft && cold_on_s3),
+            s3.unhealthy_ticks.is_some() && !gated,
         ),
         (
             "storage.cold.s3.heal_ticks",
-            s3.heal_ticks.is_some() && !(raft && cold_on_s3),
+            s3.heal_ticks.is_some() && !gated,
         ),
         // The in-memory node takes no snapshots.
         ("storage.snapshot.backend", snap.backend.is_some() && !raft),
         (
             "storage.snapshot.s3_prefix",
-            snap.s3_prefix.is_some()
-                && !(raft && cold_on_s3 && snap.backend.as_deref() != Some("inline")),
+            snap.s3_prefix.is_some() && !(raft && snaps_on_s3),
         ),
         (
             "governance.leadership_balance.peer_timeout",

@@ -181,6 +181,11 @@ pub struct SnapshotStore {
     /// Whether the namespace lies under the cold root, whose format-epoch marker then covers
     /// it; outside, it carries a marker of its own.
     pub inside_cold_root: bool,
+    /// `Some` when the cold tier is not on S3 and only snapshots use it: the namespace's own
+    /// client, from `[storage.cold.s3]`, rooted at the bucket (the namespace lies under it).
+    pub client: Option<ursula_cold::ColdConfig>,
+    /// With [`Self::client`]: the store health gate's settings, which then watch this store.
+    pub gate: Option<super::cold::StoreGate>,
     /// `testing.snapshot_prune_grace` (a test hook; an hour otherwise).
     pub grace: Duration,
     /// `testing.snapshot_prune_interval` (a test hook; ten minutes otherwise).
@@ -188,8 +193,8 @@ pub struct SnapshotStore {
 }
 
 /// Resolves `storage.snapshot.backend`: `auto` (the default) means S3 when the cold backend is
-/// S3. S3 snapshots read the bucket and its client settings from `[storage.cold.s3]`, so
-/// `"s3"` needs the cold tier on S3. The in-memory node takes no snapshots.
+/// S3. `"s3"` with the cold tier elsewhere (or off) keeps only the snapshots on S3, with the
+/// bucket and client settings of `[storage.cold.s3]`. The in-memory node takes no snapshots.
 pub(super) fn snapshot_store(
     file: &FileConfig,
     raft: bool,
@@ -199,26 +204,44 @@ pub(super) fn snapshot_store(
     let cold_on_s3 = cold.backend.as_deref() == Some("s3");
     let on_s3 = match snap.backend.as_deref().unwrap_or("auto") {
         "inline" => false,
-        "s3" if !cold_on_s3 => {
-            return Err(invalid(
-                "storage.snapshot.backend",
-                "\"s3\" needs storage.cold.backend = \"s3\": S3 snapshots use the bucket and client of [storage.cold.s3]",
-            ));
-        }
+        "s3" => true,
         _ => cold_on_s3,
     };
     if !(raft && on_s3) {
         return Ok(None);
     }
-    let root = cold.root.as_deref().unwrap_or("").trim_matches('/');
+    let (client, gate) = if cold_on_s3 {
+        (None, None)
+    } else {
+        super::cold::check(cold)?;
+        if cold.s3.as_ref().and_then(|s| s.bucket.as_ref()).is_none() {
+            return Err(invalid(
+                "storage.cold.s3.bucket",
+                "is required when storage.snapshot.backend = \"s3\": Raft snapshots use the bucket and client of [storage.cold.s3]",
+            ));
+        }
+        let backend = super::cold::s3_backend(cold);
+        // No cold flush writes to this store, so only the probe judges a tick.
+        let gate = super::cold::gate(cold, &backend, Duration::ZERO);
+        let client = ursula_cold::ColdConfig {
+            backend,
+            root: String::new(),
+        };
+        (Some(client), gate)
+    };
+    let root = if cold_on_s3 {
+        cold.root.as_deref().unwrap_or("").trim_matches('/')
+    } else {
+        ""
+    };
     let namespace = match snap.s3_prefix.as_deref().map(|p| p.trim_matches('/')) {
         Some("") => {
             return Err(invalid(
                 "storage.snapshot.s3_prefix",
-                "must name a prefix (leave it unset for snapshots/ under storage.cold.root)",
+                "must name a prefix (leave it unset for the default namespace, snapshots)",
             ));
         }
-        Some(p) if p == root => {
+        Some(p) if cold_on_s3 && p == root => {
             return Err(invalid(
                 "storage.snapshot.s3_prefix",
                 "must not be storage.cold.root itself: use a prefix of its own",
@@ -228,7 +251,8 @@ pub(super) fn snapshot_store(
         None if root.is_empty() => "snapshots".to_owned(),
         None => format!("{root}/snapshots"),
     };
-    let inside_cold_root = root.is_empty() || namespace.starts_with(&format!("{root}/"));
+    let inside_cold_root =
+        cold_on_s3 && (root.is_empty() || namespace.starts_with(&format!("{root}/")));
     let t = &file.testing;
     let positive = |key: &'static str, d: Option<super::Dur>, default: Duration| match d {
         Some(d) if d.0.is_zero() => Err(invalid(key, "must be more than 0")),
@@ -238,6 +262,8 @@ pub(super) fn snapshot_store(
     Ok(Some(SnapshotStore {
         namespace,
         inside_cold_root,
+        client,
+        gate,
         grace: positive(
             "testing.snapshot_prune_grace",
             t.snapshot_prune_grace,

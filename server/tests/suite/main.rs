@@ -35,6 +35,7 @@ mod raft_partition;
 mod raft_recovery;
 mod raft_restart_reads;
 mod raft_s3_snapshots;
+mod raft_s3_snapshots_only;
 mod raft_snapshots;
 mod raft_store_gate;
 mod raft_wal_cache;

@@ -2,6 +2,8 @@
 
 use super::*;
 
+mod cold;
+
 /// Resolves `text` as the config file, with no flags.
 fn resolve_text(text: &str) -> Result<Config, String> {
     let file = parse_file(text).map_err(|e| e.to_string())?;
@@ -47,12 +49,14 @@ fn documented_examples_parse() {
 fn config_imports_no_subsystem_of_the_server() {
     // The module is a leaf: subsystems depend on it, never the other way round.
     let sources = [
-        ("mod.rs", include_str!("mod.rs")),
-        ("file.rs", include_str!("file.rs")),
-        ("units.rs", include_str!("units.rs")),
-        ("cold.rs", include_str!("cold.rs")),
-        ("raft.rs", include_str!("raft.rs")),
-        ("ignored.rs", include_str!("ignored.rs")),
+        ("mod.rs", include_str!("../mod.rs")),
+        ("file.rs", include_str!("../file.rs")),
+        ("units.rs", include_str!("../units.rs")),
+        ("cold.rs", include_str!("../cold.rs")),
+        ("raft.rs", include_str!("../raft.rs")),
+        ("ignored.rs", include_str!("../ignored.rs")),
+        ("error.rs", include_str!("../error.rs")),
+        ("secret.rs", include_str!("../secret.rs")),
     ];
     for (name, text) in sources {
         for (n, line) in text.lines().enumerate() {
@@ -65,88 +69,6 @@ fn config_imports_no_subsystem_of_the_server() {
                 );
             }
         }
-    }
-}
-
-#[test]
-fn the_cold_gc_grace_is_five_minutes_unless_set_and_never_zero() {
-    let cold = "[storage.cold]\nbackend = \"memory\"\n";
-    let c = resolve_text(cold).expect("valid");
-    let grace = c.cold.expect("a cold tier").gc_grace;
-    assert_eq!(grace, std::time::Duration::from_secs(300));
-    let c = resolve_text(&format!("{cold}gc_grace = \"300ms\"\n")).expect("valid");
-    let grace = c.cold.expect("a cold tier").gc_grace;
-    assert_eq!(grace, std::time::Duration::from_millis(300));
-    let err = resolve_text(&format!("{cold}gc_grace = \"0s\"\n")).expect_err("zero grace");
-    assert_eq!(err, "storage.cold.gc_grace: must be non-zero");
-}
-
-#[test]
-fn compaction_is_on_unless_turned_off_and_pages_span_64_mib_unless_the_test_hook_says() {
-    let cold = "[storage.cold]\nbackend = \"memory\"\n";
-    let c = resolve_text(cold).expect("valid");
-    let s = c.cold.expect("a cold tier");
-    assert!(s.compaction);
-    assert_eq!(s.index_page_bytes, 64 << 20);
-    let text =
-        format!("{cold}compaction_enabled = false\n[testing]\ncold_index_page_bytes = 4096\n");
-    let c = resolve_text(&text).expect("valid");
-    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
-    let s = c.cold.expect("a cold tier");
-    assert!(!s.compaction);
-    assert_eq!(s.index_page_bytes, 4096);
-}
-
-#[test]
-fn the_orphan_sweep_waits_a_day_every_hour_unless_set_and_refuses_what_races_commits() {
-    use std::time::Duration;
-    let cold = "[storage.cold]\nbackend = \"memory\"\n";
-    let set = format!(
-        "{cold}orphan_min_age = \"1s\"\norphan_sweep_interval = \"200ms\"\n\
-         [testing]\ncold_abort_after_upload = true\n"
-    );
-    let cases = [
-        (
-            cold.to_owned(),
-            Duration::from_secs(86_400),
-            Duration::from_secs(3600),
-            false,
-        ),
-        (
-            set,
-            Duration::from_secs(1),
-            Duration::from_millis(200),
-            true,
-        ),
-    ];
-    for (text, min_age, interval, abort) in cases {
-        let c = resolve_text(&text)
-            .expect("valid")
-            .cold
-            .expect("a cold tier");
-        assert_eq!(
-            (
-                c.orphan_min_age,
-                c.orphan_sweep_interval,
-                c.abort_after_upload
-            ),
-            (min_age, interval, abort),
-            "{text}"
-        );
-    }
-    let refusals = [
-        (
-            "orphan_min_age = \"999ms\"",
-            "storage.cold.orphan_min_age: must be at least 1s",
-        ),
-        (
-            "orphan_sweep_interval = \"0s\"",
-            "storage.cold.orphan_sweep_interval: must be non-zero",
-        ),
-    ];
-    for (line, want) in refusals {
-        let err = resolve_text(&format!("{cold}{line}\n")).expect_err(line);
-        assert_eq!(err, want);
     }
 }
 
@@ -434,40 +356,6 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
 }
 
 #[test]
-fn the_store_gate_takes_the_s3_health_keys_and_a_flush_window_from_the_client_settings() {
-    let c = resolve_text(EVERY_SPEC_KEY).expect("a spec config loads");
-    let gate = c
-        .cold
-        .and_then(|c| c.gate)
-        .expect("an S3 cold tier has a store gate");
-    assert_eq!(gate.probe_timeout, Duration::from_secs(5));
-    assert_eq!((gate.unhealthy_ticks, gate.heal_ticks), (3, 2));
-    // Five attempts of 10 s, backoff before each retry of at most 0.2 + 0.4 + 0.8 + 1.6 s,
-    // and the flush worker's 1 s pause.
-    assert_eq!(gate.write_window, Duration::from_secs(54));
-    let s3 = "[storage.cold]\nbackend = \"s3\"\nflush_interval = \"2s\"\n\
-              [storage.cold.s3]\nbucket = \"b\"\ntimeout = \"1s\"\nmax_retries = 0\n\
-              probe_timeout = \"700ms\"\nunhealthy_ticks = 1\nheal_ticks = 4\n";
-    let gate = resolve_text(s3)
-        .expect("valid")
-        .cold
-        .and_then(|c| c.gate)
-        .expect("gate");
-    assert_eq!(gate.probe_timeout, Duration::from_millis(700));
-    assert_eq!((gate.unhealthy_ticks, gate.heal_ticks), (1, 4));
-    assert_eq!(gate.write_window, Duration::from_secs(3));
-    let memory = "[storage.cold]\nbackend = \"memory\"\n";
-    assert_eq!(
-        resolve_text(memory)
-            .expect("valid")
-            .cold
-            .expect("cold")
-            .gate,
-        None
-    );
-}
-
-#[test]
 fn a_value_that_asks_for_what_the_build_does_anyway_is_not_listed() {
     let text = "[runtime]\ncpu_affinity = false\nexternal_payload_min_size = \"1MiB\"\n\
                 [observability]\ntokio_console = false\n\
@@ -485,74 +373,6 @@ fn a_value_that_asks_for_what_the_build_does_anyway_is_not_listed() {
     let inline = "[storage.snapshot]\nbackend = \"inline\"\ns3_prefix = \"snaps\"\n";
     let c = resolve_text(&format!("{inline}{s3}")).expect("valid");
     assert_eq!(c.ignored_keys, ["storage.snapshot.s3_prefix"]);
-}
-
-#[test]
-fn snapshots_go_to_s3_by_default_with_an_s3_cold_tier_under_its_root_or_a_prefix_of_their_own() {
-    let s3 = "[storage.cold]\nbackend = \"s3\"\nroot = \"/prod/cold/\"\n[storage.cold.s3]\nbucket = \"b\"\n";
-    let c = resolve_text(s3).expect("valid");
-    let store = c
-        .snapshot_store
-        .expect("auto means S3 with an S3 cold tier");
-    assert_eq!(store.namespace, "prod/cold/snapshots");
-    assert!(store.inside_cold_root);
-    assert_eq!(store.grace, Duration::from_secs(3600));
-    assert_eq!(store.prune_interval, Duration::from_secs(600));
-    assert_eq!(
-        c.cold.and_then(|c| c.snapshot_prefix).as_deref(),
-        Some("snapshots/"),
-        "the orphan sweep knows the namespace's keys"
-    );
-    let own = format!(
-        "{s3}[storage.snapshot]\ns3_prefix = \"/raft-snaps/\"\n[testing]\nsnapshot_prune_grace = \"2s\"\n"
-    );
-    let c = resolve_text(&own).expect("valid");
-    let store = c.snapshot_store.expect("S3");
-    assert_eq!(store.namespace, "raft-snaps");
-    assert!(
-        !store.inside_cold_root,
-        "a namespace outside the root has a marker of its own"
-    );
-    assert_eq!(store.grace, Duration::from_secs(2));
-    assert_eq!(c.cold.and_then(|c| c.snapshot_prefix), None);
-    // Inline, or a cold tier elsewhere, or the in-memory node: no S3 snapshots.
-    let inline = format!("{s3}[storage.snapshot]\nbackend = \"inline\"\n");
-    assert_eq!(resolve_text(&inline).expect("valid").snapshot_store, None);
-    let fs = "[storage.cold]\nbackend = \"fs\"\n";
-    assert_eq!(resolve_text(fs).expect("valid").snapshot_store, None);
-    let file = parse_file(s3).expect("parses");
-    let memory = Overrides {
-        preset: Some("default".into()),
-        ..Overrides::default()
-    };
-    assert_eq!(
-        resolve_from(Some(&file), &memory)
-            .expect("valid")
-            .snapshot_store,
-        None
-    );
-    // What cannot work is refused by name.
-    for (text, key) in [
-        (
-            format!("{fs}[storage.snapshot]\nbackend = \"s3\"\n"),
-            "storage.snapshot.backend",
-        ),
-        (
-            format!("{s3}[storage.snapshot]\ns3_prefix = \"/\"\n"),
-            "storage.snapshot.s3_prefix",
-        ),
-        (
-            format!("{s3}[storage.snapshot]\ns3_prefix = \"prod/cold\"\n"),
-            "storage.snapshot.s3_prefix",
-        ),
-        (
-            format!("{s3}[testing]\nsnapshot_prune_grace = \"0s\"\n"),
-            "testing.snapshot_prune_grace",
-        ),
-    ] {
-        let err = resolve_text(&text).expect_err(&text);
-        assert!(err.contains(key), "{err}");
-    }
 }
 
 #[test]
@@ -875,18 +695,4 @@ fn a_peer_secret_file_that_is_short_or_missing_stops_the_start() {
         let e = resolve_text(&text).expect_err("refused");
         assert!(e.starts_with("raft.peer_secret_file:"), "{e}");
     }
-}
-
-#[test]
-fn the_external_payload_threshold_is_read_with_a_cold_tier_and_zero_is_refused() {
-    let cold = "[storage.cold]\nbackend = \"s3\"\n[storage.cold.s3]\nbucket = \"b\"\n";
-    let c = resolve_text(cold).expect("valid");
-    assert_eq!(c.cold.expect("cold").external_min, 1 << 20);
-    let lowered = format!("[runtime]\nexternal_payload_min_size = \"64KiB\"\n{cold}");
-    let c = resolve_text(&lowered).expect("valid");
-    assert_eq!(c.cold.expect("cold").external_min, 64 << 10);
-    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
-    let zero = format!("[runtime]\nexternal_payload_min_size = 0\n{cold}");
-    let err = resolve_text(&zero).expect_err("zero is refused");
-    assert!(err.contains("runtime.external_payload_min_size"), "{err}");
 }
