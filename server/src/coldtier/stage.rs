@@ -21,6 +21,7 @@ use ursula_state::stream::Applied;
 use ursula_state::stream::Body;
 use ursula_state::stream::ColdBody;
 use ursula_state::stream::Command;
+use ursula_state::stream::Create;
 use ursula_state::stream::ExternalBody;
 use ursula_state::stream::Refusal;
 use ursula_state::stream::ledger::bucket_of;
@@ -37,6 +38,62 @@ use crate::runtime::now_ms;
 const STAGE_ATTEMPTS: usize = 3;
 
 type Answer = Result<Result<Applied, Refusal>, EngineError>;
+
+/// What staging did with a write.
+#[derive(Debug)]
+pub enum Staged {
+    /// Proposed with its body staged: the engine's answer (a failed upload is `Unavailable`).
+    Done(Answer),
+    /// Not staged: the caller proposes this command, body and all, under the write's budget.
+    Inline(Command),
+}
+
+/// Where a staged body would land, read on the leader just before its upload.
+struct Landing {
+    incarnation: u64,
+    hot_from: u64,
+    /// The hot bytes the object takes in front of the body.
+    hot: Vec<u8>,
+}
+
+/// The stored bytes of a body that staging can carry: present, non-empty, valid.
+fn stored_bytes(body: Option<&Body>) -> Option<Bytes> {
+    match body {
+        Some(Body::Raw(b) | Body::Json(Ok(b))) if !b.is_empty() => Some(b.clone()),
+        _ => None,
+    }
+}
+
+/// An append lands on its stream's hot ring; a create on a stream that does not exist yet.
+/// `None`: not here as staging needs (the write through Raft gets the state machine's answer).
+fn where_it_lands(rt: &Runtime, group: GroupId, cmd: &Command) -> Option<Landing> {
+    match cmd {
+        Command::Append(a) => {
+            let key = a.key.clone();
+            rt.with_group_now(group, move |g| {
+                g.state.get(&key, now_ms()).map(|s| {
+                    let from = s.data.hot_start();
+                    Landing {
+                        incarnation: s.incarnation,
+                        hot_from: from,
+                        hot: s.data.read(from, s.data.hot_len()),
+                    }
+                })
+            })
+            .flatten()
+        }
+        Command::Create(c) => {
+            let key = c.key.clone();
+            let absent = rt.with_group_now(group, move |g| g.state.get(&key, now_ms()).is_none());
+            (absent == Some(true)).then_some(Landing {
+                incarnation: 0,
+                hot_from: 0,
+                hot: Vec::new(),
+            })
+        }
+        _ => None,
+    }
+}
 
 /// The staging counters (the metrics' `cold_external_*` fields).
 #[derive(Debug, Default)]
@@ -72,6 +129,8 @@ fn bump(c: &AtomicU64, by: u64) {
 fn applied_nothing(result: &Answer) -> bool {
     match result {
         Ok(Ok(Applied::Appended { duplicate, .. })) => *duplicate,
+        // A create of a stream that exists keeps the stream as it is, body and all.
+        Ok(Ok(Applied::Created { fresh, .. })) => !*fresh,
         Ok(Ok(_)) => false,
         Ok(Err(_)) | Err(EngineError::NotLeader { .. }) => true,
         Err(_) => false,
@@ -101,89 +160,96 @@ impl ColdTier {
         }
     }
 
-    /// Appends with the stored bytes staged as an object first: the object holds the stream's
-    /// hot ring as this leader reads it and then the body, so applying the append turns both
-    /// into one owned cold chunk and no payload passes through Raft. When the stream moved
-    /// before the append applied, it is staged again, and after [`STAGE_ATTEMPTS`] it goes
-    /// through Raft with its body. `append.body` is the stored form (raw, or checked JSON).
-    pub async fn stage_append(
+    /// Proposes a create or an append with its stored bytes staged as an object first, so no
+    /// payload passes through Raft. For an append the object holds the stream's hot ring as
+    /// this leader reads it and then the body, and applying it turns both into one owned cold
+    /// chunk; when the stream moved before it applied, it is staged again. A create's object
+    /// holds its initial body alone. [`Staged::Inline`] hands the write back to be proposed
+    /// with its body: a body that is empty or not valid, an append to a stream not found
+    /// here, a create of a stream that exists, or [`STAGE_ATTEMPTS`] moved stagings.
+    /// The command's body is the stored form (raw, or checked JSON).
+    pub async fn stage_write(
         &self,
         rt: Runtime,
         engine: Arc<dyn GroupEngine>,
         group: GroupId,
-        append: Append,
-    ) -> Answer {
+        cmd: Command,
+    ) -> Staged {
         let tier = self.clone();
-        let task =
-            tokio::spawn(async move { tier.stage_append_task(rt, engine, group, append).await });
+        let task = tokio::spawn(async move { tier.stage_task(rt, engine, group, cmd).await });
         task.await.unwrap_or_else(|e| {
-            Err(EngineError::Unavailable(format!(
+            Staged::Done(Err(EngineError::Unavailable(format!(
                 "the staging task failed: {e}"
-            )))
+            ))))
         })
     }
 
-    async fn stage_append_task(
+    async fn stage_task(
         self,
         rt: Runtime,
         engine: Arc<dyn GroupEngine>,
         group: GroupId,
-        append: Append,
-    ) -> Answer {
-        let stored = match &append.body {
-            Body::Raw(b) | Body::Json(Ok(b)) if !b.is_empty() => b.clone(),
-            _ => return engine.propose(group, Command::Append(append)).await,
+        cmd: Command,
+    ) -> Staged {
+        let (key, stored) = match &cmd {
+            Command::Append(a) => (a.key.clone(), stored_bytes(Some(&a.body))),
+            Command::Create(c) => (c.key.clone(), stored_bytes(c.body.as_ref())),
+            _ => (String::new(), None),
         };
-        let bucket = bucket_of(&append.key).to_owned();
+        let Some(stored) = stored else {
+            return Staged::Inline(cmd);
+        };
+        let bucket = bucket_of(&key).to_owned();
         for _ in 0..STAGE_ATTEMPTS {
-            let key = append.key.clone();
-            let hot = rt.with_group_now(group, move |g| {
-                g.state.get(&key, now_ms()).map(|s| {
-                    let from = s.data.hot_start();
-                    (s.incarnation, from, s.data.read(from, s.data.hot_len()))
-                })
-            });
-            // No such stream here: the append through Raft gets the state machine's answer.
-            let Some(Some((incarnation, hot_from, hot))) = hot else {
-                break;
+            let Some(at) = where_it_lands(&rt, group, &cmd) else {
+                return Staged::Inline(cmd);
             };
             let object = Self::staging_key(&bucket, "ext", group);
             let _staged = self.stage(object.clone());
-            let mut bytes = BytesMut::with_capacity(hot.len() + stored.len());
-            bytes.extend_from_slice(&hot);
+            let mut bytes = BytesMut::with_capacity(at.hot.len() + stored.len());
+            bytes.extend_from_slice(&at.hot);
             bytes.extend_from_slice(&stored);
             if let Err(e) = self.store.put(&object, bytes.freeze()).await {
                 bump(&self.counters.stage.errors, 1);
                 // A failed upload may have left a part behind: nothing will reference it.
                 let _ = self.store.delete(&object).await;
-                return Err(EngineError::Unavailable(format!(
+                return Staged::Done(Err(EngineError::Unavailable(format!(
                     "cannot stage the body in the cold tier: {e}"
-                )));
+                ))));
             }
             bump(&self.counters.stage.staged, 1);
             bump(&self.counters.stage.staged_bytes, stored.len() as u64);
-            let cmd = Command::Append(Append {
-                body: Body::External(ExternalBody {
-                    object: object.clone(),
-                    incarnation,
-                    hot_from,
-                    hot_len: hot.len() as u64,
-                    len: stored.len() as u64,
-                }),
-                ..append.clone()
+            let locator = Body::External(ExternalBody {
+                object: object.clone(),
+                incarnation: at.incarnation,
+                hot_from: at.hot_from,
+                hot_len: at.hot.len() as u64,
+                len: stored.len() as u64,
             });
-            let result = engine.propose(group, cmd).await;
+            let staged_cmd = match &cmd {
+                Command::Append(a) => Command::Append(Append {
+                    body: locator,
+                    ..a.clone()
+                }),
+                Command::Create(c) => Command::Create(Create {
+                    body: Some(locator),
+                    ..c.clone()
+                }),
+                _ => return Staged::Inline(cmd),
+            };
+            let result = engine.propose(group, staged_cmd).await;
             if applied_nothing(&result) {
                 self.unstage(&object).await;
             }
             match result {
                 Ok(Err(Refusal::ExternalMoved)) => bump(&self.counters.stage.restaged, 1),
-                other => return other,
+                other => return Staged::Done(other),
             }
         }
         bump(&self.counters.stage.inline, 1);
-        engine.propose(group, Command::Append(append)).await
+        Staged::Inline(cmd)
     }
+
     /// Publishes a snapshot whose body is staged as an object of `bucket` first, so the
     /// replicated state keeps only the reference ([`ColdBody`]): `publish` builds the command
     /// around it. A task of its own from the upload on: the object is deleted once the

@@ -290,7 +290,7 @@ fn charge(
     st: &AppState,
     permit: &mut WritePermit,
     sp: &request::StreamPath,
-    body: &Bytes,
+    len: u64,
 ) -> Result<Option<GroupCharge>, ApiError> {
     let group = st.rt.group_of(&sp.key);
     let hot = || {
@@ -298,9 +298,7 @@ fn charge(
             .with_group_now(group, |g| g.state.hot_bytes())
             .unwrap_or(0)
     };
-    permit
-        .charge(group, body.len() as u64, hot)
-        .map_err(refused)?;
+    permit.charge(group, len, hot).map_err(refused)?;
     Ok(permit.take_charge())
 }
 
@@ -367,20 +365,26 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
             let mut permit = admit(st, &headers)?;
             let body =
                 read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked, &mut permit).await?;
-            let charge = charge(st, &mut permit, &sp, &body)?;
+            let (staged, len) = (write::stages(st, &sp, body.len()), body.len() as u64);
+            let mut take = || charge(st, &mut permit, &sp, len);
+            let budget = write::Budget {
+                staged,
+                charge: &mut take,
+            };
             let at = location(&headers, path);
-            write::create_stream(st, &sp, &headers, at, body, charge).await?
+            write::create_stream(st, &sp, &headers, at, body, budget).await?
         }
         (Route::Stream(sp), &Method::POST) => {
             let mut permit = admit(st, &headers)?;
             let body =
                 read_body(&headers, body, MAX_BODY_BYTES, Marking::Marked, &mut permit).await?;
-            let staged = write::stages(st, &sp, body.len());
-            let charge = match staged {
-                true => None,
-                false => charge(st, &mut permit, &sp, &body)?,
+            let (staged, len) = (write::stages(st, &sp, body.len()), body.len() as u64);
+            let mut take = || charge(st, &mut permit, &sp, len);
+            let budget = write::Budget {
+                staged,
+                charge: &mut take,
             };
-            write::append(st, &sp, &headers, body, charge, staged).await?
+            write::append(st, &sp, &headers, body, budget).await?
         }
         (Route::Stream(sp), &Method::DELETE) => write::delete(st, &sp, &headers).await?,
         (Route::Stream(sp), &Method::HEAD) => read::head(st, &sp, &headers).await?,

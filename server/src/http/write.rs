@@ -19,6 +19,7 @@ use super::request::StreamPath;
 use super::request::WriteHeaders;
 use super::state::AppState;
 use crate::admission::GroupCharge;
+use crate::coldtier::stage::Staged;
 use crate::engine::EngineError;
 use crate::runtime::now_ms;
 use ursula_state::stream::Append;
@@ -62,7 +63,7 @@ pub async fn create_stream(
     headers: &HeaderMap,
     location: String,
     body: Bytes,
-    charge: Option<GroupCharge>,
+    budget: Budget<'_>,
 ) -> Result<Reply, ApiError> {
     let sent = WriteHeaders::scan(headers);
     let ctype = sent
@@ -86,7 +87,7 @@ pub async fn create_stream(
         incarnation,
         body,
     });
-    match submit(st, &sp.key, cmd, charge).await? {
+    match submit_write(st, &sp.key, cmd, budget).await? {
         Applied::Created { meta, fresh } => {
             let mut reply = Reply::new(if fresh {
                 StatusCode::CREATED
@@ -107,9 +108,9 @@ pub async fn create_stream(
     }
 }
 
-/// Whether an append body of `len` bytes to `sp` is staged in the cold tier before it is
-/// proposed (docs/cold-tier.md, "External payloads"): with a cold tier, at or above
-/// `runtime.external_payload_min_size`, on the group's leader (elsewhere the append is
+/// Whether a create or append body of `len` bytes to `sp` is staged in the cold tier before
+/// it is proposed (docs/cold-tier.md, "External payloads"): with a cold tier, at or above
+/// `runtime.external_payload_min_size`, on the group's leader (elsewhere the write is
 /// redirected, marked, before anything is uploaded). A staged body takes no share of the
 /// group's uncommitted or hot budgets: it never passes through Raft or the hot ring.
 pub fn stages(st: &AppState, sp: &StreamPath, len: usize) -> bool {
@@ -119,14 +120,46 @@ pub fn stages(st: &AppState, sp: &StreamPath, len: usize) -> bool {
         && st.engine.leads(st.rt.group_of(&sp.key))
 }
 
-/// Appends `body`; `staged` (from [`stages`]) sends it through the cold tier.
+/// A write's share of its group's budgets (the uncommitted bytes and the hot cap).
+pub struct Budget<'a> {
+    /// From [`stages`]: the body goes through the cold tier, and is charged only if staging
+    /// hands it back to go through Raft with its body.
+    pub staged: bool,
+    /// Takes the charge, or refuses with the admission's `503`.
+    pub charge: &'a mut (dyn FnMut() -> Result<Option<GroupCharge>, ApiError> + Send),
+}
+
+/// Proposes a create or an append under `budget`: staged first when it says so.
+async fn submit_write(
+    st: &AppState,
+    key: &str,
+    cmd: Command,
+    budget: Budget<'_>,
+) -> Result<Applied, ApiError> {
+    let cmd = match st.cold.as_ref().filter(|_| budget.staged) {
+        Some(tier) => {
+            let group = st.rt.group_of(key);
+            match tier
+                .stage_write(st.rt.clone(), st.engine.clone(), group, cmd)
+                .await
+            {
+                Staged::Done(answer) => return Ok(answer??),
+                Staged::Inline(cmd) => cmd,
+            }
+        }
+        None => cmd,
+    };
+    let charge = (budget.charge)()?;
+    submit(st, key, cmd, charge).await
+}
+
+/// Appends `body` under `budget`.
 pub async fn append(
     st: &AppState,
     sp: &StreamPath,
     headers: &HeaderMap,
     body: Bytes,
-    charge: Option<GroupCharge>,
-    staged: bool,
+    budget: Budget<'_>,
 ) -> Result<Reply, ApiError> {
     let sent = WriteHeaders::scan(headers);
     if sent.record_match {
@@ -166,14 +199,7 @@ pub async fn append(
         incarnation,
         body,
     };
-    let applied = match st.cold.as_ref().filter(|_| staged) {
-        Some(tier) => {
-            let group = st.rt.group_of(&sp.key);
-            tier.stage_append(st.rt.clone(), st.engine.clone(), group, append)
-                .await??
-        }
-        None => submit(st, &sp.key, Command::Append(append), charge).await?,
-    };
+    let applied = submit_write(st, &sp.key, Command::Append(append), budget).await?;
     match applied {
         Applied::Appended {
             incarnation,

@@ -2,8 +2,9 @@
 //! `runtime.external_payload_min_size` is staged as an object before it is proposed, so only its
 //! locator crosses Raft; it reads back whole on every voter and after a restart; a marked
 //! refusal or a duplicate deletes its staged object; an object store that is down refuses the
-//! append with `503` and commits nothing; and appends racing small writes to the same stream
-//! all land, in order.
+//! append with `503` and commits nothing; appends racing small writes to the same stream all
+//! land, in order; a large create is staged the same way; and a body staging hands back to go
+//! through Raft is charged against the group's budgets like any other.
 
 use std::path::Path;
 
@@ -291,4 +292,84 @@ async fn large_appends_racing_small_writes_to_the_same_stream_all_land_in_order(
         larges.len() as u64 + int(&m, "cold_external_payload_restaged"),
         "{m}"
     );
+}
+
+#[tokio::test]
+async fn a_large_create_is_staged_and_a_repeat_of_it_on_the_existing_stream_stages_nothing() {
+    let weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("external-create");
+    let node = start_single_node(
+        &dir,
+        &toml(&weed, "create", "external_payload_min_size = \"64KiB\""),
+        "",
+    );
+    let base = node.base();
+    let path = "/create/s";
+    let body = pattern(100 << 10, 5);
+    let put = |headers: &[(&str, &str)], body: &[u8]| {
+        send_url("PUT", &format!("{base}{path}"), headers, body).expect("create")
+    };
+    let (status, hs, _) = put(&[OCTET], &body);
+    assert_eq!(status, 201, "{hs:?}");
+    let next: Option<u64> = hs.get("stream-next-offset").and_then(|v| v.parse().ok());
+    assert_eq!(next, Some(100 << 10), "{hs:?}");
+    assert_eq!(
+        hot_start_and_tail(&base, path),
+        (100 << 10, 100 << 10),
+        "nothing of the initial body is hot"
+    );
+    assert_reads_back(&base, path, &body);
+    let m = metrics(&base);
+    assert_eq!(int(&m, "cold_external_payloads_staged"), 1, "{m}");
+    assert_eq!(int(&m, "cold_external_payloads_deleted"), 0, "{m}");
+    // The stream exists now: the same create answers 200 and another content type 409, and
+    // neither uploads a copy of a body the stream would not keep.
+    assert_eq!(put(&[OCTET], &body).0, 200);
+    assert_eq!(put(&[("content-type", "text/plain")], &body).0, 409);
+    let m = metrics(&base);
+    assert_eq!(int(&m, "cold_external_payloads_staged"), 1, "{m}");
+    assert_eq!(int(&m, "cold_external_payloads_deleted"), 0, "{m}");
+    let left = staged_objects(&weed, "create", "create").await;
+    assert_eq!(left.len(), 1, "only the first create's object: {left:?}");
+    assert_reads_back(&base, path, &body);
+    // Appends after it land above the staged chunk.
+    assert_eq!(post(&base, path, &[OCTET], b"tail").0, 204);
+    let mut all = body.clone();
+    all.extend_from_slice(b"tail");
+    assert_reads_back(&base, path, &all);
+    // Below the threshold a create is not staged.
+    let small = send_url("PUT", &format!("{base}/create/small"), &[OCTET], b"abc").expect("put");
+    assert_eq!(small.0, 201);
+    assert_eq!(int(&metrics(&base), "cold_external_payloads_staged"), 1);
+}
+
+#[tokio::test]
+async fn a_staged_body_handed_back_to_go_through_raft_is_charged_like_any_write() {
+    let weed = SeaweedFs::start().await;
+    let dir = tempfile_dir("external-charge");
+    // The hot cap is below the body: a staged body passes it, one through Raft cannot.
+    let text = toml(&weed, "charge", "external_payload_min_size = \"64KiB\"").replace(
+        "[storage.cold]\n",
+        "[storage.cold]\nmax_hot_size_per_group = \"96KiB\"\n",
+    );
+    let node = start_single_node(&dir, &text, "");
+    let base = node.base();
+    let path = "/charge/s";
+    let json = ("content-type", "application/json");
+    let (status, _, _) = send_url("PUT", &format!("{base}{path}"), &[json], b"").expect("create");
+    assert_eq!(status, 201);
+    let valid = format!("[\"{}\"]", "v".repeat(100 << 10));
+    assert_eq!(post(&base, path, &[json], valid.as_bytes()).0, 204);
+    assert_eq!(int(&metrics(&base), "cold_external_payloads_staged"), 1);
+    // Not valid JSON: staging hands it back, and through Raft it meets the hot cap first.
+    let invalid = format!("[\"{}\"", "x".repeat(100 << 10));
+    let (status, a) = post(&base, path, &[json], invalid.as_bytes());
+    assert_eq!(status, 503, "{a:?}");
+    let text = String::from_utf8_lossy(&a.2);
+    assert!(text.contains("max_hot_size_per_group"), "{text}");
+    let m = metrics(&base);
+    assert_eq!(int(&m, "cold_external_payloads_staged"), 1, "{m}");
+    // Below the cap, the same invalid body reaches the state machine and is refused as JSON.
+    let (status, a) = post(&base, path, &[json], b"[\"x\"");
+    assert_eq!(status, 400, "{a:?}");
 }

@@ -325,18 +325,25 @@ impl GroupState {
             return Err(Refusal::CreateSeqNotZero);
         }
         let json = ursula_protocol::content_type::is_json(&c.content_type);
-        let initial: Bytes = match c.body {
-            None => Bytes::new(),
-            Some(Body::Raw(b)) => b,
-            Some(Body::Json(Ok(b))) => b,
-            Some(Body::Json(Err(JsonError::EmptyArray))) => Bytes::new(),
+        let (initial, staged): (Bytes, _) = match c.body {
+            None => (Bytes::new(), None),
+            Some(Body::Raw(b)) => (b, None),
+            Some(Body::Json(Ok(b))) => (b, None),
+            Some(Body::Json(Err(JsonError::EmptyArray))) => (Bytes::new(), None),
             Some(Body::Json(Err(e))) => return Err(Refusal::InvalidJson(e)),
-            // Only appends are staged: a create's incarnation is not known before it applies.
+            // A staged initial body: the object holds the body alone, from offset 0 (a new
+            // stream has no hot ring, and no incarnation until now, so the locator's is unread).
+            Some(Body::External(x)) if x.hot_from == 0 && x.hot_len == 0 => (Bytes::new(), Some(x)),
             Some(Body::External(_)) => return Err(Refusal::ExternalMoved),
         };
-        let incarnation = self.next_incarnation(now_ms);
         let mut data = StreamData::default();
         data.append_at(&initial, now_ms);
+        if let Some(x) = &staged
+            && !data.place_external(x)
+        {
+            return Err(Refusal::ExternalMoved);
+        }
+        let incarnation = self.next_incarnation(now_ms);
         let mut stream = Stream {
             incarnation,
             content_type: c.content_type.into(),
@@ -366,7 +373,8 @@ impl GroupState {
         }
         let meta = stream.meta();
         self.hot += stream.data.hot_len();
-        self.tenancy.count(&c.key, initial.len() as u64);
+        let stored = initial.len() as u64 + staged.as_ref().map_or(0, |x| x.len);
+        self.tenancy.count(&c.key, stored);
         // An expired stream at this key is replaced by the new incarnation.
         if let Some(old) = self.streams.insert(c.key.into(), stream) {
             self.hot -= old.data.hot_len();

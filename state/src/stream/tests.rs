@@ -621,3 +621,52 @@ fn a_staged_duplicate_is_answered_as_a_duplicate_and_references_nothing() {
     assert!(!g.cold_references().any(|o| &*o == "demo/ext/b"));
     assert_eq!(g.get(KEY, 2).expect("stream").tail(), 10);
 }
+
+fn staged_create(object: &str, hot_len: u64, len: u64) -> Command {
+    Command::Create(Create {
+        body: Some(Body::External(ExternalBody {
+            object: object.into(),
+            incarnation: 0,
+            hot_from: 0,
+            hot_len,
+            len,
+        })),
+        ..Create::octet_stream(KEY)
+    })
+}
+
+#[test]
+fn a_staged_create_starts_the_stream_with_one_owned_chunk_and_a_repeat_references_nothing() {
+    let mut g = GroupState::default();
+    let applied = g
+        .apply(staged_create("demo/ext/first", 0, 2000), 1)
+        .expect("create");
+    assert!(
+        matches!(applied, Applied::Created { fresh: true, ref meta } if meta.tail == 2000),
+        "{applied:?}"
+    );
+    let s = g.get(KEY, 1).expect("stream");
+    assert_eq!((s.tail(), s.data.hot_len()), (2000, 0));
+    let c = &s.data.cold_chunks()[0];
+    assert_eq!(
+        (c.start, c.end, &*c.object, c.owned),
+        (0, 2000, "demo/ext/first", true)
+    );
+    s.data.check().expect("layout");
+    assert_eq!(g.hot_bytes(), 0);
+    // The same create again is answered as existing; its object is referenced by nothing.
+    let again = g
+        .apply(staged_create("demo/ext/again", 0, 2000), 2)
+        .expect("idempotent create");
+    assert!(
+        matches!(again, Applied::Created { fresh: false, .. }),
+        "{again:?}"
+    );
+    assert!(g.cold_references().any(|o| &*o == "demo/ext/first"));
+    assert!(!g.cold_references().any(|o| &*o == "demo/ext/again"));
+    // A locator that names hot bytes cannot start a stream.
+    let mut fresh = GroupState::default();
+    let r = fresh.apply(staged_create("demo/ext/bad", 5, 10), 3);
+    assert!(matches!(r, Err(Refusal::ExternalMoved)), "{r:?}");
+    assert!(fresh.get(KEY, 3).is_none(), "nothing created");
+}
