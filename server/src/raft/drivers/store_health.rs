@@ -163,6 +163,18 @@ impl Judge {
     }
 }
 
+/// Whether routine snapshot builds are held back after a tick of `kind`, `held` before it. Only
+/// S3 snapshots are held (inline ones never touch the store). A mixed tick neither ends a bad
+/// streak nor adds to it, so it leaves the hold as it was.
+fn holds_snapshots(held: bool, kind: Tick, s3_snapshots: bool) -> bool {
+    s3_snapshots
+        && match kind {
+            Tick::Bad => true,
+            Tick::Good => false,
+            Tick::Mixed => held,
+        }
+}
+
 /// Why a tick is bad.
 #[derive(Debug, thiserror::Error)]
 enum BadTick {
@@ -223,8 +235,11 @@ pub async fn run(
         if node.stopping() {
             return;
         }
+        let held = node
+            .snapshot_store_bad
+            .load(std::sync::atomic::Ordering::Relaxed);
         node.snapshot_store_bad.store(
-            node.snaps.is_some() && kind == Tick::Bad,
+            holds_snapshots(held, kind, node.snaps.is_some()),
             std::sync::atomic::Ordering::Relaxed,
         );
         if kind == Tick::Bad {
@@ -302,6 +317,22 @@ async fn hand_off(node: &Replicas) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_mixed_tick_keeps_the_snapshot_hold_as_it_was_and_inline_snapshots_are_never_held() {
+        use super::Tick;
+        use super::holds_snapshots;
+        assert!(holds_snapshots(false, Tick::Bad, true));
+        assert!(
+            holds_snapshots(true, Tick::Mixed, true),
+            "a bad streak's hold stays"
+        );
+        assert!(!holds_snapshots(false, Tick::Mixed, true));
+        assert!(!holds_snapshots(true, Tick::Good, true));
+        for kind in [Tick::Bad, Tick::Mixed, Tick::Good] {
+            assert!(!holds_snapshots(true, kind, false), "inline: {kind:?}");
+        }
+    }
+
     use super::*;
 
     fn settings() -> Settings {

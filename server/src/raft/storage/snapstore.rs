@@ -134,6 +134,8 @@ pub struct SnapStore {
     pins: Mutex<BTreeMap<u32, GroupPins>>,
     /// Publishes one after another, so an older set never lands after a newer one.
     publishing: tokio::sync::Mutex<()>,
+    /// The pins changed since the last publish that succeeded.
+    unpublished: std::sync::atomic::AtomicBool,
     /// A state the peer service fetched and checked before handing `InstallSnapshot` to the
     /// group: the group installs it without a second read, and a store that fails fails the
     /// RPC (which the leader sends again), never the group's state machine.
@@ -155,6 +157,7 @@ impl SnapStore {
             grace,
             pins: Mutex::new(BTreeMap::new()),
             publishing: tokio::sync::Mutex::new(()),
+            unpublished: std::sync::atomic::AtomicBool::new(false),
             prefetched: Mutex::new(BTreeMap::new()),
             counters: SnapStoreCounters::default(),
         }
@@ -268,8 +271,11 @@ impl SnapStore {
             return Ok(());
         };
         let r = self.count_error(r.map_err(SnapStoreError::Reference))?;
-        self.hold(group, &r.key);
-        self.publish().await?;
+        // A leader resends the RPC while the install fails: the pins file is written again
+        // only when the hold is new or half spent, or an earlier write failed.
+        if self.hold(group, &r.key) || self.unpublished.load(Ordering::Acquire) {
+            self.publish().await?;
+        }
         let state = self.fetch(&r).await?;
         lock(&self.prefetched).insert(group, (r.key, state));
         Ok(())
@@ -314,18 +320,29 @@ impl SnapStore {
         }
     }
 
-    /// Pins `key` for the grace: an object this node is about to install.
-    fn hold(&self, group: u32, key: &str) {
-        let until = now_ms() + self.grace.as_millis() as u64;
+    /// Pins `key` for the grace: an object this node is about to install. Returns whether the
+    /// pins changed: `false` when `key` was held already with more than half the grace left.
+    fn hold(&self, group: u32, key: &str) -> bool {
+        let now = now_ms();
+        let grace = self.grace.as_millis() as u64;
         let mut pins = lock(&self.pins);
         let g = pins.entry(group).or_default();
+        if g.held
+            .iter()
+            .any(|(h, until)| h == key && *until > now + grace / 2)
+        {
+            return false;
+        }
         g.held.retain(|(h, _)| h != key);
-        g.held.push((key.to_owned(), until));
+        g.held.push((key.to_owned(), now + grace));
+        true
     }
 
     /// Writes this node's pins file from what it pins now; pins whose time ended are dropped.
     pub async fn publish(&self) -> Result<(), SnapStoreError> {
         let _one = self.publishing.lock().await;
+        // Cleared before the file is built: a pin taken meanwhile sets it again.
+        self.unpublished.store(false, Ordering::Release);
         let now = now_ms();
         let file = {
             let mut pins = lock(&self.pins);
@@ -357,11 +374,16 @@ impl SnapStore {
         let key = format!("{PINS_DIR}/n{}", self.node);
         let body =
             record::encode(record::SNAPSHOT_PINS, &file).map_err(SnapStoreError::Reference)?;
-        self.request(
-            &key,
-            |s, k| async move { s.put(&k, Bytes::from(body)).await },
-        )
-        .await
+        let written = self
+            .request(
+                &key,
+                |s, k| async move { s.put(&k, Bytes::from(body)).await },
+            )
+            .await;
+        if written.is_err() {
+            self.unpublished.store(true, Ordering::Release);
+        }
+        written
     }
 
     /// One prune pass over the groups this node leads (`members` gives each one's voters and
@@ -471,6 +493,54 @@ mod tests {
         assert!(matches!(SnapshotRef::read(&bad), Some(Err(_))));
         // A group state carried inline is not a reference.
         assert!(SnapshotRef::read(b"URGS\x02....").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_resent_install_rewrites_the_pins_file_only_when_its_pin_is_new_or_a_write_failed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let cfg = ursula_cold::ColdConfig {
+            backend: ursula_cold::BackendConfig::Fs {
+                dir: dir.path().to_path_buf(),
+            },
+            root: "ns".into(),
+        };
+        let store = ColdStore::new(&cfg).expect("store");
+        let one = SnapStore::new(
+            store.clone(),
+            1,
+            tokio::runtime::Handle::current(),
+            Duration::from_secs(60),
+        );
+        let state = Bytes::from(
+            record::encode(record::GROUP_STATE, &GroupState::default()).expect("state"),
+        );
+        let first = one.upload(0, "1-1", state.clone()).await.expect("upload");
+        let reference = first.write().expect("reference");
+        one.prefetch(0, &reference).await.expect("prefetch");
+        let written = store.get("refs/n1").await.expect("pins");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        one.prefetch(0, &reference).await.expect("resent");
+        assert_eq!(
+            store.get("refs/n1").await.expect("pins"),
+            written,
+            "the same pin again: not rewritten"
+        );
+        // The pins file cannot be written (a file stands where its directory goes).
+        let refs = dir.path().join("ns").join("refs");
+        std::fs::remove_dir_all(&refs).expect("clear");
+        std::fs::write(&refs, b"in the way").expect("block");
+        let second = one.upload(0, "2-2", state).await.expect("upload");
+        let reference = second.write().expect("reference");
+        assert!(one.prefetch(0, &reference).await.is_err(), "refused");
+        std::fs::remove_file(&refs).expect("unblock");
+        // Resent: the pin is held already, but its write failed, so it is written now.
+        one.prefetch(0, &reference).await.expect("resent");
+        let pins = store.get("refs/n1").await.expect("pins");
+        assert!(
+            pins.windows(second.key.len())
+                .any(|w| w == second.key.as_bytes()),
+            "the pins file names the object being installed"
+        );
     }
 
     #[tokio::test]
