@@ -55,7 +55,21 @@ impl Client {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Result<Answer, ClientError> {
+        self.send_tracked(method, path, headers, body)
+            .map(|(a, _)| a)
+    }
+
+    /// [`Client::send`], also saying whether the request was sent again after an attempt that
+    /// got no answer or a `5xx` (so the first one may have applied).
+    pub fn send_tracked(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<(Answer, bool), ClientError> {
         let start = Instant::now();
+        let mut resent = false;
         let mut last = String::new();
         let mut wait = Duration::from_millis(50);
         loop {
@@ -67,7 +81,7 @@ impl Client {
                         Some(l) => url = l.to_owned(),
                         None => break,
                     },
-                    Ok(a) if a.0 < 500 => return Ok(a),
+                    Ok(a) if a.0 < 500 => return Ok((a, resent)),
                     Ok(a) => {
                         last = format!("{} {}", a.0, String::from_utf8_lossy(&a.2));
                         break;
@@ -87,6 +101,7 @@ impl Client {
                 });
             }
             self.resent.fetch_add(1, Ordering::Relaxed);
+            resent = true;
             std::thread::sleep(wait);
             wait = (wait * 2).min(Duration::from_secs(1));
         }
