@@ -57,6 +57,14 @@ pub struct NodeMetrics {
     /// The node's leadership-shed state (the maintenance drain mark).
     #[serde(default)]
     pub leadership_shed: crate::admin::ShedState,
+    /// Leaderships the fair-share balancer handed to a peer that led fewer.
+    #[serde(default)]
+    pub leadership_balance_moves: u64,
+    /// Balancer moves it planned and could not make: no peer that leads fewer may take the
+    /// group now (drained, shedding, behind, silent within `peer_timeout`), or the handoff
+    /// failed.
+    #[serde(default)]
+    pub leadership_balance_skips: u64,
     /// What keeps this node or its replicas from full redundancy; absent on the in-memory
     /// engine. Readers treat a missing report as unavailable evidence.
     #[serde(default)]

@@ -302,6 +302,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         )),
         store_gate: store_gate.clone(),
         snapshot_store: snapshots.map(|s| (s.store, s.prune_every)),
+        balance: config.leadership_balance,
     };
     std::fs::create_dir_all(&opts.dir).map_err(NodeError::WalDir)?;
     admission.spawn_disk_sampler();

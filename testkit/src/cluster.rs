@@ -336,9 +336,20 @@ pub fn cluster_node_args_with(dir: &Path, ports: &[u16], i: usize, extra: &str) 
     let wal = cluster_wal(dir, i);
     std::fs::create_dir_all(wal.parent().expect("node dir")).expect("node dir");
     let own = dir.join(format!("n{}.toml", i + 1));
+    // Tests place leaderships where they assert them: the fair-share balancer stays off unless
+    // a test configures it.
+    let balance = if extra.contains("[governance.leadership_balance]") {
+        ""
+    } else {
+        "[governance.leadership_balance]\nmax_per_tick = 0\n"
+    };
+    // `[raft.wal]` stays last before `extra`: tests append keys of that table to the file.
     std::fs::write(
         &own,
-        format!("{shared}[raft.wal]\npath = \"{}\"\n{extra}", wal.display()),
+        format!(
+            "{shared}{balance}[raft.wal]\npath = \"{}\"\n{extra}",
+            wal.display()
+        ),
     )
     .expect("toml");
     node_args(&own, i, ports[i])

@@ -58,17 +58,22 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
             "storage.snapshot.s3_prefix",
             snap.s3_prefix.is_some() && !(raft && snaps_on_s3),
         ),
+        // The balancer runs on a Raft node; peer_timeout also bounds its questions to peers.
         (
             "governance.leadership_balance.peer_timeout",
-            gov.leadership_balance
-                .as_ref()
-                .is_some_and(|l| l.peer_timeout.is_some()),
+            !raft
+                && gov
+                    .leadership_balance
+                    .as_ref()
+                    .is_some_and(|l| l.peer_timeout.is_some()),
         ),
         (
             "governance.leadership_balance.max_per_tick",
-            gov.leadership_balance
-                .as_ref()
-                .is_some_and(|l| l.max_per_tick.is_some()),
+            !raft
+                && gov
+                    .leadership_balance
+                    .as_ref()
+                    .is_some_and(|l| l.max_per_tick.is_some()),
         ),
         ("governance.cold_health", gov.cold_health.is_some()),
         ("governance.cluster_probe", gov.cluster_probe.is_some()),

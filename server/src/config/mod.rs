@@ -121,6 +121,8 @@ pub struct Config {
     /// The dotted names of the keys the file sets that this build does not act on, sorted:
     /// named in a warning at start and in the metrics, so nobody is misled.
     pub ignored_keys: Vec<String>,
+    /// `[governance.leadership_balance]`: the fair-share leadership balancer of a cluster node.
+    pub leadership_balance: LeadershipBalance,
 }
 
 impl Config {
@@ -403,6 +405,7 @@ fn resolve_engine(
             s => s.map(|s| s.0),
         },
         ignored_keys: ignored::ignored_keys(file, raft),
+        leadership_balance: leadership_balance(file)?,
     })
 }
 
@@ -524,8 +527,8 @@ fn max_connections(file: &FileConfig) -> Result<usize, ConfigError> {
     }
 }
 
-/// `[governance]`: nothing in it is acted on yet, but a value the spec forbids still fails, so
-/// a config that loads here loads on a build that acts on it.
+/// `[governance]`: the gates are not acted on yet, but a value the spec forbids still fails,
+/// so a config that loads here loads on a build that acts on it.
 fn check_governance(g: &file::GovernanceSection) -> Result<(), ConfigError> {
     if let Some(l) = &g.leadership_balance
         && l.peer_timeout.is_some_and(|d| d.0.is_zero())
@@ -536,4 +539,41 @@ fn check_governance(g: &file::GovernanceSection) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// The leadership balancer's settings (docs/operations.md, "The leadership balancer").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeadershipBalance {
+    /// `max_per_tick`: leaderships this node hands away per tick at most; 0 turns it off.
+    pub max_per_tick: u32,
+    /// `peer_timeout`: how long a peer's answer on whether it may campaign is waited for.
+    pub peer_timeout: Duration,
+    /// The tick: 2 seconds unless `testing.leadership_balance_interval` says otherwise.
+    pub interval: Duration,
+}
+
+/// `max_per_tick`'s default, where the spec names none.
+pub const BALANCE_MAX_PER_TICK: u32 = 2;
+
+fn leadership_balance(file: &FileConfig) -> Result<LeadershipBalance, ConfigError> {
+    let l = file
+        .governance
+        .leadership_balance
+        .clone()
+        .unwrap_or_default();
+    let interval = match file.testing.leadership_balance_interval {
+        Some(d) if d.0.is_zero() => {
+            return Err(invalid(
+                "testing.leadership_balance_interval",
+                "must be more than 0",
+            ));
+        }
+        Some(d) => d.0,
+        None => Duration::from_secs(2),
+    };
+    Ok(LeadershipBalance {
+        max_per_tick: l.max_per_tick.unwrap_or(BALANCE_MAX_PER_TICK),
+        peer_timeout: l.peer_timeout.map_or(Duration::from_millis(500), |d| d.0),
+        interval,
+    })
 }

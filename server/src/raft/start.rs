@@ -22,6 +22,7 @@ use openraft::Raft;
 
 use super::drivers::balancer;
 use super::drivers::bootstrap;
+use super::drivers::fair_share;
 use super::drivers::gate_watch;
 use super::drivers::snapshot_prune;
 use super::drivers::snapshots;
@@ -99,6 +100,8 @@ pub struct RaftOptions {
     /// With S3 snapshots: the snapshot namespace, and how often the node prunes the groups it
     /// leads.
     pub snapshot_store: Option<(Arc<SnapStore>, std::time::Duration)>,
+    /// `[governance.leadership_balance]`.
+    pub balance: crate::config::LeadershipBalance,
 }
 
 /// A started engine and the typed faces the node's planes call.
@@ -508,6 +511,7 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
         snaps: opts.snapshot_store.as_ref().map(|(s, _)| s.clone()),
         shed,
         holds,
+        peer_timeout: opts.balance.peer_timeout,
         rt: rt.clone(),
     }));
     for group in &gated {
@@ -527,6 +531,9 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
             Arc::downgrade(&node),
             opts.wal_disk_pressure.clone(),
         ));
+        if opts.balance.max_per_tick > 0 {
+            tokio::spawn(fair_share::run(Arc::downgrade(&node), opts.balance));
+        }
     }
     if !opts.snapshot.interval.is_zero() {
         tokio::spawn(snapshots::run(Arc::downgrade(&node), opts.snapshot));

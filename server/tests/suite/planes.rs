@@ -254,9 +254,11 @@ fn a_stranger_on_a_single_nodes_client_port_cannot_purge_a_bucket_through_the_pr
 fn a_cluster_without_a_peer_secret_takes_no_operator_command_over_its_peer_routes() {
     let dir = tempfile_dir("planes-propose-open");
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    // Four groups: what the harness's leadership helpers expect.
+    // Four groups: what the harness's leadership helpers expect; leaderships stay where the
+    // test puts them (no fair-share balancer).
     let shared = format!(
-        "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}",
+        "[raft]\ngroup_count = 4\ninit_membership_per_group = true\n{}\
+         [governance.leadership_balance]\nmax_per_tick = 0\n",
         peer_entries(&ports)
     );
     let nodes: Vec<Proc> = (0..3)

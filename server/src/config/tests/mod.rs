@@ -345,14 +345,37 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
         [
             "governance.cluster_probe",
             "governance.cold_health",
-            "governance.leadership_balance.max_per_tick",
-            "governance.leadership_balance.peer_timeout",
             "observability.tokio_console",
             "raft.append_transport_budget_bytes",
             "raft.init_membership",
             "raft.init_membership_per_group",
         ]
     );
+}
+
+#[test]
+fn the_leadership_balancer_moves_two_a_tick_every_two_seconds_unless_set() {
+    let c = resolve_text("").expect("valid");
+    assert_eq!(
+        c.leadership_balance,
+        LeadershipBalance {
+            max_per_tick: 2,
+            peer_timeout: Duration::from_millis(500),
+            interval: Duration::from_secs(2),
+        }
+    );
+    let text = "[governance.leadership_balance]\nmax_per_tick = 0\npeer_timeout = \"250ms\"\n\
+                [testing]\nleadership_balance_interval = \"100ms\"\n";
+    let c = resolve_text(text).expect("valid");
+    assert_eq!(c.leadership_balance.max_per_tick, 0, "0 turns it off");
+    assert_eq!(
+        c.leadership_balance.peer_timeout,
+        Duration::from_millis(250)
+    );
+    assert_eq!(c.leadership_balance.interval, Duration::from_millis(100));
+    assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+    let err = resolve_text("[testing]\nleadership_balance_interval = \"0s\"\n").expect_err("zero");
+    assert!(err.contains("testing.leadership_balance_interval"), "{err}");
 }
 
 #[test]

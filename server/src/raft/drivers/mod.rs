@@ -2,6 +2,8 @@
 //! node stops.
 //!
 //! - [`balancer`]: a drained or WAL-disk-short node hands its leaderships away, one per tick.
+//! - [`fair_share`]: the leadership balancer: a node that leads two or more groups above a peer
+//!   hands some to the peers that lead the fewest.
 //! - [`bootstrap`]: the per-group membership bootstrap of a static cluster, and wiped replicas.
 //! - [`gate_watch`]: a closed recovery gate opens on a fresh barrier of the group's leader.
 //! - [`snapshot_prune`]: with S3 snapshots, publishing this node's pins and pruning the retired
@@ -13,6 +15,7 @@
 
 pub mod balancer;
 pub mod bootstrap;
+pub mod fair_share;
 pub mod gate_watch;
 pub mod snapshot_prune;
 pub mod snapshots;

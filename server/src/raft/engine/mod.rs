@@ -234,6 +234,14 @@ impl GroupEngine for RaftEngine {
     fn report(&self, out: &mut NodeMetrics) {
         let node = &self.node;
         out.leadership_shed = node.shed.state();
+        out.leadership_balance_moves = node
+            .balance
+            .moves
+            .load(std::sync::atomic::Ordering::Relaxed);
+        out.leadership_balance_skips = node
+            .balance
+            .skips
+            .load(std::sync::atomic::Ordering::Relaxed);
         for g in &mut out.groups {
             if let Some(raft) = node.raft(g.group) {
                 let m = raft.metrics().borrow().clone();

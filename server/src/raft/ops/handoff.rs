@@ -140,7 +140,13 @@ async fn asks_ok(
     target: u64,
     dry_run: bool,
 ) -> bool {
-    elect_rpc(node, raft, group, target, dry_run).await.is_ok()
+    // A peer that does not answer within the timeout is treated as unable to campaign.
+    tokio::time::timeout(
+        node.peer_timeout,
+        elect_rpc(node, raft, group, target, dry_run),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok())
 }
 
 async fn elect_rpc(

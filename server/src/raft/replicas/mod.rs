@@ -68,6 +68,11 @@ pub struct Replicas {
     /// With S3 snapshots: the store gate's last tick was bad, so the snapshot driver holds
     /// routine builds back (a log-pressure pass still runs).
     pub snapshot_store_bad: AtomicBool,
+    /// The fair-share balancer's counters.
+    pub balance: crate::raft::drivers::fair_share::BalanceCounters,
+    /// `governance.leadership_balance.peer_timeout`: how long a peer's answer on whether it
+    /// may campaign is waited for, by the balancers and the gates.
+    pub peer_timeout: std::time::Duration,
     rt: Runtime,
 }
 
@@ -85,6 +90,7 @@ pub struct Parts {
     pub builds: Builds,
     pub shed: Shed,
     pub holds: Arc<WriteHolds>,
+    pub peer_timeout: std::time::Duration,
     pub rt: Runtime,
 }
 
@@ -145,6 +151,8 @@ impl Replicas {
             lost: LostReports::default(),
             stopping: AtomicBool::new(false),
             snapshot_store_bad: AtomicBool::new(false),
+            balance: Default::default(),
+            peer_timeout: p.peer_timeout,
             rt: p.rt,
         }
     }
