@@ -113,6 +113,7 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
         };
         let started = Instant::now();
         settle(&e);
+        e.note_snapshots();
         let node_log = e.log_bytes.bytes();
         let level = pressure_level(node_log, settings.budget);
         let allowed = builds_allowed(node_log, settings.budget, settings.max_concurrency);

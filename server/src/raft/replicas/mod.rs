@@ -170,6 +170,19 @@ impl Replicas {
     }
 
     /// The journal bytes `group`'s log still holds.
+    /// Tells each group's log where its latest snapshot ends, so the entries openraft keeps
+    /// below it for lagging followers leave the unsnapshotted log (`RaftLogPressure` and the
+    /// snapshot driver's weights): otherwise a budget below what the kept tails hold refuses
+    /// writes for good, since no snapshot can shrink them.
+    pub fn note_snapshots(&self) {
+        for (raft, log) in self.rafts.iter().zip(&self.logs) {
+            let snapshot = raft.metrics().borrow().snapshot;
+            if let Some(s) = snapshot {
+                log.mark_snapshotted(s.index);
+            }
+        }
+    }
+
     pub fn log_bytes_of(&self, group: GroupId) -> u64 {
         self.logs.get(group as usize).map_or(0, LogStore::bytes)
     }

@@ -77,8 +77,15 @@ pub struct LogData {
     /// Journal bytes of each entry of the log, held or not (the batch's size spread over its
     /// entries).
     pub sizes: BTreeMap<u64, u64>,
-    /// The sum of `sizes`: what the snapshot driver weighs this group by.
+    /// The sum of `sizes`.
     pub bytes: u64,
+    /// The latest snapshot's last index, as [`LogStore::mark_snapshotted`] learned it: entries
+    /// at or below it are kept only for lagging followers (openraft keeps a tail after a
+    /// snapshot) and are not the unsnapshotted log.
+    pub snapshotted: Option<u64>,
+    /// The part of `bytes` at or below `snapshotted`. `bytes - below` is the unsnapshotted log:
+    /// what the snapshot driver weighs this group by and what `RaftLogPressure` counts.
+    pub below: u64,
     /// The part of `bytes` whose entries are held in `entries`.
     pub cached: u64,
     /// Where the recovered entries are in the journal; handed to the journal at start.
@@ -308,7 +315,7 @@ impl LogStore {
 
     /// Takes appended entries into the log, each `each` journal bytes; returns whether the
     /// held entries are now over the budget, and the truncation generation they belong to.
-    fn hold(&self, entries: Vec<Entry<TypeConfig>>, each: u64) -> (bool, u64) {
+    fn hold(&self, entries: Vec<Entry<TypeConfig>>, each: u64) -> (bool, u64, u64) {
         let mut d = lock(&self.data);
         // Entries are written after the log's last; should any come at or below it, they
         // replace it from there, as in the journal's index (held entries stay the log's
@@ -318,13 +325,39 @@ impl LogStore {
         {
             self.remove_from(&mut d, first);
         }
+        let mut counted = 0;
         for e in entries {
             d.sizes.insert(e.log_id.index, each);
             d.bytes += each;
+            if d.snapshotted.is_some_and(|s| e.log_id.index <= s) {
+                d.below += each;
+            } else {
+                counted += each;
+            }
             d.cached += each;
             d.entries.insert(e.log_id.index, e);
         }
-        (d.cached > self.budget, d.generation)
+        (d.cached > self.budget, d.generation, counted)
+    }
+
+    /// The group's latest snapshot covers the log up to `index`: the entries kept at or below
+    /// it leave the unsnapshotted log, the group's and the node's.
+    pub fn mark_snapshotted(&self, index: u64) {
+        let mut d = lock(&self.data);
+        if d.snapshotted.is_some_and(|s| s >= index) {
+            return;
+        }
+        let from = d.snapshotted.map_or(0, |s| s + 1);
+        let moved: u64 = d.sizes.range(from..=index).map(|(_, n)| n).sum();
+        d.below += moved;
+        d.snapshotted = Some(index);
+        drop(d);
+        let _ = self
+            .log_bytes
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(moved))
+            });
     }
 
     /// Drops the oldest held entries the journal has written while the held ones exceed the
@@ -376,9 +409,11 @@ impl LogStore {
         Ok(out)
     }
 
-    /// The journal bytes of the entries this group's log still holds.
+    /// The journal bytes of this group's unsnapshotted log: the entries it still holds above
+    /// its latest snapshot.
     pub fn bytes(&self) -> u64 {
-        lock(&self.data).bytes
+        let d = lock(&self.data);
+        d.bytes.saturating_sub(d.below)
     }
 
     /// Whether this group's unpurged entries kept a sealed journal segment on disk at the
@@ -431,6 +466,12 @@ impl LogStore {
     ) {
         let freed: u64 = sizes.values().sum();
         d.bytes = d.bytes.saturating_sub(freed);
+        let below: u64 = match d.snapshotted {
+            Some(s) => sizes.range(..=s).map(|(_, n)| n).sum(),
+            None => 0,
+        };
+        d.below = d.below.saturating_sub(below);
+        let freed = freed.saturating_sub(below);
         let held: u64 = entries.keys().filter_map(|i| sizes.get(i)).sum();
         d.cached = d.cached.saturating_sub(held);
         // Saturating: the spread per-entry sizes may round below what was added.
@@ -628,8 +669,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last = entries.last().map(|e| e.log_id.index);
         let first = entries.first().map(|e| e.log_id.index);
         let each = payload.len() as u64 / entries.len().max(1) as u64;
-        let (over, generation) = self.hold(entries, each);
-        let added = payload.len() as u64;
+        let (over, generation, added) = self.hold(entries, each);
         let now = self.log_bytes.bytes.fetch_add(added, Ordering::Relaxed) + added;
         self.log_bytes.high.fetch_max(now, Ordering::Relaxed);
         let data = self.data.clone();

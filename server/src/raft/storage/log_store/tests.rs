@@ -129,6 +129,46 @@ fn write_entries(j: &wal::Journal, entries: &[Entry<TypeConfig>]) {
 
 /// Group 3's log as a restart finds it in `dir`, over a journal started on it, holding
 /// `budget` bytes of entries.
+#[tokio::test]
+async fn the_tail_kept_below_a_snapshot_leaves_the_unsnapshotted_log_and_its_purge_counts_once() {
+    let dir = scratch("snapshotted");
+    let writer = start_journal(&dir, GroupFrames::default());
+    let all: Vec<_> = (1..=10).map(|i| blank(1, i)).collect();
+    write_entries(&writer, &all);
+    let mut store = reopen(&dir, u64::MAX);
+    let node = store.log_bytes.clone();
+    let size = |s: &LogStore, r: std::ops::RangeInclusive<u64>| -> u64 {
+        let d = lock(&s.data);
+        r.map(|i| d.sizes.get(&i).copied().unwrap_or(0)).sum()
+    };
+    let whole = size(&store, 1..=10);
+    assert_eq!((store.bytes(), node.bytes()), (whole, whole));
+    // A snapshot through 7: 1..=7 stay in the log (openraft's kept tail) but count no more.
+    store.mark_snapshotted(7);
+    let above = size(&store, 8..=10);
+    assert_eq!((store.bytes(), node.bytes()), (above, above));
+    store.mark_snapshotted(5);
+    assert_eq!(store.bytes(), above, "an older snapshot changes nothing");
+    // Purging the kept tail takes nothing more off the counts; appends above count.
+    store.purge(id(6)).await.expect("purge");
+    assert_eq!((store.bytes(), node.bytes()), (above, above));
+    let (_, _, counted) = store.hold(vec![blank(1, 11)], 100);
+    assert_eq!(counted, 100);
+    node.bytes.fetch_add(counted, Ordering::Relaxed);
+    assert_eq!((store.bytes(), node.bytes()), (above + 100, above + 100));
+    // A later snapshot moves what it covers, once.
+    store.mark_snapshotted(11);
+    assert_eq!((store.bytes(), node.bytes()), (0, 0));
+    store.purge(id(11)).await.expect("purge");
+    assert_eq!((store.bytes(), node.bytes()), (0, 0));
+    assert_eq!(
+        lock(&store.data).below,
+        0,
+        "the kept part left with its entries"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn reopen(dir: &std::path::Path, budget: u64) -> LogStore {
     let records = wal::scan(dir).expect("scan").records;
     let mine: Vec<_> = records.into_iter().filter(|r| r.group == 3).collect();
@@ -267,7 +307,7 @@ async fn entries_after_a_truncation_stay_held_until_their_own_write_completes() 
     assert_eq!(held(&store), vec![4]);
     assert_eq!(lock(&store.data).written, Some(4));
     let before = lock(&store.data).generation;
-    let (over, generation) = store.hold(vec![blank(2, 5), blank(2, 6)], 10);
+    let (over, generation, _) = store.hold(vec![blank(2, 5), blank(2, 6)], 10);
     assert!(over && generation == before);
     store.trim();
     assert_eq!(
