@@ -354,20 +354,20 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
 }
 
 #[test]
-fn the_leadership_balancer_moves_two_a_tick_every_two_seconds_unless_set() {
+fn the_leadership_balancer_is_off_unless_set_and_ticks_every_two_seconds() {
     let c = resolve_text("").expect("valid");
     assert_eq!(
         c.leadership_balance,
         LeadershipBalance {
-            max_per_tick: 2,
+            max_per_tick: 0,
             peer_timeout: Duration::from_millis(500),
             interval: Duration::from_secs(2),
         }
     );
-    let text = "[governance.leadership_balance]\nmax_per_tick = 0\npeer_timeout = \"250ms\"\n\
+    let text = "[governance.leadership_balance]\nmax_per_tick = 3\npeer_timeout = \"250ms\"\n\
                 [testing]\nleadership_balance_interval = \"100ms\"\n";
     let c = resolve_text(text).expect("valid");
-    assert_eq!(c.leadership_balance.max_per_tick, 0, "0 turns it off");
+    assert_eq!(c.leadership_balance.max_per_tick, 3);
     assert_eq!(
         c.leadership_balance.peer_timeout,
         Duration::from_millis(250)
