@@ -14,10 +14,7 @@
 //! - `nemesis`: seeded fault schedules and how each fault is applied and healed.
 //! - `sqlite`: the SQLite owner and live follower (`chaos-sqlite` of ursula-vfs-tests) and
 //!   its own checks.
-//! - `converge`: after the last heal, the cluster settles by itself: every group led, one
-//!   leader per group on every node, leaderships within one of each other.
-//! - `run`: one schedule end to end: cluster, clients, faults, final log, check, settling,
-//!   report.
+//! - `run`: one schedule end to end: cluster, clients, faults, final log, check, report.
 //!
 //! The binary (`main.rs`) makes the hosts as root and runs itself inside the clients'
 //! namespace; see docs/reliability.md.
@@ -25,7 +22,6 @@
 pub mod checker;
 pub mod client;
 pub mod cluster;
-pub mod converge;
 pub mod history;
 pub mod nemesis;
 pub mod net;
