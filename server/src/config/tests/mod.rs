@@ -354,12 +354,12 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
 }
 
 #[test]
-fn the_leadership_balancer_is_off_unless_set_and_ticks_every_two_seconds() {
+fn the_leadership_balancer_moves_two_a_tick_every_two_seconds_by_default() {
     let c = resolve_text("").expect("valid");
     assert_eq!(
         c.leadership_balance,
         LeadershipBalance {
-            max_per_tick: 0,
+            max_per_tick: 2,
             peer_timeout: Duration::from_millis(500),
             interval: Duration::from_secs(2),
         }

@@ -5,13 +5,17 @@
 //! within one of the fair share. Each node moves only its own leaderships and counts every
 //! node's from the leaders its own replicas see, so no node coordinates with another. Only a
 //! node above the fair share's floor gives, and only across a gap of two or more, so no move is
-//! wasted and two nodes acting on the same picture cannot undo each other's moves. A target passes the handoff rules (a voter that may campaign, answered
-//! within `peer_timeout`, caught up with the leader's log).
+//! wasted and two nodes acting on the same picture cannot undo each other's moves. A target
+//! passes the handoff rules (a voter that may campaign, answered within `peer_timeout`, caught
+//! up with the leader's log); a group that no target took is left alone for [`BACKOFF`].
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Weak;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
 
 use crate::config::LeadershipBalance;
 use crate::raft::ops::handoff::candidates;
@@ -47,10 +51,31 @@ pub fn should_move(from: usize, to: usize, floor: usize) -> bool {
     from > floor && from >= to + 2
 }
 
+/// How long a group whose handoff found no taker is left alone: a move that failed once
+/// fails again while its cause (a peer down, a partition, leases held by a live leader) lasts,
+/// and retrying it every tick would only hold the group's writes and churn its elections.
+pub const BACKOFF: Duration = Duration::from_secs(30);
+
+/// Groups not to move before their time.
+#[derive(Debug, Default)]
+struct Backoff(HashMap<u32, Instant>);
+
+impl Backoff {
+    fn waits(&mut self, group: u32, now: Instant) -> bool {
+        self.0.retain(|_, until| *until > now);
+        self.0.contains_key(&group)
+    }
+
+    fn failed(&mut self, group: u32, now: Instant) {
+        self.0.insert(group, now + BACKOFF);
+    }
+}
+
 /// Runs the balancer every `settings.interval` until the node stops.
 pub async fn run(node: Weak<Replicas>, settings: LeadershipBalance) {
     let mut tick = tokio::time::interval(settings.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut backoff = Backoff::default();
     loop {
         tick.tick().await;
         let Some(node) = super::running(&node) else {
@@ -60,12 +85,12 @@ pub async fn run(node: Weak<Replicas>, settings: LeadershipBalance) {
         if node.shed.sheds() {
             continue;
         }
-        balance_once(&node, settings.max_per_tick as usize).await;
+        balance_once(&node, settings.max_per_tick as usize, &mut backoff).await;
     }
 }
 
 /// One tick: up to `max` of this node's leaderships handed to the peers that lead the fewest.
-async fn balance_once(node: &Replicas, max: usize) {
+async fn balance_once(node: &Replicas, max: usize, backoff: &mut Backoff) {
     let views: Vec<(u32, Option<u64>, Vec<u64>)> = (0..node.group_count())
         .filter_map(|g| {
             let v = node.group_view(g)?;
@@ -82,10 +107,12 @@ async fn balance_once(node: &Replicas, max: usize) {
     if !should_move(mine(&counts), fewest(&counts), floor) {
         return;
     }
+    let now = Instant::now();
     let led: Vec<u32> = views
         .iter()
         .filter(|(g, l, _)| *l == Some(node.node_id) && node.is_leader(*g))
         .map(|(g, _, _)| *g)
+        .filter(|g| !backoff.waits(*g, now))
         .collect();
     let mut moved = 0;
     // At most `max` groups are tried a tick, so a peer that keeps declining costs few RPCs.
@@ -124,6 +151,7 @@ async fn balance_once(node: &Replicas, max: usize) {
         }
         if !done {
             node.balance.skips.fetch_add(1, Ordering::Relaxed);
+            backoff.failed(group, Instant::now());
         }
     }
 }
@@ -148,6 +176,21 @@ mod tests {
         assert!(!should_move(2, 1, 1) && !should_move(1, 1, 1) && !should_move(0, 2, 1));
         // At or below the floor a node never gives, whatever the gap.
         assert!(!should_move(20, 4, 21));
+    }
+
+    #[test]
+    fn a_group_whose_move_failed_waits_out_the_backoff_alone() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        assert!(!b.waits(3, t0));
+        b.failed(3, t0);
+        assert!(b.waits(3, t0 + BACKOFF / 2));
+        assert!(!b.waits(4, t0 + BACKOFF / 2), "other groups still move");
+        assert!(
+            !b.waits(3, t0 + BACKOFF),
+            "tried again once the backoff is over"
+        );
+        assert!(b.0.is_empty(), "an expired entry is dropped");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! checks its target, holds the group's client writes ([`crate::raft::replicas::write_holds`]), waits until the
 //! target holds its whole log and its own vote is past openraft's leader lease, then asks the
 //! target to campaign (the `elect` peer RPC). The target's vote request wins the leader's vote,
-//! which makes the leader step down; with it the target has a majority of a 3-voter group.
+//! which makes the leader step down; with it the target has a majority of a 3-voter group. In
+//! a larger group the leader first lets the other voters' leases lapse (see [`outlast_leases`]).
 //!
 //! The spec's rules: the target is a voter that kept its log (gate open), is not drained,
 //! acknowledged the leader within the last 1.5 s and holds every committed entry; a handoff
@@ -238,6 +239,9 @@ pub async fn transfer(
         }
         tokio::time::sleep(POLL).await;
     }
+    // Kept until the handoff ends: a heartbeat sent before the target's vote request reaches
+    // the other voters would renew the lease that makes them refuse it.
+    let _quiet = outlast_leases(node, raft, group, target, started).await?;
     elect_rpc(node, raft, group, target, false)
         .await
         .map_err(ineligible)?;
@@ -270,6 +274,91 @@ pub async fn transfer(
             }
             return Err(abandoned(format!(
                 "it did not take over within {DEADLINE:?}"
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Heartbeats of a group's Raft turned off until this drops.
+struct HeartbeatsOff<'a>(&'a GroupRaft);
+
+impl Drop for HeartbeatsOff<'_> {
+    fn drop(&mut self) {
+        self.0.runtime_config().heartbeat(true);
+    }
+}
+
+/// How long past a voter's last acknowledgement its lease is surely over: the lease (the
+/// maximum election timeout from the leader's last append) plus a margin for the vote
+/// request's own trip.
+fn lease_over(raft: &GroupRaft) -> Duration {
+    Duration::from_millis(raft.config().election_timeout_max) + Duration::from_millis(100)
+}
+
+/// In a group where the leader's and the target's votes are not a majority (four voters or
+/// more), the target also needs votes from voters whose lease from this leader is still live,
+/// and openraft 0.9's voters refuse any candidate then (it has no transfer flag that would let
+/// them grant). With the group's writes held, this leader stops heartbeating the group and
+/// waits until enough of the other live voters last heard from it over a lease ago. Their own
+/// election timers start only a lease plus an election timeout after that, so the target's
+/// vote request finds them granting and not yet campaigning. `None` in a group of three.
+async fn outlast_leases<'a>(
+    node: &Replicas,
+    raft: &'a GroupRaft,
+    group: u32,
+    target: u64,
+    started: Instant,
+) -> Result<Option<HeartbeatsOff<'a>>, HandoffError> {
+    let voters: Vec<u64> = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .voter_ids()
+        .collect();
+    let need = (voters.len() / 2 + 1).saturating_sub(2);
+    if need == 0 {
+        return Ok(None);
+    }
+    // Only voters heard from lately can vote; one long silent may be down.
+    let live: Vec<u64> = voters
+        .into_iter()
+        .filter(|v| *v != node.node_id && *v != target)
+        .filter(|v| {
+            node.peers
+                .acks
+                .since(*v, group)
+                .is_some_and(|d| d <= ACK_WINDOW)
+        })
+        .collect();
+    let abandoned = |why: String| HandoffError::Abandoned { group, target, why };
+    if live.len() < need {
+        return Err(abandoned(format!(
+            "the target needs {need} more votes and only {} other voters answer",
+            live.len()
+        )));
+    }
+    raft.runtime_config().heartbeat(false);
+    let quiet = HeartbeatsOff(raft);
+    let over = lease_over(raft);
+    loop {
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader != Some(node.node_id) {
+            return Err(HandoffError::NotLeader {
+                group,
+                leader: m.current_leader,
+            });
+        }
+        let expired = live
+            .iter()
+            .filter(|v| node.peers.acks.since(**v, group).is_some_and(|d| d >= over))
+            .count();
+        if expired >= need {
+            return Ok(Some(quiet));
+        }
+        if started.elapsed() + POLL >= DEADLINE {
+            return Err(abandoned(format!(
+                "{expired} of the {need} other voters it needs let this leader's lease lapse in time"
             )));
         }
         tokio::time::sleep(POLL).await;
