@@ -14,7 +14,10 @@
 //! - `nemesis`: seeded fault schedules and how each fault is applied and healed.
 //! - `sqlite`: the SQLite owner and live follower (`chaos-sqlite` of ursula-vfs-tests) and
 //!   its own checks.
-//! - `run`: one schedule end to end: cluster, clients, faults, final log, check, report.
+//! - `converge`: after the last heal, the cluster settles by itself: every group led, one
+//!   leader per group on every node, leaderships within one of each other.
+//! - `run`: one schedule end to end: cluster, clients, faults, final log, check, settling,
+//!   report.
 //!
 //! The binary (`main.rs`) makes the hosts as root and runs itself inside the clients'
 //! namespace; see docs/reliability.md.
@@ -22,6 +25,7 @@
 pub mod checker;
 pub mod client;
 pub mod cluster;
+pub mod converge;
 pub mod history;
 pub mod nemesis;
 pub mod net;

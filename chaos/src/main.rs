@@ -137,9 +137,9 @@ fn outer(o: &Opts) -> ExitCode {
 fn inner(o: &Opts) -> ExitCode {
     let mut anomalies = 0usize;
     println!(
-        "| seed | nodes | fsync | faults applied | acked | unknown | not applied | reads (catch-up/leader/long-poll/SSE; 416s) | records | SQLite commits acked/failed | anomalies | s |"
+        "| seed | nodes | fsync | faults applied | acked | unknown | not applied | reads (catch-up/leader/long-poll/SSE; 416s) | records | SQLite commits acked/failed | anomalies | settled (s) | s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for seed in o.seed..o.seed + o.count {
         let cfg = run::RunConfig {
             seed,
@@ -163,8 +163,9 @@ fn inner(o: &Opts) -> ExitCode {
                 });
                 let [c, l, lp, sse] = r.reads_by_kind;
                 let reads = format!("{} ({c}/{l}/{lp}/{sse}; {})", r.reads, r.refused_416);
+                let settled = r.settled_s.map_or("-".to_owned(), |s| format!("{s:.1}"));
                 println!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     r.seed,
                     r.nodes,
                     r.fsync,
@@ -176,6 +177,7 @@ fn inner(o: &Opts) -> ExitCode {
                     r.final_records,
                     sqlite,
                     r.anomalies.len(),
+                    settled,
                     r.seconds
                 );
                 for a in &r.anomalies {

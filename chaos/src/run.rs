@@ -19,6 +19,7 @@ use crate::client;
 use crate::cluster;
 use crate::cluster::Cluster;
 use crate::cluster::ClusterError;
+use crate::converge;
 use crate::history::History;
 use crate::history::Outcome;
 use crate::history::ReadKind;
@@ -85,6 +86,9 @@ pub struct RunReport {
     pub sqlite: Option<serde_json::Value>,
     /// Answers that were neither success nor an expected refusal.
     pub odd: Vec<String>,
+    /// Seconds from the final read to a settled cluster (`converge`); `None` when it did not
+    /// settle within the bound, which is an anomaly.
+    pub settled_s: Option<f64>,
     pub seconds: u64,
 }
 
@@ -161,6 +165,7 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
         return Err(e.into());
     }
     history.final_log = final_log(&bases)?;
+    let settled = converge::wait(&bases);
     let sqlite = match sqlite {
         Some(c) => Some(c.finish()?),
         None => None,
@@ -199,9 +204,11 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
                     .iter()
                     .flat_map(|s| s.anomalies.iter().map(|a| format!("sqlite: {a}"))),
             )
+            .chain(settled.as_ref().err().cloned())
             .collect(),
         sqlite: sqlite.map(|s| s.report),
         odd,
+        settled_s: settled.ok(),
         seconds: began.elapsed().as_secs(),
     };
     if let Ok(text) = serde_json::to_vec_pretty(&report) {
