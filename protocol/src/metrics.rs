@@ -337,8 +337,8 @@ pub struct RaftGroupView {
     /// Non-voting members (a replica being rebuilt, or one added by the learners route).
     #[serde(default)]
     pub learner_ids: Vec<u64>,
-    /// A committed command that failed to apply and stopped the group. Apply-failure
-    /// isolation is not built, so this is always `null`.
+    /// A committed command that failed to apply and stopped the group on this replica;
+    /// `null` while the group applies.
     #[serde(default)]
     pub apply_failure: Option<ApplyFailure>,
     #[serde(default)]

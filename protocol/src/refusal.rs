@@ -10,6 +10,7 @@ pub enum NotApplied {
     GroupNotHosted,
     RaftUncommittedBackpressure,
     ColdBackpressure,
+    ApplyStopped,
 }
 
 impl NotApplied {
@@ -23,6 +24,7 @@ impl NotApplied {
             NotApplied::GroupNotHosted => "GroupNotHosted",
             NotApplied::RaftUncommittedBackpressure => "RaftUncommittedBackpressure",
             NotApplied::ColdBackpressure => "ColdBackpressure",
+            NotApplied::ApplyStopped => "ApplyStopped",
         }
     }
 }

@@ -297,6 +297,7 @@ pub async fn start_state(config: &Config) -> Result<NodeState, NodeError> {
         peer_secret: peer_secret.clone(),
         snapshot: config.snapshot_driver,
         shutdown_stall: config.shutdown_stall,
+        apply_panic_on: config.apply_panic_on.as_deref().map(std::sync::Arc::from),
         wal_disk_pressure: Some(crate::raft::drivers::balancer::DiskPressure::new(
             move || sampler.disk_pressure(),
         )),
@@ -360,6 +361,11 @@ pub async fn run(config: Config, mut signal: watch::Receiver<bool>) -> Result<()
         tracing::warn!(
             ?stall,
             "testing.shutdown_stall is set: a test hook; this node's shutdown stalls on purpose"
+        );
+    }
+    if config.apply_panic_on.is_some() {
+        tracing::warn!(
+            "testing.apply_panic_on is set: a test hook; committed appends holding its bytes fail to apply and stop their group"
         );
     }
     if let Some(after) = config.producer_forget_after {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -132,6 +133,19 @@ impl Group {
     }
 }
 
+/// A committed command of the group failed to apply (a panic while applying it): its state
+/// may be half changed, so nothing reads, flushes or snapshots it again in this process, and
+/// no later entry applies. Recorded once; a corrected binary replays the entry at its next
+/// start (docs/operations.md, "Apply-failure isolation").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyStop {
+    pub term: u64,
+    pub index: u64,
+    /// `panic`.
+    pub kind: &'static str,
+    pub message: String,
+}
+
 /// Per-core counters readable from any thread.
 #[derive(Debug, Default)]
 pub struct CoreStats {
@@ -145,6 +159,7 @@ pub struct CoreStats {
 #[derive(Debug)]
 struct Inner {
     groups: Vec<Mutex<Group>>,
+    stopped: Vec<OnceLock<ApplyStop>>,
     handles: Vec<tokio::runtime::Handle>,
     stats: Vec<CoreStats>,
     group_count: u32,
@@ -161,6 +176,8 @@ pub struct Runtime {
 pub enum RuntimeError {
     #[error("no group {0}")]
     NoGroup(GroupId),
+    #[error("group {0} stopped: a committed command failed to apply on this replica")]
+    ApplyStopped(GroupId),
     #[error("could not start core thread: {0}")]
     Spawn(#[from] std::io::Error),
 }
@@ -216,6 +233,7 @@ impl Runtime {
         Ok(Runtime {
             inner: Arc::new(Inner {
                 groups,
+                stopped: (0..group_count).map(|_| OnceLock::new()).collect(),
                 handles,
                 stats,
                 group_count,
@@ -264,16 +282,35 @@ impl Runtime {
         R: Send + 'static,
         F: FnOnce(&mut Group) -> R + Send + 'static,
     {
+        if self.apply_stop(group).is_some() {
+            return Err(RuntimeError::ApplyStopped(group));
+        }
         self.with_group_now(group, f)
             .ok_or(RuntimeError::NoGroup(group))
     }
 
-    /// The same, from synchronous code (the Raft state machine).
+    /// The same, from synchronous code (the Raft state machine); `None` for a group that
+    /// does not exist or whose apply stopped.
     pub fn with_group_now<R>(&self, group: GroupId, f: impl FnOnce(&mut Group) -> R) -> Option<R> {
+        if self.apply_stop(group).is_some() {
+            return None;
+        }
         let m = self.inner.groups.get(group as usize)?;
         // A panic inside a group's turn leaves its state as it was between commands.
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
         Some(f(&mut g))
+    }
+
+    /// Why `group`'s state may no longer be touched, if a committed command failed to apply.
+    pub fn apply_stop(&self, group: GroupId) -> Option<&ApplyStop> {
+        self.inner.stopped.get(group as usize)?.get()
+    }
+
+    /// Stops `group` for good in this process; the first stop is the one kept.
+    pub fn stop_applying(&self, group: GroupId, stop: ApplyStop) {
+        if let Some(s) = self.inner.stopped.get(group as usize) {
+            let _ = s.set(stop);
+        }
     }
 
     /// The groups of `core`, in order.

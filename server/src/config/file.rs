@@ -286,6 +286,10 @@ pub struct TestingSection {
     pub snapshot_prune_interval: Option<Dur>,
     /// The leadership balancer's tick, instead of every 2 seconds.
     pub leadership_balance_interval: Option<Dur>,
+    /// A committed append whose body holds these bytes panics while it applies, on every
+    /// replica with the key: the deterministic bug of the apply-failure drill. The same node
+    /// started without it is the corrected binary.
+    pub apply_panic_on: Option<String>,
 }
 
 /// `[governance]`, as far as the spec names it: the leadership balancer

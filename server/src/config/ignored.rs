@@ -129,6 +129,10 @@ fn raft_only(file: &FileConfig) -> Vec<&'static str> {
             "testing.shutdown_stall",
             file.testing.shutdown_stall.is_some(),
         ),
+        (
+            "testing.apply_panic_on",
+            file.testing.apply_panic_on.is_some(),
+        ),
     ]
     .into_iter()
     .filter_map(|(k, on)| on.then_some(k))

@@ -113,6 +113,9 @@ pub struct Config {
     /// `testing.shutdown_stall`, a test hook: a Raft node's shutdown stalls this long before
     /// it syncs its journals.
     pub shutdown_stall: Option<Duration>,
+    /// `testing.apply_panic_on`, a test hook: a committed append whose body holds these bytes
+    /// panics while it applies (Raft nodes only).
+    pub apply_panic_on: Option<Vec<u8>>,
     /// `testing.producer_forget_after`, a test hook: producers idle this long are forgotten
     /// instead of after 7 days.
     pub producer_forget_after: Option<Duration>,
@@ -386,6 +389,12 @@ fn resolve_engine(
         max_connections: max_connections(file)?,
         // Only the Raft engine's shutdown has journals to stall before.
         shutdown_stall: file.testing.shutdown_stall.filter(|_| raft).map(|d| d.0),
+        apply_panic_on: file
+            .testing
+            .apply_panic_on
+            .clone()
+            .filter(|m| raft && !m.is_empty())
+            .map(String::into_bytes),
         producer_forget_after: match file.testing.producer_forget_after {
             Some(d) if d.0.is_zero() => {
                 return Err(invalid(

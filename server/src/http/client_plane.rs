@@ -35,6 +35,8 @@ use super::write;
 use crate::admission::GroupCharge;
 use crate::admission::Refused;
 use crate::admission::WritePermit;
+use crate::engine::EngineError;
+use crate::runtime::RuntimeError;
 
 /// The client plane as hyper calls it. A stream request goes straight to [`dispatch`]: an axum
 /// router would match each one against its table, store the (empty) path parameters in the
@@ -336,6 +338,26 @@ fn location(headers: &HeaderMap, path: &str) -> String {
     }
 }
 
+/// A stream whose group stopped applying on this replica answers nothing from its state:
+/// every request to it is refused before it is read or proposed (`503 ApplyStopped`).
+fn refuse_stopped_group(st: &AppState, route: &Route) -> Result<(), ApiError> {
+    let sp = match route {
+        Route::Stream(sp)
+        | Route::Bootstrap(sp)
+        | Route::Snapshot(sp, _)
+        | Route::SnapshotBare(sp)
+        | Route::Retention(sp, _) => sp,
+        Route::Metrics | Route::Ready | Route::Usage | Route::Bucket(_) | Route::NotFound => {
+            return Ok(());
+        }
+    };
+    let group = st.rt.group_of(&sp.key);
+    match st.rt.apply_stop(group) {
+        Some(_) => Err(EngineError::Runtime(RuntimeError::ApplyStopped(group)).into()),
+        None => Ok(()),
+    }
+}
+
 async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let method = parts.method;
@@ -344,6 +366,7 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
     let path = uri.path();
     let query = uri.query();
     let route = request::route(path)?;
+    refuse_stopped_group(st, &route)?;
     let reply = match (route, &method) {
         (Route::Metrics, &Method::GET) => admin::metrics(st).await?,
         (Route::Ready, &Method::GET) => admin::ready(st),

@@ -15,6 +15,7 @@ use ursula_protocol::refusal::NotApplied;
 
 use super::names;
 use crate::engine::EngineError;
+use crate::runtime::RuntimeError;
 use ursula_state::stream::Refusal;
 
 /// A refusal on its way to the client: status, the headers the spec gives it, and a body that
@@ -185,6 +186,11 @@ impl From<EngineError> for ApiError {
             EngineError::Unavailable(m) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m).header(header::RETRY_AFTER, "1")
             }
+            EngineError::Runtime(e @ RuntimeError::ApplyStopped(_)) => ApiError::not_applied(
+                StatusCode::SERVICE_UNAVAILABLE,
+                NotApplied::ApplyStopped,
+                &e.to_string(),
+            ),
             EngineError::Runtime(e) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
                     .header(header::RETRY_AFTER, "1")

@@ -92,6 +92,8 @@ pub struct RaftOptions {
     pub snapshot: snapshots::Settings,
     /// A test hook: a shutdown that stalls this long before it syncs its journals.
     pub shutdown_stall: Option<std::time::Duration>,
+    /// A test hook: a committed append whose body holds these bytes panics as it applies.
+    pub apply_panic_on: Option<std::sync::Arc<[u8]>>,
     /// The WAL disk's pressure, which a cluster node sheds its leaderships for.
     pub wal_disk_pressure: Option<balancer::DiskPressure>,
     /// The snapshot-store health gate, with a cold tier on S3: where its store will be given,
@@ -411,18 +413,11 @@ async fn spawn_groups(
             opts.cache_size / u64::from(groups.max(1)),
         );
         out.stores.push(log.clone());
-        let net = Factory {
-            peers: peers.clone(),
-            group,
-        };
         let config = if gated.contains(&group) {
             gated_config.clone()
         } else {
             config.clone()
         };
-        let (snap_dir, node_id, rt2) = (root.snap_dir.clone(), opts.node_id, rt.clone());
-        let snap_stats = snap_stats.clone();
-        let snaps = opts.snapshot_store.as_ref().map(|(s, _)| s.clone());
         let handle = rt
             .core_handle(core)
             .ok_or(StartError::Group {
@@ -430,21 +425,44 @@ async fn spawn_groups(
                 message: "no core".into(),
             })?
             .clone();
-        let raft = handle
-            .spawn(async move {
+        let open = |log: LogStore, config: Arc<Config>| {
+            let (snap_dir, node_id, rt2) = (root.snap_dir.clone(), opts.node_id, rt.clone());
+            let snap_stats = snap_stats.clone();
+            let snaps = opts.snapshot_store.as_ref().map(|(s, _)| s.clone());
+            let panic_on = opts.apply_panic_on.clone();
+            let net = Factory {
+                peers: peers.clone(),
+                group,
+            };
+            let task = handle.spawn(async move {
                 let sm = StateMachine::open(rt2, group, snap_dir, snap_stats, snaps)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| e.to_string())?
+                    .with_apply_panic_on(panic_on);
                 Raft::new(node_id, config, net, log, sm)
                     .await
                     .map_err(|e| e.to_string())
-            })
-            .await
-            .map_err(|e| StartError::Group {
-                group,
-                message: e.to_string(),
-            })?
-            .map_err(|message| StartError::Group { group, message })?;
+            });
+            async move {
+                task.await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r)
+                    .map_err(|message| StartError::Group { group, message })
+            }
+        };
+        let raft = match open(log.clone(), config).await {
+            Ok(raft) => raft,
+            // A committed entry failed to apply as the log was replayed: the group stays
+            // stopped and the node starts its other groups. Its Raft starts without replaying
+            // (so it does not fail the same way here) and without campaigning; it stops at
+            // the same entry once it learns the commit index, and holds its log meanwhile.
+            Err(e) if rt.apply_stop(group).is_some() => {
+                tracing::error!(group, error = %e, "the group stopped at start: a committed entry failed to apply as the log was replayed");
+                log.forget_committed();
+                open(log, gated_config.clone()).await?
+            }
+            Err(e) => return Err(e),
+        };
         // A single node has nobody to ask: an empty group is new.
         if opts.peers.is_empty() && out.fresh.contains(&group) {
             let members = BTreeMap::from([(opts.node_id, BasicNode::default())]);

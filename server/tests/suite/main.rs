@@ -28,6 +28,7 @@ mod cold_sweep;
 mod cold_tier;
 mod formats;
 mod planes;
+mod raft_apply_failure;
 mod raft_balance;
 mod raft_cluster;
 mod raft_handoff;

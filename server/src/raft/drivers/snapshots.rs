@@ -131,8 +131,10 @@ pub async fn run(engine: Weak<Replicas>, settings: Settings) {
         let unclaimed = (0..e.group_count())
             .filter(|g| !e.builds.building(*g) && e.builds.held_out(*g))
             .count();
+        // A group whose apply stopped holds state nothing may snapshot; its log stays.
         let groups: Vec<GroupLog> = (0..e.group_count())
             .filter(|g| !e.builds.building(*g) && !e.builds.held_out(*g))
+            .filter(|g| e.apply_stop(*g).is_none())
             .map(|g| GroupLog {
                 group: g,
                 log: e.log_bytes_of(g),

@@ -36,6 +36,8 @@ pub enum Issue {
     ApplyLag,
     /// The replica knows no leader of the group.
     LeaderUnknown,
+    /// A committed command failed to apply and stopped the group on this replica.
+    ApplyStopped,
 }
 
 impl Issue {
@@ -48,6 +50,7 @@ impl Issue {
             Issue::NotApplied => "not_applied",
             Issue::ApplyLag => "apply_lag",
             Issue::LeaderUnknown => "leader_unknown",
+            Issue::ApplyStopped => "apply_stopped",
         }
     }
 
@@ -55,7 +58,12 @@ impl Issue {
     /// unready. The other two are lost redundancy, which a healthy survivor of a peer's
     /// rebuild reports while it keeps serving.
     pub fn makes_unready(self) -> bool {
-        !matches!(self, Issue::IncompleteVoterSet | Issue::JointMembership)
+        // A stopped group leaves the node ready: its other groups serve (the spec's recovery
+        // page), while `wait-ready` and rollouts refuse on the issue.
+        !matches!(
+            self,
+            Issue::IncompleteVoterSet | Issue::JointMembership | Issue::ApplyStopped
+        )
     }
 
     fn parse(s: &str) -> Option<Issue> {
@@ -63,7 +71,7 @@ impl Issue {
     }
 }
 
-const ALL: [Issue; 7] = [
+const ALL: [Issue; 8] = [
     Issue::IncompleteVoterSet,
     Issue::JointMembership,
     Issue::LocalReplicaNotVoter,
@@ -71,6 +79,7 @@ const ALL: [Issue; 7] = [
     Issue::NotApplied,
     Issue::ApplyLag,
     Issue::LeaderUnknown,
+    Issue::ApplyStopped,
 ];
 
 /// Node-wide conditions, in the readiness probe's order.
@@ -92,10 +101,16 @@ pub struct GroupFacts {
     /// Each voter configuration of the effective membership.
     pub configs: Vec<BTreeSet<u64>>,
     pub membership_index: Option<u64>,
+    pub apply_stopped: bool,
 }
 
 /// The issues of one group's replica on `node_id`.
 pub fn group_issues(node_id: u64, configured: &BTreeSet<u64>, g: &GroupFacts) -> Vec<Issue> {
+    // A stopped group's Raft facts say nothing more (no leader, nothing applied since): the
+    // one issue is that it stopped, which leaves the node ready for its other groups.
+    if g.apply_stopped {
+        return vec![Issue::ApplyStopped];
+    }
     let mut out = Vec::new();
     let voters: BTreeSet<u64> = g.configs.iter().flatten().copied().collect();
     if &voters != configured {
@@ -189,6 +204,7 @@ pub fn gather(node: &Replicas, wal_disk_pressure: bool) -> RaftMaintenance {
                 committed: v.committed_index,
                 configs: v.configs,
                 membership_index: v.membership_index,
+                apply_stopped: node.apply_stop(group).is_some(),
             })
         })
         .collect();
@@ -212,7 +228,21 @@ mod tests {
             committed: Some(41),
             configs: vec![set(&[1, 2, 3])],
             membership_index: Some(1),
+            apply_stopped: false,
         }
+    }
+
+    #[test]
+    fn a_stopped_group_is_an_issue_that_leaves_the_node_ready() {
+        let g = GroupFacts {
+            apply_stopped: true,
+            current_leader: None,
+            ..healthy()
+        };
+        assert_eq!(issues(2, &g), ["apply_stopped"]);
+        let report = assess(2, &set(&[1, 2, 3]), NodeFacts::default(), &[g]);
+        assert!(unready(&report).is_empty(), "the node stays ready");
+        assert_eq!(report.group_issues.len(), 1, "wait-ready sees it");
     }
 
     fn issues(node: u64, g: &GroupFacts) -> Vec<&'static str> {

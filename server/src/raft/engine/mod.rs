@@ -264,8 +264,12 @@ impl GroupEngine for RaftEngine {
                     last_log_term: v.last_log_term,
                     voter_ids: v.voter_ids,
                     learner_ids: v.learner_ids,
-                    // Apply-failure isolation is not built: nothing records a failed entry.
-                    apply_failure: None,
+                    apply_failure: node.apply_stop(id).map(|s| metrics::ApplyFailure {
+                        term: s.term,
+                        index: s.index,
+                        kind: s.kind.to_owned(),
+                        message: s.message,
+                    }),
                     maintenance: metrics::GroupMaintenance {
                         running: v.running,
                         recovery_ready: !node.gates.is_closed(id),

@@ -165,6 +165,11 @@ impl Replicas {
         &self.rafts
     }
 
+    /// Why `group` stopped applying on this replica, if it did.
+    pub fn apply_stop(&self, group: GroupId) -> Option<crate::runtime::ApplyStop> {
+        self.rt.apply_stop(group).cloned()
+    }
+
     pub fn raft(&self, group: GroupId) -> Option<&GroupRaft> {
         self.rafts.get(group as usize)
     }

@@ -340,6 +340,13 @@ impl LogStore {
         (d.cached > self.budget, d.generation, counted)
     }
 
+    /// Openraft's start reads no commit index, so it replays nothing: for a group whose
+    /// committed entry failed to apply at start (`raft::start`). Nothing is written; the commit
+    /// index comes back from the leader, or from the journal at the next start.
+    pub fn forget_committed(&self) {
+        lock(&self.data).committed = None;
+    }
+
     /// The group's latest snapshot covers the log up to `index`: the entries kept at or below
     /// it leave the unsnapshotted log, the group's and the node's.
     pub fn mark_snapshotted(&self, index: u64) {

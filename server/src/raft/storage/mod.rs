@@ -5,6 +5,7 @@
 //!   entries back that a log no longer keeps in memory.
 //! - [`log_store`]: a group's Raft log over its core's journal (openraft's `RaftLogStorage`).
 //! - [`state_machine`]: a group's state machine over its streams, and its snapshot files.
+//! - [`apply_guard`]: a panic while an entry applies stops that group alone.
 //! - [`snapstore`]: Raft snapshots on S3: the objects, the references files and
 //!   `InstallSnapshot` carry, each node's pins and the leader's pruning.
 //! - [`record`]: the sealed, versioned envelope of journal payloads and snapshots.
@@ -16,6 +17,7 @@
 //!   metrics share.
 //! - [`fatal`]: how the journal stops the process when the disk fails it.
 
+pub mod apply_guard;
 pub mod background;
 pub mod counters;
 pub mod fatal;

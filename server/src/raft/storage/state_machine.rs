@@ -21,6 +21,7 @@ use openraft::StorageIOError;
 use openraft::StoredMembership;
 use openraft::storage::RaftStateMachine;
 
+use super::apply_guard;
 use super::background;
 use super::log_counters::SnapStats;
 use super::record;
@@ -100,6 +101,8 @@ pub struct StateMachine {
     stats: Arc<SnapStats>,
     /// The S3 snapshot namespace, with S3 snapshots: the file then holds a reference.
     snaps: Option<Arc<SnapStore>>,
+    /// `testing.apply_panic_on`: appends holding these bytes panic as they apply.
+    panic_on: Option<Arc<[u8]>>,
 }
 
 /// A group's newest snapshot and its file, shared by the state machine and the builders that
@@ -205,9 +208,24 @@ fn on_group<R>(
     group: u32,
     f: impl FnOnce(&mut runtime::Group) -> R,
 ) -> Result<R, StoreError> {
+    if let Some(stop) = rt.apply_stop(group) {
+        return Err(stopped(stop));
+    }
     rt.with_group_now(group, f).ok_or_else(|| {
         StorageIOError::write_state_machine(&std::io::Error::other("no such group")).into()
     })
+}
+
+fn stopped(stop: &runtime::ApplyStop) -> StoreError {
+    let e = std::io::Error::other(format!(
+        "the group stopped: the committed entry at term {} index {} failed to apply ({}: {})",
+        stop.term, stop.index, stop.kind, stop.message
+    ));
+    StorageIOError::apply(
+        LogId::new(openraft::CommittedLeaderId::new(stop.term, 0), stop.index),
+        &e,
+    )
+    .into()
 }
 
 impl StateMachine {
@@ -234,6 +252,7 @@ impl StateMachine {
             loaded: None,
             stats,
             snaps,
+            panic_on: None,
         };
         match std::fs::read(&sm.current.path) {
             Ok(bytes) => {
@@ -244,10 +263,14 @@ impl StateMachine {
                     s.adopt(group, key.as_deref());
                 }
                 let index = snap.meta.last_log_id.map_or(0, |l| l.index);
-                on_group(&rt, group, move |g| {
-                    g.replace_state(state);
-                    g.log_index = index;
-                })?;
+                // A group whose apply stopped in this process keeps its Raft without state:
+                // it starts again only to stop at the same entry (`raft::start`).
+                if rt.apply_stop(group).is_none() {
+                    on_group(&rt, group, move |g| {
+                        g.replace_state(state);
+                        g.log_index = index;
+                    })?;
+                }
                 sm.applied = snap.meta.last_log_id;
                 sm.membership = snap.meta.last_membership.clone();
                 sm.stats.built(group, len, None);
@@ -258,6 +281,12 @@ impl StateMachine {
             Err(e) => return Err(StorageIOError::read_snapshot(None, &e).into()),
         }
         Ok(sm)
+    }
+
+    /// `testing.apply_panic_on`: appends whose bytes hold `marker` panic as they apply.
+    pub fn with_apply_panic_on(mut self, marker: Option<Arc<[u8]>>) -> StateMachine {
+        self.panic_on = marker;
+        self
     }
 
     /// Captures the group's state at the applied point, on the core: a clone that shares the
@@ -429,27 +458,39 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut out = Vec::new();
         for e in entries {
-            self.applied = Some(e.log_id);
-            let index = e.log_id.index;
+            let (log_id, index) = (e.log_id, e.log_id.index);
             match e.payload {
                 EntryPayload::Blank => {
                     on_group(&self.rt, self.group, |g| g.log_index = index)?;
                     out.push(Outcome(Vec::new()));
                 }
                 EntryPayload::Membership(m) => {
-                    self.membership = StoredMembership::new(Some(e.log_id), m);
                     on_group(&self.rt, self.group, |g| g.log_index = index)?;
+                    self.membership = StoredMembership::new(Some(log_id), m);
                     out.push(Outcome(Vec::new()));
                 }
                 EntryPayload::Normal(p) => {
-                    let now = p.now_ms;
+                    let (now, rt, group) = (p.now_ms, self.rt.clone(), self.group);
+                    let marker = self.panic_on.clone();
                     let r = on_group(&self.rt, self.group, move |g| {
-                        g.log_index = index;
-                        p.cmds.into_iter().map(|c| g.apply(c, now)).collect()
+                        apply_guard::guarded(&rt, group, log_id, || {
+                            g.log_index = index;
+                            p.cmds
+                                .into_iter()
+                                .map(|c| {
+                                    apply_guard::panic_if_poisoned(marker.as_deref(), &c);
+                                    g.apply(c, now)
+                                })
+                                .collect()
+                        })
                     })?;
+                    // The applied index stays below the failed entry: openraft stops the
+                    // group's Raft on this error and answers the entry's writer with it.
+                    let r = r.map_err(|stop| stopped(&stop))?;
                     out.push(Outcome(r));
                 }
             }
+            self.applied = Some(log_id);
         }
         Ok(out)
     }
