@@ -474,6 +474,14 @@ pub fn metrics(base: &str) -> serde_json::Value {
     serde_json::from_slice(&body).expect("metrics json")
 }
 
+/// The number `key` of a node's metrics JSON, or a panic that shows the metrics.
+#[track_caller]
+pub fn counter(m: &serde_json::Value, key: &str) -> u64 {
+    m[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("metrics lack {key}: {m}"))
+}
+
 /// Creates `path` through any node, retrying until a leader takes it.
 pub fn create_when_led(bases: &[String], path: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -29,12 +29,6 @@ fn toml(weed: &SeaweedFs, root: &str, runtime: &str) -> String {
     )
 }
 
-fn int(m: &serde_json::Value, key: &str) -> u64 {
-    m[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("metrics lack {key}: {m}"))
-}
-
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
 }
@@ -102,8 +96,8 @@ async fn a_large_append_is_staged_so_only_its_locator_crosses_raft_and_every_vot
         "the staged object took the hot ring with it: nothing is hot"
     );
     let m = metrics(&bases[leader]);
-    assert_eq!(int(&m, "cold_external_payloads_staged"), 1, "{m}");
-    assert_eq!(int(&m, "cold_external_payload_bytes"), big.len() as u64);
+    assert_eq!(counter(&m, "cold_external_payloads_staged"), 1, "{m}");
+    assert_eq!(counter(&m, "cold_external_payload_bytes"), big.len() as u64);
     assert_eq!(staged_objects(&weed, "ext", "large").await.len(), 1);
     // A small append after it is hot again.
     assert_eq!(post(&bases[leader], path, &[OCTET], b";tail").0, 204);
@@ -116,7 +110,7 @@ async fn a_large_append_is_staged_so_only_its_locator_crosses_raft_and_every_vot
         assert_reads_back(base, path, &expected);
         let m = metrics(base);
         assert!(
-            int(&m, "raft_grpc_append_stream_frame_bytes_max") < 256 << 10,
+            counter(&m, "raft_grpc_append_stream_frame_bytes_max") < 256 << 10,
             "node {i} sent a peer message carrying the payload: {m}"
         );
     }
@@ -171,8 +165,8 @@ async fn a_staged_append_that_applies_nothing_deletes_its_object() {
     ];
     assert_eq!(post(&base, path, &gap, &body).0, 409);
     let m = metrics(&base);
-    assert_eq!(int(&m, "cold_external_payloads_staged"), 4, "{m}");
-    assert_eq!(int(&m, "cold_external_payloads_deleted"), 3, "{m}");
+    assert_eq!(counter(&m, "cold_external_payloads_staged"), 4, "{m}");
+    assert_eq!(counter(&m, "cold_external_payloads_deleted"), 3, "{m}");
     let left = staged_objects(&weed, "refused", "refused").await;
     assert_eq!(
         left.len(),
@@ -182,7 +176,7 @@ async fn a_staged_append_that_applies_nothing_deletes_its_object() {
     assert_reads_back(&base, path, &body);
     // Below the threshold nothing is staged.
     assert_eq!(post(&base, path, &[OCTET], &body[..1000]).0, 204);
-    assert_eq!(int(&metrics(&base), "cold_external_payloads_staged"), 4);
+    assert_eq!(counter(&metrics(&base), "cold_external_payloads_staged"), 4);
 }
 
 #[tokio::test]
@@ -205,7 +199,7 @@ async fn with_the_object_store_down_a_large_append_is_refused_and_commits_nothin
         7,
         "nothing was committed"
     );
-    assert!(int(&metrics(&base), "cold_external_payload_errors") >= 1);
+    assert!(counter(&metrics(&base), "cold_external_payload_errors") >= 1);
     // Small appends still commit through Raft while the store is down.
     assert_eq!(post(&base, path, &[OCTET], b"after;").0, 204);
     weed.restart().await;
@@ -288,8 +282,8 @@ async fn large_appends_racing_small_writes_to_the_same_stream_all_land_in_order(
     // Each attempt uploads once; an attempt the stream outran is staged again, and an append
     // that lost every attempt went through Raft.
     assert_eq!(
-        int(&m, "cold_external_payloads_staged") + int(&m, "cold_external_payload_inline"),
-        larges.len() as u64 + int(&m, "cold_external_payload_restaged"),
+        counter(&m, "cold_external_payloads_staged") + counter(&m, "cold_external_payload_inline"),
+        larges.len() as u64 + counter(&m, "cold_external_payload_restaged"),
         "{m}"
     );
 }
@@ -320,15 +314,15 @@ async fn a_large_create_is_staged_and_a_repeat_of_it_on_the_existing_stream_stag
     );
     assert_reads_back(&base, path, &body);
     let m = metrics(&base);
-    assert_eq!(int(&m, "cold_external_payloads_staged"), 1, "{m}");
-    assert_eq!(int(&m, "cold_external_payloads_deleted"), 0, "{m}");
+    assert_eq!(counter(&m, "cold_external_payloads_staged"), 1, "{m}");
+    assert_eq!(counter(&m, "cold_external_payloads_deleted"), 0, "{m}");
     // The stream exists now: the same create answers 200 and another content type 409, and
     // neither uploads a copy of a body the stream would not keep.
     assert_eq!(put(&[OCTET], &body).0, 200);
     assert_eq!(put(&[("content-type", "text/plain")], &body).0, 409);
     let m = metrics(&base);
-    assert_eq!(int(&m, "cold_external_payloads_staged"), 1, "{m}");
-    assert_eq!(int(&m, "cold_external_payloads_deleted"), 0, "{m}");
+    assert_eq!(counter(&m, "cold_external_payloads_staged"), 1, "{m}");
+    assert_eq!(counter(&m, "cold_external_payloads_deleted"), 0, "{m}");
     let left = staged_objects(&weed, "create", "create").await;
     assert_eq!(left.len(), 1, "only the first create's object: {left:?}");
     assert_reads_back(&base, path, &body);
@@ -340,7 +334,7 @@ async fn a_large_create_is_staged_and_a_repeat_of_it_on_the_existing_stream_stag
     // Below the threshold a create is not staged.
     let small = send_url("PUT", &format!("{base}/create/small"), &[OCTET], b"abc").expect("put");
     assert_eq!(small.0, 201);
-    assert_eq!(int(&metrics(&base), "cold_external_payloads_staged"), 1);
+    assert_eq!(counter(&metrics(&base), "cold_external_payloads_staged"), 1);
 }
 
 #[tokio::test]
@@ -360,7 +354,7 @@ async fn a_staged_body_handed_back_to_go_through_raft_is_charged_like_any_write(
     assert_eq!(status, 201);
     let valid = format!("[\"{}\"]", "v".repeat(100 << 10));
     assert_eq!(post(&base, path, &[json], valid.as_bytes()).0, 204);
-    assert_eq!(int(&metrics(&base), "cold_external_payloads_staged"), 1);
+    assert_eq!(counter(&metrics(&base), "cold_external_payloads_staged"), 1);
     // Not valid JSON: staging hands it back, and through Raft it meets the hot cap first.
     let invalid = format!("[\"{}\"", "x".repeat(100 << 10));
     let (status, a) = post(&base, path, &[json], invalid.as_bytes());
@@ -368,7 +362,7 @@ async fn a_staged_body_handed_back_to_go_through_raft_is_charged_like_any_write(
     let text = String::from_utf8_lossy(&a.2);
     assert!(text.contains("max_hot_size_per_group"), "{text}");
     let m = metrics(&base);
-    assert_eq!(int(&m, "cold_external_payloads_staged"), 1, "{m}");
+    assert_eq!(counter(&m, "cold_external_payloads_staged"), 1, "{m}");
     // Below the cap, the same invalid body reaches the state machine and is refused as JSON.
     let (status, a) = post(&base, path, &[json], b"[\"x\"");
     assert_eq!(status, 400, "{a:?}");

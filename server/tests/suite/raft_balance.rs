@@ -45,12 +45,6 @@ fn within_one(c: &BTreeMap<u64, usize>) -> bool {
     matches!((lo, hi), (Some(lo), Some(hi)) if hi - lo <= 1)
 }
 
-fn int(m: &serde_json::Value, key: &str) -> u64 {
-    m[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("metrics lack {key}: {m}"))
-}
-
 fn set_drained(n: &Proc, on: bool) {
     let method = if on { "POST" } else { "DELETE" };
     let (status, body) = admin(n, method, "/__ursula/leadership-shed/maintenance");
@@ -82,7 +76,7 @@ fn leaderships_even_out_after_an_undrain_and_a_restart_passing_over_a_drained_vo
     let skips = wait_for(30, "a move passed over for the drained voter", || {
         let s: u64 = bases
             .iter()
-            .map(|b| int(&metrics(b), "leadership_balance_skips"))
+            .map(|b| counter(&metrics(b), "leadership_balance_skips"))
             .sum();
         (s >= 1).then_some(s)
     });
@@ -104,7 +98,7 @@ fn leaderships_even_out_after_an_undrain_and_a_restart_passing_over_a_drained_vo
     );
     let moves: u64 = bases
         .iter()
-        .map(|b| int(&metrics(b), "leadership_balance_moves"))
+        .map(|b| counter(&metrics(b), "leadership_balance_moves"))
         .sum();
     // Three leaderships moved in all; under load an election may have made one of them.
     assert!(moves >= 1, "the balancer moved leaderships: {moves}");
@@ -149,7 +143,7 @@ fn with_five_voters_drains_the_balancer_and_a_transfer_all_hand_leaderships_off(
     wait_counts_of(&bases[0], 5, "at most one leadership per node", |c| {
         c.values().all(|n| *n <= 1)
     });
-    let moves = int(&metrics(&bases[0]), "leadership_balance_moves");
+    let moves = counter(&metrics(&bases[0]), "leadership_balance_moves");
     assert!(moves >= 1, "node 1's balancer moved leaderships: {moves}");
 
     // A named transfer to a voter that leads nothing lands too.

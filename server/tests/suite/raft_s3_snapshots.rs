@@ -14,12 +14,6 @@ use bytes::Bytes;
 use ursula_cold::ColdStore;
 use ursula_cold::testing::SeaweedFs;
 
-fn int(m: &serde_json::Value, key: &str) -> u64 {
-    m[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("metrics lack {key}: {m}"))
-}
-
 /// A single durable node from `toml` in `dir`, with the stream `path` created.
 fn node_with_stream(dir: &Path, toml: &str, path: &str) -> (Proc, Vec<String>) {
     let node = start_single_node(dir, toml, "");
@@ -122,7 +116,7 @@ async fn a_wiped_voter_installs_from_the_namespace_and_a_damaged_or_unreachable_
             "node {node} published its pins"
         );
         let m = metrics(&bases[node - 1]);
-        assert!(int(&m, "raft_snapshot_s3_uploads") >= 4, "{m}");
+        assert!(counter(&m, "raft_snapshot_s3_uploads") >= 4, "{m}");
         assert_eq!(
             m["raft_snapshot_store"].as_str(),
             Some(format!("s3://{}/s3snaps/snapshots", ursula_cold::testing::BUCKET).as_str()),
@@ -144,21 +138,27 @@ async fn a_wiped_voter_installs_from_the_namespace_and_a_damaged_or_unreachable_
     assert!(damage_every_object(&ns).await >= 8);
     nodes[wiped].spawn();
     wait_for(60, "node 3 to refuse a damaged snapshot object", || {
-        (int(&metrics(&bases[wiped]), "raft_snapshot_s3_refused") >= 1).then_some(())
+        (counter(&metrics(&bases[wiped]), "raft_snapshot_s3_refused") >= 1).then_some(())
     });
     nodes[wiped]
         .assert_log_says("refusing an InstallSnapshot whose snapshot object cannot be taken");
     nodes[wiped].assert_log_says("checksum mismatch");
-    assert_eq!(int(&metrics(&bases[wiped]), "raft_snapshot_s3_installs"), 0);
+    assert_eq!(
+        counter(&metrics(&bases[wiped]), "raft_snapshot_s3_installs"),
+        0
+    );
     assert_eq!(local_prefix(&bases[wiped], path, 1), None, "nothing served");
 
     // The store goes away: the installs keep failing, now as store errors.
     weed.kill();
-    let errors = int(&metrics(&bases[wiped]), "raft_snapshot_s3_errors");
+    let errors = counter(&metrics(&bases[wiped]), "raft_snapshot_s3_errors");
     wait_for(60, "node 3 to fail on the store", || {
-        (int(&metrics(&bases[wiped]), "raft_snapshot_s3_errors") > errors).then_some(())
+        (counter(&metrics(&bases[wiped]), "raft_snapshot_s3_errors") > errors).then_some(())
     });
-    assert_eq!(int(&metrics(&bases[wiped]), "raft_snapshot_s3_installs"), 0);
+    assert_eq!(
+        counter(&metrics(&bases[wiped]), "raft_snapshot_s3_installs"),
+        0
+    );
     assert_eq!(local_prefix(&bases[wiped], path, 1), None, "nothing served");
 
     // Back, with fresh snapshots of the leaders: node 3 installs one and catches up.
@@ -170,9 +170,9 @@ async fn a_wiped_voter_installs_from_the_namespace_and_a_damaged_or_unreachable_
             .then_some(())
     });
     let m = metrics(&bases[wiped]);
-    assert!(int(&m, "raft_snapshot_s3_installs") >= 1, "{m}");
+    assert!(counter(&m, "raft_snapshot_s3_installs") >= 1, "{m}");
     assert_eq!(
-        int(&m, "raft_snapshot_builds"),
+        counter(&m, "raft_snapshot_builds"),
         0,
         "it built none of its own"
     );
@@ -243,8 +243,8 @@ async fn the_leader_prunes_what_no_member_pins_after_the_grace_and_the_orphan_sw
     }
     wait_pruned_to_one(&ns).await;
     let m = metrics(&bases[0]);
-    assert!(int(&m, "raft_snapshot_s3_pruned") >= 3, "{m}");
-    assert!(int(&m, "raft_snapshot_s3_prune_passes") >= 1, "{m}");
+    assert!(counter(&m, "raft_snapshot_s3_pruned") >= 3, "{m}");
+    assert!(counter(&m, "raft_snapshot_s3_prune_passes") >= 1, "{m}");
     node.assert_log_says("pruned a retired Raft snapshot object");
     let kept = objects(&ns).await;
     assert!(kept[0].starts_with("g0/n1/"), "{kept:?}");
@@ -259,7 +259,7 @@ async fn the_leader_prunes_what_no_member_pins_after_the_grace_and_the_orphan_sw
     );
     // The orphan sweep, a day shortened to a second, ran and left the namespace alone.
     wait_for(30, "two sweep passes", || {
-        (int(&metrics(&bases[0]), "cold_orphan_sweep_passes") >= 2).then_some(())
+        (counter(&metrics(&bases[0]), "cold_orphan_sweep_passes") >= 2).then_some(())
     });
     assert_eq!(objects(&ns).await, kept);
     assert_eq!(read_all(&bases, "/demo/prune"), expected(15));
@@ -318,8 +318,8 @@ async fn a_build_while_the_store_is_down_stays_inline_and_the_next_one_goes_to_t
     snapshot_everything(std::slice::from_ref(&node), 1);
     node.assert_log_says("this one stays inline in the WAL directory");
     let m = metrics(&bases[0]);
-    assert!(int(&m, "raft_snapshot_s3_errors") >= 1, "{m}");
-    assert_eq!(int(&m, "raft_snapshot_s3_uploads"), 0, "{m}");
+    assert!(counter(&m, "raft_snapshot_s3_errors") >= 1, "{m}");
+    assert_eq!(counter(&m, "raft_snapshot_s3_uploads"), 0, "{m}");
     let file = &snapshot_files(&dir.join("wal"))[0];
     assert!(!file.windows(4).any(|w| w == b"URSR"), "the state, inline");
     assert!(file.windows(4).any(|w| w == b"URGS"), "the state, inline");
@@ -333,7 +333,7 @@ async fn a_build_while_the_store_is_down_stays_inline_and_the_next_one_goes_to_t
     snapshot_everything(std::slice::from_ref(&node), 1);
     let file = &snapshot_files(&dir.join("wal"))[0];
     assert!(file.windows(4).any(|w| w == b"URSR"), "a reference again");
-    assert_eq!(int(&metrics(&bases[0]), "raft_snapshot_s3_uploads"), 1);
+    assert_eq!(counter(&metrics(&bases[0]), "raft_snapshot_s3_uploads"), 1);
     drop(node);
 }
 
@@ -362,7 +362,7 @@ async fn routine_builds_wait_while_the_snapshot_store_fails_its_health_ticks() {
             Some(204)
         );
     }
-    let log = int(&metrics(&bases[0]), "raft_log_bytes");
+    let log = counter(&metrics(&bases[0]), "raft_log_bytes");
     assert!(
         (512 << 10..768 << 10).contains(&log),
         "a routine build is due: {log}"
@@ -371,15 +371,15 @@ async fn routine_builds_wait_while_the_snapshot_store_fails_its_health_ticks() {
     // store, would still hang in its upload: the builds started are what shows it).
     std::thread::sleep(Duration::from_secs(1));
     let m = metrics(&bases[0]);
-    assert_eq!(int(&m, "raft_snapshot_builds_in_flight_max"), 0, "{m}");
-    assert_eq!(int(&m, "raft_snapshot_builds"), 0, "{m}");
+    assert_eq!(counter(&m, "raft_snapshot_builds_in_flight_max"), 0, "{m}");
+    assert_eq!(counter(&m, "raft_snapshot_builds"), 0, "{m}");
 
     weed.thaw();
     let m = wait_for(30, "the held build once the store answers", || {
         let m = metrics(&bases[0]);
-        (int(&m, "raft_snapshot_s3_uploads") >= 1).then_some(m)
+        (counter(&m, "raft_snapshot_s3_uploads") >= 1).then_some(m)
     });
-    assert!(int(&m, "raft_snapshot_builds") >= 1, "{m}");
+    assert!(counter(&m, "raft_snapshot_builds") >= 1, "{m}");
     drop(node);
 }
 
@@ -409,11 +409,11 @@ async fn a_damaged_pins_file_stops_every_prune_pass_until_it_is_gone() {
     assert!(built.len() >= 3, "{built:?}");
     // Well past the grace, several passes, each refused: every object stays.
     wait_for(30, "prune passes refused by the pins file", || {
-        (int(&metrics(&bases[0]), "raft_snapshot_s3_refused") >= 5).then_some(())
+        (counter(&metrics(&bases[0]), "raft_snapshot_s3_refused") >= 5).then_some(())
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let m = metrics(&bases[0]);
-    assert_eq!(int(&m, "raft_snapshot_s3_pruned"), 0, "{m}");
+    assert_eq!(counter(&m, "raft_snapshot_s3_pruned"), 0, "{m}");
     assert_eq!(objects(&ns).await, built);
     node.assert_log_says("failed to prune retired OpenRaft snapshots");
     // Gone, the passes delete again: only the object the snapshot file names stays.

@@ -26,12 +26,6 @@ fn snapshots_only_toml(weed: &SeaweedFs, prefix: &str) -> String {
     )
 }
 
-fn int(m: &serde_json::Value, key: &str) -> u64 {
-    m[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("metrics lack {key}: {m}"))
-}
-
 async fn snapshot_objects(ns: &ColdStore) -> Vec<String> {
     let mut keys: Vec<String> = ns
         .list("")
@@ -116,7 +110,7 @@ async fn with_cold_storage_off_snapshots_live_in_their_own_namespace_and_a_wiped
             Some(format!("s3://{BUCKET}/c1snaps").as_str()),
             "{m}"
         );
-        assert!(int(&m, "raft_snapshot_s3_uploads") >= 4, "{m}");
+        assert!(counter(&m, "raft_snapshot_s3_uploads") >= 4, "{m}");
     }
     // Only the namespace: no cold tier wrote anything to the bucket.
     let everything = weed.store("").list("").await.expect("list");
@@ -137,8 +131,8 @@ async fn with_cold_storage_off_snapshots_live_in_their_own_namespace_and_a_wiped
             .then_some(())
     });
     let m = metrics(&bases[wiped]);
-    assert!(int(&m, "raft_snapshot_s3_installs") >= 1, "{m}");
-    assert_eq!(int(&m, "raft_snapshot_builds"), 0, "it built none: {m}");
+    assert!(counter(&m, "raft_snapshot_s3_installs") >= 1, "{m}");
+    assert_eq!(counter(&m, "raft_snapshot_builds"), 0, "it built none: {m}");
 
     // The health gate watches this store: frozen, its probes miss their deadline.
     weed.freeze();

@@ -8,12 +8,6 @@ use std::time::Duration;
 
 use crate::harness::cluster::*;
 
-fn int(m: &serde_json::Value, key: &str) -> u64 {
-    m[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("metrics lack {key}: {m}"))
-}
-
 #[test]
 fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restart_reads_it_all() {
     let dir = tempfile_dir("snapdrive");
@@ -32,7 +26,7 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
         Some(201)
     );
     let before = metrics(&bases[0]);
-    assert_eq!(int(&before, "raft_snapshot_builds"), 0);
+    assert_eq!(counter(&before, "raft_snapshot_builds"), 0);
     // 3 MiB of appends in 512-byte bodies: three budgets' worth, so the log must be cut.
     let body = vec![b'a'; 512];
     let mut expected = Vec::new();
@@ -63,19 +57,19 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
     }
     let m = wait_for(20, "the log back under the budget", || {
         let m = metrics(&bases[0]);
-        (int(&m, "raft_log_bytes") < budget).then_some(m)
+        (counter(&m, "raft_log_bytes") < budget).then_some(m)
     });
-    assert!(int(&m, "raft_snapshot_builds") >= 1, "{m}");
-    assert!(int(&m, "raft_snapshot_build_ns") > 0, "{m}");
+    assert!(counter(&m, "raft_snapshot_builds") >= 1, "{m}");
+    assert!(counter(&m, "raft_snapshot_build_ns") > 0, "{m}");
     assert!(
-        int(&m, "raft_log_bytes_high_watermark") >= budget * 3 / 4,
+        counter(&m, "raft_log_bytes_high_watermark") >= budget * 3 / 4,
         "the driver let the log reach its pressure level before cutting it: {m}"
     );
     assert!(
-        int(&m, "raft_log_bytes_high_watermark") < 2 * budget,
+        counter(&m, "raft_log_bytes_high_watermark") < 2 * budget,
         "the log never reached the hard limit: {m}"
     );
-    assert!(int(&m, "raft_snapshot_pressure_passes") >= 1, "{m}");
+    assert!(counter(&m, "raft_snapshot_pressure_passes") >= 1, "{m}");
     // Each counted pass is logged as the spec's event, with what it planned and started.
     let passes: Vec<String> = node
         .log_text()
@@ -90,7 +84,10 @@ fn the_driver_snapshots_by_log_bytes_keeps_the_log_under_its_budget_and_a_restar
             .all(|l| l.contains("planned=") && l.contains("started=") && l.contains("busy=")),
         "{passes:?}"
     );
-    assert!(int(&m, "raft_snapshot_builds_in_flight_max") >= 1, "{m}");
+    assert!(
+        counter(&m, "raft_snapshot_builds_in_flight_max") >= 1,
+        "{m}"
+    );
     assert!(m["raft_snapshot_pressure_level"].is_u64(), "{m}");
     assert!(m["raft_snapshot_pressure_builds"].is_u64(), "{m}");
     // Catch-up reads answer a bounded chunk each: follow Stream-Next-Offset to the tail.
@@ -158,7 +155,7 @@ fn a_wiped_follower_catches_up_from_a_snapshot_its_leader_reads_back_from_disk()
     });
     let m = metrics(&bases[wiped]);
     assert_eq!(
-        int(&m, "raft_snapshot_builds"),
+        counter(&m, "raft_snapshot_builds"),
         0,
         "the follower built no snapshot of its own"
     );
@@ -235,7 +232,7 @@ fn idle_groups_add_no_entries_and_keep_no_journal_segment_while_one_stream_fills
         }
         let m = metrics(&bases[0]);
         let gone = first_segments.iter().any(|p| !p.exists());
-        if gone && int(&m, "wal_lagging_groups") <= 1 && int(&m, "wal_reclaims") >= 1 {
+        if gone && counter(&m, "wal_lagging_groups") <= 1 && counter(&m, "wal_reclaims") >= 1 {
             break m;
         }
         assert!(
@@ -245,9 +242,9 @@ fn idle_groups_add_no_entries_and_keep_no_journal_segment_while_one_stream_fills
     };
     // What stays pinned is the busy group's own log, however far its next snapshot is: the
     // segments its entries span (partial ones at both ends), not one per idle group.
-    let busy_span = int(&released, "raft_log_bytes").div_ceil(1 << 20) + 2;
+    let busy_span = counter(&released, "raft_log_bytes").div_ceil(1 << 20) + 2;
     assert!(
-        int(&released, "wal_pinned_segments") <= busy_span,
+        counter(&released, "wal_pinned_segments") <= busy_span,
         "the sealed segments left are the busy group's ({busy_span} at most): {released}"
     );
 
@@ -306,9 +303,9 @@ fn the_tail_kept_after_a_snapshot_does_not_hold_the_node_over_its_log_budget() {
     // The pressure pass brings the unsnapshotted log under the budget, the kept tail aside.
     let m = wait_for(20, "the log under the budget", || {
         let m = metrics(&bases[0]);
-        (int(&m, "raft_log_bytes") < 1 << 20).then_some(m)
+        (counter(&m, "raft_log_bytes") < 1 << 20).then_some(m)
     });
-    assert!(int(&m, "raft_snapshot_builds") >= 1, "{m}");
+    assert!(counter(&m, "raft_snapshot_builds") >= 1, "{m}");
     // 8 MiB went in, all of it is there.
     let (status, got) = crate::cold_tier::read_from(&bases[0], "/demo/kept", 0);
     assert_eq!(status, 200);
