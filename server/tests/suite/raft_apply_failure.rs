@@ -143,6 +143,15 @@ fn a_poison_record_stops_its_group_alone_until_corrected_code_replays_it_once() 
     let again = failure(&bases[first], group);
     assert_eq!(again["index"], failures[0]["index"], "{again}");
     assert!(has_issue(&bases[first], group, "apply_stopped"));
+    // It may not lead the group: its Raft, started again without replaying, refuses to
+    // campaign (409) or has already met the entry again and stopped (503).
+    let (status, body) = admin(
+        &nodes[first],
+        "POST",
+        &format!("/__ursula/raft/{group}/self-election"),
+    );
+    assert!(matches!(status, 409 | 503), "{status} {body}");
+    assert!(body.contains("failed to apply"), "{body}");
     let (status, hs, _) = direct("GET", &format!("{}{bad}?offset=-1", bases[first]), b"");
     assert_eq!(
         (status, hs.get("x-ursula-not-applied").map(String::as_str)),

@@ -221,6 +221,11 @@ pub async fn serve(
                     "node {}'s replica of group {group} is recovering",
                     node.node_id
                 )))
+            } else if node.apply_stop(group).is_some() {
+                Err(Declined(format!(
+                    "node {}'s replica of group {group} stopped: a committed entry failed to apply",
+                    node.node_id
+                )))
             } else if req.dry_run {
                 Ok(())
             } else {

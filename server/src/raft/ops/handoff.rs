@@ -380,6 +380,8 @@ pub async fn self_elect(node: &Replicas, group: u32) -> Result<Elected, HandoffE
         Some(format!("the node is {}", shed.why()))
     } else if node.gates.is_closed(group) {
         Some("its recovery gate is closed".to_owned())
+    } else if node.apply_stop(group).is_some() {
+        Some("its apply stopped: a committed entry failed to apply".to_owned())
     } else if !m.membership_config.voter_ids().any(|v| v == node.node_id) {
         Some("it is not a voter of the group".to_owned())
     } else {

@@ -281,12 +281,13 @@ impl Replicas {
         self.leader_of(group) == Some(self.node_id)
     }
 
-    /// Lets `group`'s replica campaign again, unless the node is drained or the group's gate
-    /// is closed: both keep it from taking leadership.
+    /// Lets `group`'s replica campaign again, unless the node is drained, the group's gate
+    /// is closed or its apply stopped: each keeps it from taking leadership.
     pub fn resume_elections(&self, group: GroupId) {
         if let Some(raft) = self.raft(group)
             && !self.shed.sheds()
             && !self.gates.is_closed(group)
+            && self.rt.apply_stop(group).is_none()
         {
             raft.runtime_config().elect(true);
         }
