@@ -38,7 +38,10 @@ fn a_wal_written_by_the_previous_format_is_served_whole_and_rewritten_sealed() {
     copy_dir(&testdata("legacy-wal"), &wal);
     let mut node = start_single_node(
         &dir,
+        // The fixture's producer last wrote when it was made (2026-12-01): it must not be
+        // forgotten as idle for seven days whenever this test runs.
         "[runtime]\ncore_count = 1\n[storage.snapshot]\ndrive_interval = \"100ms\"\n\
+         [testing]\nproducer_forget_after = \"876000h\"\n\
          [raft]\ngroup_count = 2\nsnapshot_log_budget = \"64KiB\"",
         "segment_size = \"64KiB\"",
     );
