@@ -33,11 +33,18 @@ pub const SHED_MAINTENANCE: u64 = 1;
 /// its leaderships to peers and leads nothing until `heal_ticks` good ticks in a row. The spec
 /// names the gate but not its bit or state.
 pub const SHED_SNAPSHOT_STORE: u64 = 2;
+/// The bit a node sets while its cluster-egress gate (`governance.cluster_probe`) finds that
+/// its probes reach fewer peers than make a quorum with it: it hands every leadership off and
+/// leads nothing until its probes reach a quorum again. The spec names the gate but not its
+/// bit or state.
+pub const SHED_CLUSTER_EGRESS: u64 = 4;
 /// The bit a node sets while its WAL disk is under pressure (`wal_disk_pressure`): it refuses
 /// writes, so it hands its leaderships to peers that can take them and leads nothing until the
-/// disk has room again. The spec names the state but not its bit; 4 is left for the
-/// cluster-egress gate it lists before it.
+/// disk has room again. The spec names the state but not its bit.
 pub const SHED_WAL_DISK: u64 = 8;
+
+/// Every bit that makes a node lead nothing.
+const SHED_ANY: u64 = SHED_MAINTENANCE | SHED_SNAPSHOT_STORE | SHED_CLUSTER_EGRESS | SHED_WAL_DISK;
 
 /// A node's leadership-shed state: what the drain mark makes it do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,11 +65,13 @@ impl Default for ShedState {
 
 impl ShedState {
     pub fn of_bits(bits: u64) -> ShedState {
-        let sheds = bits & (SHED_MAINTENANCE | SHED_SNAPSHOT_STORE | SHED_WAL_DISK) != 0;
+        let sheds = bits & SHED_ANY != 0;
         let state = if bits & SHED_MAINTENANCE != 0 {
             "maintenance-drain"
         } else if bits & SHED_SNAPSHOT_STORE != 0 {
             "snapshot-store-unhealthy"
+        } else if bits & SHED_CLUSTER_EGRESS != 0 {
+            "cluster-egress-unhealthy"
         } else if bits & SHED_WAL_DISK != 0 {
             "wal-disk-pressure"
         } else {
@@ -82,8 +91,8 @@ impl ShedState {
         self.bits & SHED_MAINTENANCE != 0
     }
 
-    /// Any reason to lead nothing: the maintenance mark, an unhealthy snapshot store or WAL
-    /// disk pressure.
+    /// Any reason to lead nothing: the maintenance mark, an unhealthy snapshot store, impaired
+    /// cluster egress or WAL disk pressure.
     pub fn sheds(&self) -> bool {
         !self.should_campaign
     }
@@ -269,6 +278,9 @@ mod tests {
         let store = ShedState::of_bits(SHED_SNAPSHOT_STORE | SHED_WAL_DISK);
         assert_eq!(store.state, "snapshot-store-unhealthy");
         assert!(store.sheds() && !store.drained() && !store.should_accept_transfer);
+        let egress = ShedState::of_bits(SHED_CLUSTER_EGRESS | SHED_WAL_DISK);
+        assert_eq!(egress.state, "cluster-egress-unhealthy");
+        assert!(egress.sheds() && !egress.drained() && !egress.should_campaign);
         let both = ShedState::of_bits(SHED_MAINTENANCE | SHED_WAL_DISK);
         assert_eq!(both.state, "maintenance-drain");
         assert!(both.drained() && both.sheds());

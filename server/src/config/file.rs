@@ -295,8 +295,9 @@ pub struct TestingSection {
 /// `[governance]`, as far as the spec names it: the leadership balancer
 /// (`leadership_balance.peer_timeout`, `max_per_tick`), the cold-health gate (`cold_health`) and
 /// the cluster-egress gate (`cluster_probe`). The spec names no keys of the two gates, so their
-/// sections load only empty. This build acts on `leadership_balance` and not yet on the two
-/// gates (`Config::ignored_keys`).
+/// sections load only empty. This build acts on `leadership_balance` and `cluster_probe` (on
+/// every Raft node with peers, its settings fixed: docs/operations.md), and not yet on
+/// `cold_health` (`Config::ignored_keys`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GovernanceSection {

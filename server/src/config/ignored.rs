@@ -76,7 +76,11 @@ pub fn ignored_keys(file: &FileConfig, raft: bool) -> Vec<String> {
                     .is_some_and(|l| l.max_per_tick.is_some()),
         ),
         ("governance.cold_health", gov.cold_health.is_some()),
-        ("governance.cluster_probe", gov.cluster_probe.is_some()),
+        // The egress gate probes peers: a node without any has none to reach.
+        (
+            "governance.cluster_probe",
+            gov.cluster_probe.is_some() && (!raft || file.raft.peers.is_empty()),
+        ),
     ]
     .into_iter()
     .filter_map(|(k, on)| on.then_some(k))

@@ -347,7 +347,12 @@ fn refuse_stopped_group(st: &AppState, route: &Route) -> Result<(), ApiError> {
         | Route::Snapshot(sp, _)
         | Route::SnapshotBare(sp)
         | Route::Retention(sp, _) => sp,
-        Route::Metrics | Route::Ready | Route::Usage | Route::Bucket(_) | Route::NotFound => {
+        Route::Metrics
+        | Route::Ready
+        | Route::Usage
+        | Route::ClusterProbe
+        | Route::Bucket(_)
+        | Route::NotFound => {
             return Ok(());
         }
     };
@@ -356,6 +361,25 @@ fn refuse_stopped_group(st: &AppState, route: &Route) -> Result<(), ApiError> {
         Some(_) => Err(EngineError::Runtime(RuntimeError::ApplyStopped(group)).into()),
         None => Ok(()),
     }
+}
+
+/// The largest body `POST /__ursula/cluster-probe` reads: a heartbeat's size, with room.
+pub const CLUSTER_PROBE_MAX: usize = 1024;
+
+/// `POST /__ursula/cluster-probe`: a peer's cluster-egress gate checks that its packets reach
+/// this node (Operations, "The admin plane"). It bypasses ingress admission, so a node under
+/// load still answers, and it reads a heartbeat-sized body and nothing else: it changes no
+/// state and tells the caller nothing but that its bytes arrived, so any caller may send one.
+async fn cluster_probe(body: Body) -> Result<Response, ApiError> {
+    axum::body::to_bytes(body, CLUSTER_PROBE_MAX)
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("a cluster probe carries at most {CLUSTER_PROBE_MAX} bytes"),
+            )
+        })?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
@@ -374,6 +398,8 @@ async fn handle(st: &AppState, req: Request) -> Result<Response, ApiError> {
         (Route::Metrics | Route::Ready | Route::Usage, _) => {
             return Err(ApiError::method_not_allowed("GET"));
         }
+        (Route::ClusterProbe, &Method::POST) => return cluster_probe(body).await,
+        (Route::ClusterProbe, _) => return Err(ApiError::method_not_allowed("POST")),
         (Route::NotFound, _) => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such route")),
         (Route::Bucket(_), &Method::OPTIONS) => return Ok(preflight(&headers, "PUT, OPTIONS")),
         (Route::Bucket(b), &Method::PUT) => write::create_bucket(&b)?,

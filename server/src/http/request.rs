@@ -24,6 +24,8 @@ pub enum Route {
     Metrics,
     Ready,
     Usage,
+    /// `POST /__ursula/cluster-probe`: a peer's egress heartbeat ([`super::client_plane`]).
+    ClusterProbe,
     Bucket(String),
     Stream(StreamPath),
     Bootstrap(StreamPath),
@@ -47,6 +49,7 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
             ["metrics"] => Route::Metrics,
             ["ready"] => Route::Ready,
             ["usage"] => Route::Usage,
+            ["cluster-probe"] => Route::ClusterProbe,
             _ => Route::NotFound,
         }),
         Target::Bucket(b) => Ok(Route::Bucket(b)),
@@ -352,6 +355,10 @@ mod tests {
         assert!(route("/Demo/x").is_err());
         assert!(route("/demo/%ff").is_err());
         assert_eq!(route("/__ursula/metrics").ok(), Some(Route::Metrics));
+        assert_eq!(
+            route("/__ursula/cluster-probe").ok(),
+            Some(Route::ClusterProbe)
+        );
     }
 
     /// Requests whose headers exercise every rule: absent, once, repeated, malformed, mixed.

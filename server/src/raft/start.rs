@@ -22,6 +22,7 @@ use openraft::Raft;
 
 use super::drivers::balancer;
 use super::drivers::bootstrap;
+use super::drivers::egress;
 use super::drivers::fair_share;
 use super::drivers::gate_watch;
 use super::drivers::snapshot_prune;
@@ -545,6 +546,7 @@ pub async fn start(rt: &Runtime, opts: RaftOptions) -> Result<Started, StartErro
     }
     if !opts.peers.is_empty() {
         tokio::spawn(voter_keeper::keep(Arc::downgrade(&node)));
+        tokio::spawn(egress::run(Arc::downgrade(&node)));
         tokio::spawn(balancer::balance(
             Arc::downgrade(&node),
             opts.wal_disk_pressure.clone(),

@@ -144,7 +144,44 @@ fn a_cluster_with_cluster_listeners_forms_there_and_serves_peer_rpcs_only_there(
             "cluster plane"
         );
         assert_eq!(status("GET", &n.url("/__ursula/raft-protocol"), &[]).0, 404);
+        // The egress probe answers on both planes, and each node's gate, probing its peers'
+        // cluster listeners, finds its egress healthy.
+        let beat = [0u8; 64];
+        for url in [
+            n.url("/__ursula/cluster-probe"),
+            format!("http://127.0.0.1:{}/__ursula/cluster-probe", cluster[i]),
+        ] {
+            let (s, _, _) = send_url("POST", &url, &[], &beat).expect("an answer");
+            assert_eq!(s, 204, "{url}");
+        }
+        assert_eq!(metrics(&n.base())["leadership_shed"]["state"], "none");
     }
+}
+
+#[test]
+fn the_cluster_probe_answers_a_heartbeat_from_anyone_and_nothing_larger_or_else() {
+    let (_dir, node) = single_node("planes-probe", "[raft]\ngroup_count = 2", "");
+    let url = node.url("/__ursula/cluster-probe");
+    let post = |body: &[u8]| send_url("POST", &url, &[], body).expect("an answer");
+    let (s, _, body) = post(&[7u8; 64]);
+    assert_eq!((s, body.len()), (204, 0), "a heartbeat, and nothing told");
+    assert_eq!(post(b"").0, 204);
+    assert_eq!(post(&[7u8; 1024]).0, 204);
+    // A stranger cannot push a body through it, nor use it for anything but the probe.
+    let (s, _, body) = post(&[7u8; 1025]);
+    assert_eq!(s, 413, "{}", String::from_utf8_lossy(&body));
+    let (s, headers, _) = send_url("GET", &url, &[], b"").expect("an answer");
+    assert_eq!(s, 405);
+    assert_eq!(headers.get("allow").map(String::as_str), Some("POST"));
+    assert_eq!(
+        status("POST", &node.admin_url("/__ursula/cluster-probe"), &[]).0,
+        404
+    );
+    // Nothing lives below it.
+    assert_eq!(
+        status("POST", &node.url("/__ursula/cluster-probe/x"), &[]).0,
+        404
+    );
 }
 
 /// A ready single node whose request heads time out after 2 s, with `server` in its `[server]`.

@@ -354,6 +354,29 @@ fn every_key_this_build_does_not_act_on_is_listed_in_a_stable_order() {
 }
 
 #[test]
+fn the_cluster_egress_gate_is_acted_on_by_a_node_with_peers_and_listed_by_one_without() {
+    let peers = "[raft]\nnode_id = 1\n[raft.wal]\npath = \"/d\"\n\
+                 [[raft.peers]]\nnode_id = 1\nurl = \"http://a:1\"\n\
+                 [[raft.peers]]\nnode_id = 2\nurl = \"http://b:1\"\n\
+                 [governance.cluster_probe]\n";
+    let c = resolve_text(peers).expect("valid");
+    assert!(
+        !c.ignored_keys
+            .iter()
+            .any(|k| k == "governance.cluster_probe"),
+        "{:?}",
+        c.ignored_keys
+    );
+    let alone = resolve_text("[governance.cluster_probe]\n").expect("valid");
+    assert!(
+        alone
+            .ignored_keys
+            .iter()
+            .any(|k| k == "governance.cluster_probe")
+    );
+}
+
+#[test]
 fn the_leadership_balancer_moves_two_a_tick_every_two_seconds_by_default() {
     let c = resolve_text("").expect("valid");
     assert_eq!(

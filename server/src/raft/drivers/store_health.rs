@@ -21,6 +21,8 @@ use std::time::Instant;
 use futures_util::future::BoxFuture;
 use ursula_cold::ColdError;
 
+use super::streak::Change;
+use super::streak::Streak;
 use crate::raft::ops::handoff;
 use crate::raft::replicas::Replicas;
 
@@ -65,23 +67,11 @@ pub enum Tick {
     Mixed,
 }
 
-/// What a tick changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    None,
-    /// The bad streak reached `unhealthy_ticks`: shed.
-    Shed,
-    /// The good streak reached `heal_ticks`: may lead again.
-    Healed,
-}
-
 /// The gate's judgement, tick by tick: plain state, so the rules are tested without a store.
 #[derive(Debug)]
 pub struct Judge {
     settings: Settings,
-    bad: u32,
-    good: u32,
-    shed: bool,
+    streak: Streak,
     last_failure: Option<Instant>,
     succeeded_since: bool,
     seen: (u64, u64),
@@ -90,10 +80,8 @@ pub struct Judge {
 impl Judge {
     pub fn new(settings: Settings) -> Judge {
         Judge {
+            streak: Streak::new(settings.unhealthy_ticks, settings.heal_ticks),
             settings,
-            bad: 0,
-            good: 0,
-            shed: false,
             last_failure: None,
             succeeded_since: false,
             seen: (0, 0),
@@ -101,12 +89,12 @@ impl Judge {
     }
 
     pub fn shed(&self) -> bool {
-        self.shed
+        self.streak.shed()
     }
 
     /// Bad ticks since the last good one.
     pub fn bad_streak(&self) -> u32 {
-        self.bad
+        self.streak.bad()
     }
 
     /// Judges a tick at `now`: the probe's outcome and the write counters' totals.
@@ -130,26 +118,8 @@ impl Judge {
         };
         let change = match tick {
             Tick::Mixed => Change::None,
-            Tick::Bad => {
-                self.good = 0;
-                self.bad = self.bad.saturating_add(1);
-                if !self.shed && self.bad >= self.settings.unhealthy_ticks {
-                    self.shed = true;
-                    Change::Shed
-                } else {
-                    Change::None
-                }
-            }
-            Tick::Good => {
-                self.bad = 0;
-                self.good = self.good.saturating_add(1);
-                if self.shed && self.good >= self.settings.heal_ticks {
-                    self.shed = false;
-                    Change::Healed
-                } else {
-                    Change::None
-                }
-            }
+            Tick::Bad => self.streak.bad_tick(),
+            Tick::Good => self.streak.good_tick(),
         };
         (tick, change)
     }

@@ -134,6 +134,43 @@ pub async fn candidates(node: &Replicas, group: u32) -> Vec<u64> {
     out
 }
 
+/// What a voter answered when asked whether it would take a group now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    MayCampaign,
+    /// It declined: drained, shedding, recovering.
+    MayNot,
+    /// No answer within the peer timeout, or a failed exchange.
+    Silent,
+}
+
+/// Asks every voter of `group` other than this node, at once, whether it would take the group
+/// now, each within the peer timeout. Only the voters' own answers: the leader's checks of a
+/// target (its acks, its log) are left to [`transfer`].
+pub async fn answers(node: &Replicas, group: u32) -> Vec<(u64, Answer)> {
+    let Some(raft) = node.raft(group) else {
+        return Vec::new();
+    };
+    let voters: Vec<u64> = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .voter_ids()
+        .filter(|v| *v != node.node_id)
+        .collect();
+    let asks = voters.iter().map(|v| async move {
+        let asked =
+            tokio::time::timeout(node.peer_timeout, elect_rpc(node, raft, group, *v, true)).await;
+        let answer = match asked {
+            Ok(Ok(())) => Answer::MayCampaign,
+            Ok(Err(Unfit::Declined(_))) => Answer::MayNot,
+            Ok(Err(_)) | Err(_) => Answer::Silent,
+        };
+        (*v, answer)
+    });
+    futures_util::future::join_all(asks).await
+}
+
 async fn asks_ok(
     node: &Replicas,
     raft: &GroupRaft,

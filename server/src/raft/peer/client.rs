@@ -298,12 +298,53 @@ impl Peers {
             .await
     }
 
+    /// POSTs a heartbeat-sized body to `target`'s `/__ursula/cluster-probe` over the same
+    /// connections as the Raft RPCs: `Ok` once it answered `2xx` within `timeout`.
+    pub async fn egress_probe(&self, target: u64, timeout: Duration) -> Result<(), PeerError> {
+        let base = self
+            .urls
+            .get(&target)
+            .ok_or_else(|| PeerError::Unreachable(format!("no URL for node {target}")))?;
+        let request = hyper::Request::post(format!("{base}{CLUSTER_PROBE_PATH}"))
+            .header(h::RAFT_FROM, self.me)
+            .body(Full::new(Bytes::from_static(&[0u8; PROBE_BODY_BYTES])))
+            .map_err(|e| PeerError::Network(e.to_string()))?;
+        let exchange = async {
+            let resp = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| PeerError::Unreachable(e.to_string()))?;
+            let status = resp.status();
+            // Read to the end, so the connection goes back to the pool.
+            resp.into_body()
+                .collect()
+                .await
+                .map_err(|e| PeerError::Network(e.to_string()))?;
+            if status.is_success() {
+                Ok(())
+            } else {
+                Err(PeerError::Network(format!(
+                    "node {target} answered {status}"
+                )))
+            }
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| PeerError::Unreachable(format!("node {target} did not answer in time")))?
+    }
+
     /// Asks `node` whether it holds anything of `group` and whom it sees leading it.
     pub async fn probe(&self, node: u64, group: u32) -> Result<Probe, PeerError> {
         self.ask(node, group, RpcKind::Probe, &(), RPC_TIMEOUT)
             .await
     }
 }
+
+/// The route of the cluster-egress gate's probes, on every plane that serves clients.
+pub const CLUSTER_PROBE_PATH: &str = "/__ursula/cluster-probe";
+/// A probe's body: about a Raft heartbeat's size.
+const PROBE_BODY_BYTES: usize = 64;
 
 /// How long a batch of appends may take on the wire; each RPC keeps its own deadline too.
 const LANE_TIMEOUT: Duration = Duration::from_secs(10);

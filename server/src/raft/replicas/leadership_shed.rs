@@ -1,14 +1,15 @@
 //! The node's leadership-shed state: the operator's maintenance drain mark, kept in the WAL
 //! root (`leadership-shed.bin`) so it outlives a restart until `DELETE`d, the mark a graceful
-//! shutdown sets on itself, an unhealthy snapshot store ([`crate::raft::drivers::store_health`]) and WAL disk
-//! pressure, none of which is kept. A shedding node
-//! does not campaign, refuses leader transfers to itself, and hands its leaderships away
-//! ([`crate::raft::ops::handoff`]).
+//! shutdown sets on itself, an unhealthy snapshot store ([`crate::raft::drivers::store_health`]),
+//! impaired egress to the peers ([`crate::raft::drivers::egress`]) and WAL disk pressure, none
+//! of which is kept. A shedding node does not campaign, refuses leader transfers to itself, and
+//! hands its leaderships away ([`crate::raft::ops::handoff`]).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
+use ursula_protocol::admin::SHED_CLUSTER_EGRESS;
 use ursula_protocol::admin::SHED_MAINTENANCE;
 use ursula_protocol::admin::SHED_SNAPSHOT_STORE;
 use ursula_protocol::admin::SHED_WAL_DISK;
@@ -28,6 +29,8 @@ pub struct Shed {
     wal_disk: AtomicBool,
     /// Set while the store gate judges the snapshot store unhealthy.
     store: AtomicBool,
+    /// Set while the cluster-egress gate finds that this node reaches no quorum of its peers.
+    egress: AtomicBool,
 }
 
 impl Shed {
@@ -43,6 +46,7 @@ impl Shed {
             stopping: AtomicBool::new(false),
             wal_disk: AtomicBool::new(false),
             store: AtomicBool::new(false),
+            egress: AtomicBool::new(false),
         })
     }
 
@@ -76,6 +80,11 @@ impl Shed {
         self.store.swap(on, Ordering::AcqRel) != on
     }
 
+    /// Sets or clears the cluster egress's bit; `true` when that changed it.
+    pub fn set_egress(&self, on: bool) -> bool {
+        self.egress.swap(on, Ordering::AcqRel) != on
+    }
+
     pub fn state(&self) -> ShedState {
         let mut bits = self.bits.load(Ordering::Acquire);
         if self.stopping.load(Ordering::Acquire) {
@@ -87,17 +96,21 @@ impl Shed {
         if self.store.load(Ordering::Acquire) {
             bits |= SHED_SNAPSHOT_STORE;
         }
+        if self.egress.load(Ordering::Acquire) {
+            bits |= SHED_CLUSTER_EGRESS;
+        }
         ShedState::of_bits(bits)
     }
 
-    /// Leads nothing now: drained, stopping, its snapshot store unhealthy or short of WAL disk.
+    /// Leads nothing now: drained, stopping, its snapshot store unhealthy, its egress to its
+    /// peers impaired or short of WAL disk.
     pub fn sheds(&self) -> bool {
         self.state().sheds()
     }
 
     /// What the balancer hands leaderships away for: the operator's mark or the WAL disk (not
-    /// a shutdown, which hands its leaderships off itself, nor the store gate, which hands
-    /// them off at its own pace).
+    /// a shutdown, which hands its leaderships off itself, nor the store and egress gates,
+    /// which hand them off at their own pace).
     pub fn balancer_sheds(&self) -> bool {
         self.bits.load(Ordering::Acquire) & SHED_MAINTENANCE != 0
             || self.wal_disk.load(Ordering::Acquire)
@@ -125,6 +138,10 @@ mod tests {
         assert!(again.sheds() && !again.balancer_sheds());
         assert_eq!(again.state().state, "snapshot-store-unhealthy");
         assert!(again.set_store(false) && !again.sheds());
+        assert!(again.set_egress(true) && !again.set_egress(true));
+        assert!(again.sheds() && !again.balancer_sheds());
+        assert_eq!(again.state().state, "cluster-egress-unhealthy");
+        assert!(again.set_egress(false) && !again.sheds());
         again.set_wal_disk(true);
         again.mark_stopping();
         assert!(again.state().drained());
