@@ -3,7 +3,8 @@
 # namespaces, a seeded nemesis, concurrent clients and a SQLite owner with a live follower,
 # and a checker over each recorded history. Needs root (namespaces, iptables, tmpfs mounts).
 #
-#   scripts/chaos.sh --short [--bin DIR]   # the set in scripts/test.sh: a few minutes
+#   scripts/chaos.sh --short [--bin DIR]   # the set in scripts/test.sh: the egress drill and a
+#                                          # few schedules, a few minutes
 #   scripts/chaos.sh --long  [--bin DIR]   # 100 seeded schedules (about 80 minutes on 2 cores)
 #   scripts/chaos.sh --seed N --nodes 3|5 --fsync always|never [--steps K]   # repeat one
 #
@@ -57,13 +58,22 @@ variant() { # NAME NODES FSYNC FIRST_SEED COUNT STEPS
     --nodes "$2" --fsync "$3" --seed "$4" --count "$5" --steps "$6" --out "$out/$1" || rc=$?
 }
 
+drill() { # NAME
+  echo
+  echo "### drill: $1"
+  echo
+  "$bin/ursula-chaos" "$1" --ursula "$bin/ursula" --out "$out/$1" || rc=$?
+}
+
 case "$mode" in
   short)
+    drill egress-drill
     variant three-always 3 always 1 2 3
     variant three-never 3 never 101 1 3
     variant five-always 5 always 201 1 3
     ;;
   long)
+    drill egress-drill
     variant three-always 3 always 1001 40 3
     variant three-never 3 never 2001 30 3
     variant five-always 5 always 3001 30 3

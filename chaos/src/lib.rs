@@ -16,6 +16,7 @@
 //!   its own checks.
 //! - `converge`: after the last heal, the cluster settles by itself: every group led, one
 //!   leader per group on every node, leaderships within one of each other.
+//! - `drill`: one fault held while its effects are checked step by step: the egress drill.
 //! - `run`: one schedule end to end: cluster, clients, faults, final log, check, settling,
 //!   report.
 //!
@@ -26,6 +27,7 @@ pub mod checker;
 pub mod client;
 pub mod cluster;
 pub mod converge;
+pub mod drill;
 pub mod history;
 pub mod nemesis;
 pub mod net;

@@ -33,6 +33,21 @@ enum Cmd {
     /// The runs themselves, inside the clients' namespace (started by `run`).
     #[command(hide = true)]
     Inner(Opts),
+    /// Make the hosts and run the egress drill (needs root).
+    EgressDrill(DrillOpts),
+    /// The drill itself, inside the clients' namespace (started by `egress-drill`).
+    #[command(hide = true)]
+    InnerEgressDrill(DrillOpts),
+}
+
+#[derive(Args, Clone)]
+struct DrillOpts {
+    /// The `ursula` binary.
+    #[arg(long)]
+    ursula: PathBuf,
+    /// Where the nodes' logs go.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Args, Clone)]
@@ -102,6 +117,35 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Run(o) => outer(&o),
         Cmd::Inner(o) => inner(&o),
+        Cmd::EgressDrill(o) => in_hosts(
+            3,
+            "inner-egress-drill",
+            &[
+                "--ursula".into(),
+                o.ursula.display().to_string(),
+                "--out".into(),
+                o.out.display().to_string(),
+            ],
+        ),
+        Cmd::InnerEgressDrill(o) => egress_drill(&o),
+    }
+}
+
+fn egress_drill(o: &DrillOpts) -> ExitCode {
+    match ursula_chaos::drill::egress(&o.ursula, &o.out, net::Cuts { nodes: 3 }) {
+        Ok(r) => {
+            println!("| drill | shed (s) | evacuated (s) | healed (s) | settled (s) |");
+            println!("|---|---|---|---|---|");
+            println!(
+                "| egress cut of n3 | {:.1} | {:.1} | {:.1} | {:.1} |",
+                r.shed_s, r.evacuated_s, r.healed_s, r.settled_s
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("egress drill failed: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 
@@ -110,7 +154,13 @@ fn outer(o: &Opts) -> ExitCode {
         eprintln!("--nodes must be 3, 4 or 5");
         return ExitCode::from(2);
     }
-    let _net = match net::Net::setup(o.nodes) {
+    in_hosts(o.nodes, "inner", &o.to_args())
+}
+
+/// Makes the hosts of `nodes` nodes and runs this binary's `sub` with `args` in the clients'
+/// namespace; its exit code.
+fn in_hosts(nodes: usize, sub: &str, args: &[String]) -> ExitCode {
+    let _net = match net::Net::setup(nodes) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("could not make the hosts: {e}");
@@ -124,8 +174,8 @@ fn outer(o: &Opts) -> ExitCode {
     let status = Command::new("ip")
         .args(["netns", "exec", net::CLIENTS])
         .arg(me)
-        .arg("inner")
-        .args(o.to_args())
+        .arg(sub)
+        .args(args)
         .status();
     // `_net` drops here: every namespace, link and rule goes, with any process left in them.
     match status.map(|s| s.code()) {

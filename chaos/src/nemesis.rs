@@ -36,6 +36,9 @@ pub enum Fault {
     Kill { node: usize },
     /// SIGKILL the stream's leader.
     KillLeader,
+    /// Drop the connections the node opens to its peers (theirs to it, and its clients',
+    /// still pass): its egress to the cluster is cut while clients still reach it.
+    EgressCut { node: usize },
     /// Fill the node's WAL disk until `leave_mib` MiB are left (0: to the last byte), free it
     /// on heal. Leaving some exercises the free-space guard; leaving none, the WAL's own error.
     FillDisk { node: usize, leave_mib: u64 },
@@ -90,7 +93,7 @@ impl Schedule {
 fn one_fault(rng: &mut StdRng, nodes: usize) -> Fault {
     let mut all: Vec<usize> = (1..=nodes).collect();
     all.shuffle(rng);
-    match rng.random_range(0..8) {
+    match rng.random_range(0..9) {
         0 => Fault::IsolateLeader,
         1 => Fault::Split {
             minority: all[..(nodes - 1) / 2].to_vec(),
@@ -108,6 +111,7 @@ fn one_fault(rng: &mut StdRng, nodes: usize) -> Fault {
         4 => Fault::PauseLeader,
         5 => Fault::Kill { node: all[0] },
         6 => Fault::KillLeader,
+        7 => Fault::EgressCut { node: all[0] },
         _ => Fault::FillDisk {
             node: all[0],
             leave_mib: if rng.random_range(0..2) == 0 { 0 } else { 8 },
@@ -204,6 +208,10 @@ pub fn apply(
                     cluster.node(l).kill9();
                     done.push(format!("kill leader n{l}"));
                 }
+            }
+            Fault::EgressCut { node } => {
+                cuts.cut_egress(*node, crate::cluster::PORT)?;
+                done.push(format!("cut the egress of n{node}"));
             }
             Fault::FillDisk { node, leave_mib } => {
                 cluster.fill_disk(*node, *leave_mib)?;

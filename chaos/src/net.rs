@@ -3,7 +3,8 @@
 //! must never be reached from the root namespace, whose traffic can leave the machine).
 //!
 //! A partition is a pair of `iptables` DROP rules inside a host's namespace, one for traffic
-//! from the peer and one for traffic to it; healing flushes them. Every namespace this module
+//! from the peer and one for traffic to it; an egress cut drops only the connections a host
+//! opens to its peers; healing flushes them. Every namespace this module
 //! makes starts with [`PREFIX`], and [`Net::teardown`] (also run on drop, and at the start of a
 //! run for a previous run that was killed) deletes them all, with the processes inside.
 
@@ -110,6 +111,24 @@ impl Cuts {
                 &node_ns(me),
                 "iptables",
                 &["-A", "OUTPUT", "-d", &addr, "-j", "DROP"],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Cuts node `node`'s egress to every other node: the TCP connections it opens to their
+    /// `port` are dropped, while the connections they open to it (and its answers on them)
+    /// and its clients' connections still pass.
+    pub fn cut_egress(&self, node: usize, port: u16) -> Result<(), NetError> {
+        let port = port.to_string();
+        for peer in (1..=self.nodes).filter(|p| *p != node) {
+            let addr = node_addr(peer);
+            in_ns(
+                &node_ns(node),
+                "iptables",
+                &[
+                    "-A", "OUTPUT", "-p", "tcp", "-d", &addr, "--dport", &port, "-j", "DROP",
+                ],
             )?;
         }
         Ok(())
