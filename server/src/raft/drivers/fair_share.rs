@@ -126,6 +126,10 @@ async fn balance_once(node: &Replicas, max: usize, backoff: &mut Backoff) {
             .filter(|t| should_move(mine(&counts), counts.get(t).copied().unwrap_or(0), floor))
             .collect();
         targets.sort_by_key(|t| counts.get(t).copied().unwrap_or(0));
+        // Only a handoff that was tried and failed backs the group off: one costs the group's
+        // writes seconds, while a tick with no voter that may take it costs a few questions,
+        // and a voter that sheds now (a healing gate) may take it on the next tick.
+        let tried = !targets.is_empty();
         let mut done = false;
         for target in targets {
             match transfer(node, group, target).await {
@@ -151,7 +155,9 @@ async fn balance_once(node: &Replicas, max: usize, backoff: &mut Backoff) {
         }
         if !done {
             node.balance.skips.fetch_add(1, Ordering::Relaxed);
-            backoff.failed(group, Instant::now());
+            if tried {
+                backoff.failed(group, Instant::now());
+            }
         }
     }
 }
