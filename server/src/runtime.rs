@@ -9,6 +9,7 @@ use std::hash::Hasher;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -160,6 +161,8 @@ pub struct CoreStats {
 struct Inner {
     groups: Vec<Mutex<Group>>,
     stopped: Vec<OnceLock<ApplyStop>>,
+    /// Set with the first stop: until then no request needs to find its group to ask.
+    any_stopped: AtomicBool,
     handles: Vec<tokio::runtime::Handle>,
     stats: Vec<CoreStats>,
     group_count: u32,
@@ -234,6 +237,7 @@ impl Runtime {
             inner: Arc::new(Inner {
                 groups,
                 stopped: (0..group_count).map(|_| OnceLock::new()).collect(),
+                any_stopped: AtomicBool::new(false),
                 handles,
                 stats,
                 group_count,
@@ -310,7 +314,13 @@ impl Runtime {
     pub fn stop_applying(&self, group: GroupId, stop: ApplyStop) {
         if let Some(s) = self.inner.stopped.get(group as usize) {
             let _ = s.set(stop);
+            self.inner.any_stopped.store(true, Ordering::Release);
         }
+    }
+
+    /// Whether any group stopped applying in this process.
+    pub fn any_apply_stop(&self) -> bool {
+        self.inner.any_stopped.load(Ordering::Acquire)
     }
 
     /// The groups of `core`, in order.

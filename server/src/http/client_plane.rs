@@ -341,6 +341,10 @@ fn location(headers: &HeaderMap, path: &str) -> String {
 /// A stream whose group stopped applying on this replica answers nothing from its state:
 /// every request to it is refused before it is read or proposed (`503 ApplyStopped`).
 fn refuse_stopped_group(st: &AppState, route: &Route) -> Result<(), ApiError> {
+    // The common case costs one load, not a hash of the key.
+    if !st.rt.any_apply_stop() {
+        return Ok(());
+    }
     let sp = match route {
         Route::Stream(sp)
         | Route::Bootstrap(sp)
