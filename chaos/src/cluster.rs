@@ -51,6 +51,32 @@ pub struct Shape {
     pub fsync: String,
     /// Whether each WAL sits on a small tmpfs of its own (for the full-disk fault).
     pub small_disks: bool,
+    /// The S3 store of the cold tier and snapshots (for the S3-outage fault), on the clients'
+    /// host; none keeps everything in the WAL.
+    pub s3: Option<S3>,
+}
+
+/// Where the nodes reach S3.
+#[derive(Clone, Debug)]
+pub struct S3 {
+    pub endpoint: String,
+    pub port: u16,
+}
+
+/// A node's cold tier and snapshots on the run's SeaweedFS, with timeouts short enough that
+/// an outage is judged within seconds and a healed one as quickly (docs/reliability.md).
+fn s3_toml(endpoint: &str) -> String {
+    use ursula_cold::testing::ACCESS_KEY_ID;
+    use ursula_cold::testing::BUCKET;
+    use ursula_cold::testing::SECRET_ACCESS_KEY;
+    format!(
+        "[storage.cold]\nbackend = \"s3\"\nroot = \"chaos\"\nflush_size = \"4KiB\"\n\
+         flush_interval = \"500ms\"\n\
+         [storage.cold.s3]\nbucket = \"{BUCKET}\"\nendpoint = \"{endpoint}\"\nregion = \"us-east-1\"\n\
+         access_key_id = \"{ACCESS_KEY_ID}\"\nsecret_access_key = \"{SECRET_ACCESS_KEY}\"\n\
+         timeout = \"2s\"\nmax_retries = 0\nprobe_timeout = \"1s\"\n\
+         [storage.snapshot]\ndrive_interval = \"1s\"\n"
+    )
 }
 
 /// One node process.
@@ -145,6 +171,8 @@ pub struct Cluster {
     gateway: Option<Child>,
     ursula: PathBuf,
     pub dir: PathBuf,
+    /// The port of the S3 store the nodes use, if any.
+    pub s3_port: Option<u16>,
 }
 
 impl Cluster {
@@ -194,11 +222,14 @@ impl Cluster {
                 ""
             };
             let config = dir.join(format!("n{i}.toml"));
-            let text = format!(
+            let mut text = format!(
                 "[raft]\ngroup_count = 4\n{peers}[raft.wal]\npath = \"{}\"\nfsync = \"{}\"\n{wal_extra}",
                 disk.join("wal").display(),
                 shape.fsync
             );
+            if let Some(s3) = &shape.s3 {
+                text.push_str(&s3_toml(&s3.endpoint));
+            }
             std::fs::write(&config, text).map_err(io("node config"))?;
             let addr = net::node_addr(i);
             let mut node = Node {
@@ -227,6 +258,7 @@ impl Cluster {
             gateway: None,
             ursula: ursula.to_owned(),
             dir: dir.to_owned(),
+            s3_port: shape.s3.as_ref().map(|s| s.port),
         };
         for n in &cluster.nodes {
             wait_answering(&format!("{}/__ursula/ready", n.base()))?;

@@ -90,6 +90,7 @@ pub fn egress(ursula: &Path, dir: &Path, cuts: Cuts) -> Result<EgressReport, Str
         nodes: 3,
         fsync: "never".into(),
         small_disks: false,
+        s3: None,
     };
     let cluster = Cluster::start(ursula, dir, &shape).map_err(|e| e.to_string())?;
     let bases = cluster.bases();

@@ -39,6 +39,9 @@ pub enum Fault {
     /// Drop the connections the node opens to its peers (theirs to it, and its clients',
     /// still pass): its egress to the cluster is cut while clients still reach it.
     EgressCut { node: usize },
+    /// Drop the connections the node opens to the S3 store (the run then keeps its cold tier
+    /// and snapshots there): an outage of the store on that node's path only.
+    S3Outage { node: usize },
     /// Fill the node's WAL disk until `leave_mib` MiB are left (0: to the last byte), free it
     /// on heal. Leaving some exercises the free-space guard; leaving none, the WAL's own error.
     FillDisk { node: usize, leave_mib: u64 },
@@ -81,6 +84,14 @@ impl Schedule {
         Schedule { seed, steps: out }
     }
 
+    /// Whether any step cuts a node off from S3 (the run then keeps its cold tier there).
+    pub fn uses_s3(&self) -> bool {
+        self.steps
+            .iter()
+            .flat_map(|s| &s.faults)
+            .any(|f| matches!(f, Fault::S3Outage { .. }))
+    }
+
     /// Whether any step fills a disk (the nodes then get small disks).
     pub fn fills_disks(&self) -> bool {
         self.steps
@@ -93,7 +104,7 @@ impl Schedule {
 fn one_fault(rng: &mut StdRng, nodes: usize) -> Fault {
     let mut all: Vec<usize> = (1..=nodes).collect();
     all.shuffle(rng);
-    match rng.random_range(0..9) {
+    match rng.random_range(0..10) {
         0 => Fault::IsolateLeader,
         1 => Fault::Split {
             minority: all[..(nodes - 1) / 2].to_vec(),
@@ -112,6 +123,7 @@ fn one_fault(rng: &mut StdRng, nodes: usize) -> Fault {
         5 => Fault::Kill { node: all[0] },
         6 => Fault::KillLeader,
         7 => Fault::EgressCut { node: all[0] },
+        8 => Fault::S3Outage { node: all[0] },
         _ => Fault::FillDisk {
             node: all[0],
             leave_mib: if rng.random_range(0..2) == 0 { 0 } else { 8 },
@@ -213,6 +225,13 @@ pub fn apply(
                 cuts.cut_egress(*node, crate::cluster::PORT)?;
                 done.push(format!("cut the egress of n{node}"));
             }
+            Fault::S3Outage { node } => match cluster.s3_port {
+                Some(port) => {
+                    cuts.cut_s3(*node, port)?;
+                    done.push(format!("cut n{node} off from S3"));
+                }
+                None => done.push(format!("no S3 to cut n{node} off from")),
+            },
             Fault::FillDisk { node, leave_mib } => {
                 cluster.fill_disk(*node, *leave_mib)?;
                 done.push(format!("fill the disk of n{node} to {leave_mib} MiB free"));

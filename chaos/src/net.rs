@@ -134,6 +134,27 @@ impl Cuts {
         Ok(())
     }
 
+    /// Cuts node `node` off from the S3 store on the clients' host at `port`: the
+    /// connections it opens there are dropped.
+    pub fn cut_s3(&self, node: usize, port: u16) -> Result<(), NetError> {
+        in_ns(
+            &node_ns(node),
+            "iptables",
+            &[
+                "-A",
+                "OUTPUT",
+                "-p",
+                "tcp",
+                "-d",
+                CLIENT_ADDR,
+                "--dport",
+                &port.to_string(),
+                "-j",
+                "DROP",
+            ],
+        )
+    }
+
     /// Removes every cut.
     pub fn heal(&self) -> Result<(), NetError> {
         for i in 1..=self.nodes {

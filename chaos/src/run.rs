@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use thiserror::Error;
+use ursula_cold::testing::SeaweedFs;
 
 use crate::checker;
 use crate::client;
@@ -92,6 +93,18 @@ pub struct RunReport {
     pub seconds: u64,
 }
 
+/// A SeaweedFS on the clients' address, which every node reaches over the bridge.
+fn start_s3() -> Result<SeaweedFs, RunError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| RunError::Io {
+            what: "a runtime for SeaweedFS's start".into(),
+            source,
+        })?;
+    Ok(rt.block_on(SeaweedFs::start_on(crate::net::CLIENT_ADDR)))
+}
+
 pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
     let began = Instant::now();
     let schedule = Schedule::generate(cfg.seed, cfg.nodes, cfg.steps);
@@ -99,10 +112,20 @@ pub fn run_one(cfg: &RunConfig) -> Result<RunReport, RunError> {
         what: format!("create {}", cfg.dir.display()),
         source,
     })?;
+    // Kept until the run ends: the nodes' cold tier, when a step cuts one off from it.
+    let weed = if schedule.uses_s3() {
+        Some(start_s3()?)
+    } else {
+        None
+    };
     let shape = cluster::Shape {
         nodes: cfg.nodes,
         fsync: cfg.fsync.clone(),
         small_disks: schedule.fills_disks(),
+        s3: weed.as_ref().map(|w| cluster::S3 {
+            endpoint: w.endpoint(),
+            port: w.s3_port(),
+        }),
     };
     let mut cluster = Cluster::start(&cfg.ursula, &cfg.dir, &shape)?;
     let cuts = Cuts { nodes: cfg.nodes };

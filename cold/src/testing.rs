@@ -2,7 +2,7 @@
 //! `scripts/install-s3.sh`), one private instance per [`SeaweedFs`].
 //!
 //! Every port `weed mini` opens is chosen here (master, volume, filer, S3, admin and the gRPC port
-//! of each; WebDAV, Iceberg and Lance are off), all on 127.0.0.1, and its unix sockets are named
+//! of each; WebDAV, Iceberg and Lance are off), all on 127.0.0.1 (or the address `start_on` names), and its unix sockets are named
 //! after those ports, so any number of instances run side by side: nextest's test processes each
 //! start their own. The data directory is a fresh temporary directory, removed on drop.
 
@@ -33,6 +33,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// A running `weed mini`. Killed (SIGKILL) on drop.
 pub struct SeaweedFs {
     weed: PathBuf,
+    /// The address every port listens on.
+    host: String,
     tmp: TempDir,
     /// Data directory of the current ports; restarts reuse it.
     data: PathBuf,
@@ -114,6 +116,12 @@ pub fn weed_path() -> PathBuf {
 impl SeaweedFs {
     /// Starts an instance with [`BUCKET`] created, and returns once it accepts writes.
     pub async fn start() -> SeaweedFs {
+        SeaweedFs::start_on("127.0.0.1").await
+    }
+
+    /// [`SeaweedFs::start`] with every port on `host`, an address of this host other than
+    /// loopback: for clients in other network namespaces (the fault runs' nodes).
+    pub async fn start_on(host: &str) -> SeaweedFs {
         let weed = weed_path();
         let tmp = tempfile::Builder::new()
             .prefix("ursula-weed-")
@@ -121,6 +129,7 @@ impl SeaweedFs {
             .expect("temporary directory for weed");
         let mut weed_fs = SeaweedFs {
             weed,
+            host: host.to_owned(),
             data: tmp.path().to_path_buf(),
             tmp,
             ports: Ports::pick(),
@@ -145,14 +154,19 @@ impl SeaweedFs {
         unreachable!("the last attempt returns or panics")
     }
 
-    /// `http://127.0.0.1:PORT`, the S3 endpoint.
+    /// `http://HOST:PORT`, the S3 endpoint.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.ports.s3)
+        format!("http://{}:{}", self.host, self.ports.s3)
+    }
+
+    /// The S3 endpoint's port.
+    pub fn s3_port(&self) -> u16 {
+        self.ports.s3
     }
 
     /// The filer's HTTP API, which shows the metadata weed keeps per object (`?metadata=true`).
     pub fn filer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.ports.filer)
+        format!("http://{}:{}", self.host, self.ports.filer)
     }
 
     /// How long the last start or restart took until the store accepted writes.
@@ -254,9 +268,9 @@ impl SeaweedFs {
         cmd.arg(format!("-logdir={}", self.data.display()))
             .arg("mini")
             .arg(format!("-dir={}", self.data.display()))
+            .arg(format!("-ip={}", self.host))
+            .arg(format!("-ip.bind={}", self.host))
             .args([
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
                 "-admin.ui=false",
                 "-webdav=false",
                 "-master.telemetry=false",
